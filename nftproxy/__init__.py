@@ -1,0 +1,1 @@
+"""nftproxy: a kube-proxy replacement on nftables verdict maps."""

@@ -1,0 +1,3 @@
+from nftproxy.cli import main
+import sys
+sys.exit(main())

@@ -1,0 +1,145 @@
+"""``nftproxy render | apply | cleanup | run``."""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import sys
+from collections.abc import Sequence
+
+from nftproxy.compiler import ProxyConfig, compile_tables
+from nftproxy.compiler.build import Desired
+from nftproxy.dataplane import Dataplane
+from nftproxy.manifests import Inputs, ManifestError, load
+from nftproxy.model.types import IPAddress, IPNetwork, Node
+from nftproxy.nft.diff import plan
+from nftproxy.nft.kernel import KernelBackend, NftError
+
+
+def _ip(text: str) -> IPAddress:
+    try:
+        return ipaddress.ip_address(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid IP address {text!r}") from None
+
+
+def _cidr(text: str) -> IPNetwork:
+    try:
+        return ipaddress.ip_network(text, strict=False)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid CIDR {text!r}") from None
+
+
+def _split(values: Sequence[str] | None) -> list[str]:
+    return [v.strip() for value in values or () for v in value.split(",") if v.strip()]
+
+
+def add_config_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--node-name", help="this node's name (picks its Node object from the input)")
+    p.add_argument("--node-ip", action="append", metavar="IP", help="node IP (repeat or comma-separate)")
+    p.add_argument("--cluster-cidr", action="append", metavar="CIDR", help="pod CIDR(s): not masqueraded")
+    p.add_argument(
+        "--nodeport-addresses", action="append", metavar="CIDR", help="CIDRs NodePorts answer on (default: node IPs)"
+    )
+    p.add_argument("--masquerade-all", action="store_true", help="SNAT all traffic to Service IPs")
+    p.add_argument("--service-proxy-name", help="handle only Services with this service-proxy-name label")
+    p.add_argument("--table", default="nftproxy", help=argparse.SUPPRESS)
+
+
+def config_from_args(args: argparse.Namespace, nodes: Sequence[Node] = ()) -> ProxyConfig:
+    node_ips = [_ip(v) for v in _split(args.node_ip)]
+    if not node_ips:
+        node = next((n for n in nodes if n.name == args.node_name), None)
+        if node is None and len(nodes) == 1 and not args.node_name:
+            node = nodes[0]
+        if node is not None:
+            for version in (4, 6):  # the primary IP of each family, as kube-proxy
+                node_ips += [a for a in node.addresses if a.version == version][:1]
+    return ProxyConfig(
+        node_name=args.node_name,
+        node_ips=tuple(node_ips),
+        cluster_cidrs=tuple(_cidr(v) for v in _split(args.cluster_cidr)),
+        nodeport_addresses=tuple(_cidr(v) for v in _split(args.nodeport_addresses)),
+        masquerade_all=args.masquerade_all,
+        service_proxy_name=args.service_proxy_name,
+        table=args.table,
+    )
+
+
+def _compile(args: argparse.Namespace) -> tuple[Inputs, Desired]:
+    inputs = load(args.file, args.service_proxy_name)
+    config = config_from_args(args, inputs.nodes)
+    desired = compile_tables(inputs.services, inputs.slices, config, inputs.ignored)
+    for s in (*inputs.skipped, *desired.skipped):
+        print(f"nftproxy: skipped {s}", file=sys.stderr)
+    return inputs, desired
+
+
+def cmd_render(args: argparse.Namespace) -> int:
+    _, desired = _compile(args)
+    for table in desired.tables:
+        sys.stdout.write(plan(None, table).render())
+    return 0
+
+
+def cmd_apply(args: argparse.Namespace) -> int:
+    _, desired = _compile(args)
+    backend = KernelBackend()
+    try:
+        result = Dataplane(backend).sync(desired.tables)
+    finally:
+        backend.close()
+    kind = "full (read back from the kernel)" if result.full else "incremental"
+    print(
+        f"nftproxy: applied {desired.services} Services, {desired.endpoints} endpoints: "
+        f"{result.operations} operations, {result.element_changes} element changes, "
+        f"{kind}, {result.seconds * 1000:.1f} ms"
+    )
+    return 0
+
+
+def cmd_cleanup(args: argparse.Namespace) -> int:
+    backend = KernelBackend()
+    try:
+        removed = Dataplane(backend).cleanup(args.table)
+    finally:
+        backend.close()
+    print(f"nftproxy: removed {', '.join(f'{f.value} {args.table}' for f in removed) or 'nothing'}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="nftproxy", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, fn, text in (
+        ("render", cmd_render, "print the nft script for the given objects; touches nothing"),
+        ("apply", cmd_apply, "make this network namespace's nftproxy tables match, in one transaction"),
+    ):
+        p = sub.add_parser(name, help=text, description=text)
+        p.add_argument("-f", "--file", action="append", required=True, metavar="FILE", help="YAML/JSON, '-' for stdin")
+        add_config_flags(p)
+        p.set_defaults(fn=fn)
+    p = sub.add_parser("cleanup", help="remove nftproxy's tables and nothing else")
+    p.add_argument("--table", default="nftproxy", help=argparse.SUPPRESS)
+    p.set_defaults(fn=cmd_cleanup)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.fn(args))
+    except ManifestError as e:
+        print(f"nftproxy: {e}", file=sys.stderr)
+        return 2
+    except NftError as e:
+        print(f"nftproxy: the kernel refused the transaction, nothing changed: {e}", file=sys.stderr)
+        return 1
+    except PermissionError as e:
+        print(f"nftproxy: {e} (needs CAP_NET_ADMIN)", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

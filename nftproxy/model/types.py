@@ -1,0 +1,104 @@
+"""Validated, immutable views of Services, EndpointSlices and Nodes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network
+
+IPAddress = IPv4Address | IPv6Address
+IPNetwork = IPv4Network | IPv6Network
+
+PROTOCOLS = ("TCP", "UDP", "SCTP")
+
+
+@dataclass(frozen=True)
+class ServicePort:
+    name: str
+    protocol: str  # TCP | UDP | SCTP
+    port: int
+    node_port: int | None = None
+
+
+@dataclass(frozen=True)
+class Service:
+    namespace: str
+    name: str
+    type: str  # ClusterIP | NodePort | LoadBalancer
+    cluster_ips: tuple[IPAddress, ...]
+    ports: tuple[ServicePort, ...]
+    external_ips: tuple[IPAddress, ...] = ()
+    load_balancer_ips: tuple[IPAddress, ...] = ()
+    external_traffic_policy: str = "Cluster"
+    internal_traffic_policy: str = "Cluster"
+    session_affinity_timeout: int | None = None  # seconds when sessionAffinity is ClientIP
+    load_balancer_source_ranges: tuple[IPNetwork, ...] = ()
+    health_check_node_port: int | None = None
+    traffic_distribution: str | None = None
+    topology_mode: str | None = None  # service.kubernetes.io/topology-mode annotation
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True)
+class EndpointPort:
+    name: str
+    protocol: str
+    port: int
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    address: IPAddress  # the first address: the only one kube-proxy uses
+    ready: bool
+    serving: bool
+    terminating: bool
+    node_name: str | None = None
+    zone: str | None = None
+    hint_zones: tuple[str, ...] | None = None
+    hint_nodes: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True)
+class EndpointSlice:
+    namespace: str
+    name: str
+    service_name: str
+    address_type: str  # IPv4 | IPv6 (FQDN slices are ignored at parse time)
+    ports: tuple[EndpointPort, ...]
+    endpoints: tuple[Endpoint, ...]
+    trigger_time: str | None = None  # endpoints.kubernetes.io/last-change-trigger-time
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def service_key(self) -> str:
+        return f"{self.namespace}/{self.service_name}"
+
+
+@dataclass(frozen=True)
+class Node:
+    name: str
+    addresses: tuple[IPAddress, ...]  # InternalIPs first, then ExternalIPs
+    labels: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def zone(self) -> str | None:
+        return dict(self.labels).get("topology.kubernetes.io/zone")
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """An object left out, and why: reported in logs, Events and ProxyStatus."""
+
+    kind: str
+    namespace: str
+    name: str
+    reason: str
+
+    def __str__(self) -> str:
+        where = f"{self.namespace}/{self.name}" if self.namespace else self.name
+        return f"{self.kind} {where}: {self.reason}"

@@ -1,0 +1,186 @@
+"""The libnftables backend: applies a Transaction as one kernel transaction, reads tables back."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Protocol, TypeVar
+
+from nftproxy.nft import netns as netns_mod
+from nftproxy.nft.objects import Chain, Element, Family, Key, Set, Table
+from nftproxy.nft.transaction import Transaction
+
+T = TypeVar("T")
+
+
+class NftError(Exception):
+    """The kernel (or nft's parser) refused a transaction; nothing of it was applied."""
+
+
+class Backend(Protocol):
+    def apply(self, *txs: Transaction) -> None:
+        """Commit all of ``txs`` as ONE kernel transaction, or raise NftError and change nothing."""
+
+    def read(self, family: Family, table: str) -> Table | None: ...
+
+    def delete(self, family: Family, table: str) -> bool: ...
+
+
+class KernelBackend:
+    """libnftables through Debian's ``nftables`` Python module.
+
+    All calls run on one worker thread, which first enters ``netns`` when given: the rest of the
+    process (API client, metrics) stays where it is.
+    """
+
+    def __init__(self, netns: str | None = None) -> None:
+        self.netns = netns
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nft")
+        self._local = threading.local()
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)
+
+    def _call(self, fn: Callable[[Any], T]) -> T:
+        return self._pool.submit(self._in_worker, fn).result()
+
+    def _in_worker(self, fn: Callable[[Any], T]) -> T:
+        ctx = getattr(self._local, "ctx", None)
+        if ctx is None:
+            if self.netns:
+                netns_mod.enter(self.netns)
+            import nftables  # noqa: PLC0415  (Debian module, linked into the venv by install.sh)
+
+            ctx = nftables.Nftables()
+            ctx.set_json_output(False)
+            self._local.ctx = ctx
+        return fn(ctx)
+
+    def run(self, script: str, json_output: bool = False, terse: bool = False) -> str:
+        def go(ctx: Any) -> str:
+            ctx.set_json_output(json_output)
+            ctx.set_terse_output(terse)
+            try:
+                rc, out, err = ctx.cmd(script)
+            finally:
+                ctx.set_json_output(False)
+                ctx.set_terse_output(False)
+            if rc != 0:
+                raise NftError(_first_error(err))
+            return str(out)
+
+        return self._call(go)
+
+    def check(self, *txs: Transaction) -> None:
+        """Parse and validate against the kernel without committing."""
+
+        def go(ctx: Any) -> None:
+            ctx.set_dry_run(True)
+            try:
+                rc, _, err = ctx.cmd("".join(tx.render() for tx in txs))
+            finally:
+                ctx.set_dry_run(False)
+            if rc != 0:
+                raise NftError(_first_error(err))
+
+        self._call(go)
+
+    def apply(self, *txs: Transaction) -> None:
+        script = "".join(tx.render() for tx in txs)
+        if script:
+            self.run(script)
+
+    def read(self, family: Family, table: str) -> Table | None:
+        try:
+            out = self.run(f"list table {family.value} {table}", json_output=True)
+        except NftError as e:
+            if "No such file or directory" in str(e):
+                return None
+            raise
+        # nft 1.0.6 leaves the table comment out of JSON: read it from a terse text listing.
+        terse = self.run(f"list table {family.value} {table}", terse=True)
+        m = _TABLE_COMMENT.search(terse)
+        return table_from_json(json.loads(out), family, table, m.group(1) if m else "")
+
+    def delete(self, family: Family, table: str) -> bool:
+        try:
+            self.run(f"delete table {family.value} {table}")
+        except NftError as e:
+            if "No such file or directory" in str(e):
+                return False
+            raise
+        return True
+
+
+def _first_error(err: str) -> str:
+    lines = [ln for ln in str(err).splitlines() if ln.strip()]
+    for ln in lines:
+        if ln.startswith("Error:"):
+            # nft prints the offending statement on the next line: keep it, shortened.
+            i = lines.index(ln)
+            where = lines[i + 1].strip() if i + 1 < len(lines) else ""
+            return f"{ln} [{where[:160]}]" if where else ln
+    return lines[0] if lines else "nft failed"
+
+
+_TABLE_COMMENT = re.compile(r'^table [^\n]*\{\n\s*comment "([^"]*)"', re.M)
+
+
+def table_from_json(doc: dict[str, Any], family: Family, name: str, comment: str) -> Table:
+    """Build an adopted Table (names, comment, elements) from `nft -j list table`."""
+    chains: dict[str, Chain] = {}
+    sets: dict[str, Set] = {}
+    elements: dict[str, dict[Key, Element]] = {}
+    for item in doc.get("nftables", []):
+        if "chain" in item:
+            chains[item["chain"]["name"]] = Chain(item["chain"]["name"])
+        elif "set" in item or "map" in item:
+            is_map = "map" in item
+            obj = item["map"] if is_map else item["set"]
+            sname = obj["name"]
+            sets[sname] = Set(sname, spec="type ? : ?" if is_map else "type ?")
+            els: dict[Key, Element] = {}
+            for raw in obj.get("elem", []):
+                e = _element(raw, is_map)
+                els[e.key] = e
+            elements[sname] = els
+    return Table(family, name, comment, chains, sets, elements, adopted=True)
+
+
+def _element(raw: Any, is_map: bool) -> Element:
+    key_raw, val_raw = (raw[0], raw[1]) if is_map else (raw, None)
+    comment = None
+    if isinstance(key_raw, dict) and "elem" in key_raw:
+        comment = key_raw["elem"].get("comment")
+        key_raw = key_raw["elem"]["val"]
+    value = None if val_raw is None else _parts(val_raw)
+    return Element(_parts(key_raw), value, comment)
+
+
+_VERDICTS = ("accept", "drop", "continue", "return")
+
+
+def _parts(x: Any) -> tuple[str, ...]:
+    if isinstance(x, dict) and "concat" in x:
+        return tuple(_atom(p) for p in x["concat"])
+    return (_atom(x),)
+
+
+def _atom(x: Any) -> str:
+    if isinstance(x, str | int):
+        return str(x)
+    if isinstance(x, dict):
+        if "prefix" in x:
+            return f"{x['prefix']['addr']}/{x['prefix']['len']}"
+        if "range" in x:
+            return f"{x['range'][0]}-{x['range'][1]}"
+        for verdict in ("goto", "jump"):
+            if verdict in x:
+                return f"{verdict} {x[verdict]['target']}"
+        for verdict in _VERDICTS:
+            if verdict in x:
+                return verdict
+    raise ValueError(f"unexpected element part in nft JSON: {x!r}")

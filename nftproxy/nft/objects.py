@@ -1,0 +1,124 @@
+"""Typed descriptions of one nftables table: chains, sets/maps and their elements."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+
+
+class Family(str, Enum):
+    """Address family of a table; nftproxy keeps one table per family, like upstream."""
+
+    IP = "ip"
+    IP6 = "ip6"
+
+    @property
+    def addr_type(self) -> str:
+        return "ipv4_addr" if self is Family.IP else "ipv6_addr"
+
+    @property
+    def version(self) -> int:
+        return 4 if self is Family.IP else 6
+
+
+@dataclass(frozen=True)
+class Hook:
+    """Where a base chain is attached, and why at that priority."""
+
+    type: str  # "filter" or "nat"
+    hook: str  # "prerouting", "input", "forward", "output", "postrouting"
+    priority: int
+    why: str  # one line: why this priority (rendered as the chain's comment)
+
+
+@dataclass(frozen=True)
+class Chain:
+    name: str
+    rules: tuple[str, ...] = ()
+    hook: Hook | None = None
+
+    def declaration(self) -> str:
+        if self.hook is None:
+            return ""
+        h = self.hook
+        return (
+            f"type {h.type} hook {h.hook} priority {h.priority}; policy accept; "
+            f"comment {quote(h.why)};"
+        )
+
+
+@dataclass(frozen=True)
+class Set:
+    """A named set, or a map when `spec` has a ':' (e.g. ``type a . b : verdict``)."""
+
+    name: str
+    spec: str  # "type …" or "typeof …", with " : …" for maps
+    flags: tuple[str, ...] = ()
+    timeout: str | None = None
+    comment: str | None = None
+    dynamic: bool = False  # elements are written by the packet path (affinity): never diffed
+
+    @property
+    def is_map(self) -> bool:
+        return ":" in self.spec
+
+    @property
+    def keyword(self) -> str:
+        return "map" if self.is_map else "set"
+
+    def declaration(self) -> str:
+        parts = [f"{self.spec};"]
+        if self.flags:
+            parts.append(f"flags {','.join(self.flags)};")
+        if self.timeout:
+            parts.append(f"timeout {self.timeout};")
+        if self.comment:
+            parts.append(f"comment {quote(self.comment)};")
+        return " ".join(parts)
+
+
+Key = tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Element:
+    """One set or map element, in nft's canonical text form (``key`` parts joined by " . ")."""
+
+    key: Key
+    value: tuple[str, ...] | None = None  # map data; a verdict is one part, e.g. "goto x"
+    comment: str | None = None
+
+    def render(self) -> str:
+        text = " . ".join(self.key)
+        if self.comment:
+            text += f" comment {quote(self.comment)}"
+        if self.value is not None:
+            text += " : " + " . ".join(self.value)
+        return text
+
+
+@dataclass(frozen=True)
+class Table:
+    """A whole table as desired, or as read back from the kernel (``adopted``).
+
+    Read back, only names, the table comment and elements are known: rules and set declarations
+    are not parsed. The table comment names the layout version, so same version + same name means
+    same set declaration; chains (a small fixed skeleton, the data lives in maps) are rewritten.
+    """
+
+    family: Family
+    name: str
+    comment: str
+    chains: Mapping[str, Chain] = field(default_factory=dict)
+    sets: Mapping[str, Set] = field(default_factory=dict)
+    elements: Mapping[str, Mapping[Key, Element]] = field(default_factory=dict)
+    adopted: bool = False
+
+    def count_elements(self) -> int:
+        return sum(len(e) for e in self.elements.values())
+
+
+def quote(text: str) -> str:
+    """Quote a comment for nft (no escapes exist: quotes are replaced)."""
+    return '"' + text.replace('"', "'") + '"'
