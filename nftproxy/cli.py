@@ -83,17 +83,28 @@ def cmd_render(args: argparse.Namespace) -> int:
 
 
 def cmd_apply(args: argparse.Namespace) -> int:
-    _, desired = _compile(args)
+    inputs = load(args.file, args.service_proxy_name)
     backend = KernelBackend()
     try:
-        result = Dataplane(backend).sync(desired.tables)
+        dp = Dataplane(backend, config_from_args(args, inputs.nodes))
+        for svc in inputs.services:
+            dp.set_service(svc)
+        for key in inputs.ignored:
+            dp.ignore_service(key)
+        for sl in inputs.slices:
+            dp.set_slice(sl)
+        n_svc, n_eps, skipped = dp.stats()
+        for s in (*inputs.skipped, *skipped):
+            print(f"nftproxy: skipped {s}", file=sys.stderr)
+        # A new process knows nothing of the kernel: this sync reads the table back and sends
+        # only the difference (elements added/removed; the fixed chains are kept when unchanged).
+        result = dp.sync()
     finally:
         backend.close()
-    kind = "full (read back from the kernel)" if result.full else "incremental"
     print(
-        f"nftproxy: applied {desired.services} Services, {desired.endpoints} endpoints: "
+        f"nftproxy: applied {n_svc} Services, {n_eps} endpoints: "
         f"{result.operations} operations, {result.element_changes} element changes, "
-        f"{kind}, {result.seconds * 1000:.1f} ms"
+        f"{result.seconds * 1000:.1f} ms"
     )
     return 0
 
@@ -101,7 +112,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
 def cmd_cleanup(args: argparse.Namespace) -> int:
     backend = KernelBackend()
     try:
-        removed = Dataplane(backend).cleanup(args.table)
+        removed = Dataplane(backend, ProxyConfig(table=args.table)).cleanup()
     finally:
         backend.close()
     print(f"nftproxy: removed {', '.join(f'{f.value} {args.table}' for f in removed) or 'nothing'}")

@@ -5,14 +5,14 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from nftproxy.model.types import Endpoint, EndpointSlice, IPAddress, ServicePort
+from nftproxy.model.types import Endpoint, EndpointSlice, ServicePort
 
 
-@dataclass(frozen=True, order=True)
+@dataclass(frozen=True)
 class Target:
     """One endpoint of one Service port: address, port, and the endpoint it came from."""
 
-    address: IPAddress
+    address: str
     port: int
     endpoint: Endpoint
 
@@ -24,14 +24,14 @@ def targets(port: ServicePort, slices: Iterable[EndpointSlice]) -> list[Target]:
     Service port's name (and protocol) gives this slice's endpoint port. Duplicates (an endpoint
     listed by two slices) count once.
     """
-    found: dict[tuple[IPAddress, int], Target] = {}
+    found: dict[tuple[str, int], Target] = {}
     for s in slices:
         number = next((p.port for p in s.ports if p.name == port.name and p.protocol == port.protocol), None)
         if number is None:
             continue
         for ep in s.endpoints:
             found.setdefault((ep.address, number), Target(ep.address, number, ep))
-    return sorted(found.values(), key=lambda t: (t.address, t.port))
+    return [found[k] for k in sorted(found)]
 
 
 def cluster_endpoints(all_targets: list[Target]) -> list[Target]:

@@ -244,7 +244,7 @@ def _slice(obj: Mapping[str, Any], ns: str, name: str) -> EndpointSlice | Ignore
         nodes = hints.get("forNodes")
         endpoints.append(
             Endpoint(
-                address=addr,
+                address=str(addr),
                 ready=ready,
                 serving=serving,
                 terminating=bool(cond.get("terminating")),

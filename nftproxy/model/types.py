@@ -50,7 +50,7 @@ class EndpointPort:
 
 @dataclass(frozen=True)
 class Endpoint:
-    address: IPAddress  # the first address: the only one kube-proxy uses
+    address: str  # canonical text of the first address: the only one kube-proxy uses
     ready: bool
     serving: bool
     terminating: bool

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import NamedTuple
 
 
 class Family(str, Enum):
@@ -81,9 +82,11 @@ class Set:
 Key = tuple[str, ...]
 
 
-@dataclass(frozen=True)
-class Element:
-    """One set or map element, in nft's canonical text form (``key`` parts joined by " . ")."""
+class Element(NamedTuple):
+    """One set or map element, in nft's canonical text form (``key`` parts joined by " . ").
+
+    A NamedTuple, not a dataclass: hundreds of thousands are built per full compile.
+    """
 
     key: Key
     value: tuple[str, ...] | None = None  # map data; a verdict is one part, e.g. "goto x"

@@ -1,0 +1,204 @@
+"""A family's whole table, assembled from Service fragments, updatable one Service at a time.
+
+The same code serves the pure full compile (``compile_tables``) and the syncer's incremental
+path: ``put`` changes one Service, ``delta`` turns everything changed since the last ``commit``
+into one Transaction that touches only those elements (and the per-count objects that appear or
+disappear), in an order the kernel accepts.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from ipaddress import collapse_addresses, ip_network
+
+from nftproxy.compiler import skeleton
+from nftproxy.compiler.config import ProxyConfig
+from nftproxy.compiler.fragment import Fragment
+from nftproxy.model.types import IPNetwork, Skipped
+from nftproxy.nft.objects import Chain, Element, Family, Key, Set, Table
+from nftproxy.nft.transaction import Transaction
+
+Obj = tuple[str, int]  # ("lb", N) or ("nodeport", N)
+
+
+@dataclass(frozen=True)
+class Conflict:
+    fragment: Fragment
+    skipped: Skipped
+
+
+def _addr_or_cidr(net: IPNetwork) -> str:
+    return str(net.network_address) if net.prefixlen == net.max_prefixlen else str(net)
+
+
+class Assembly:
+    def __init__(self, family: Family, config: ProxyConfig) -> None:
+        self.family = family
+        self.config = config
+        f = family
+        mine = [n for n in config.cluster_cidrs if n.version == f.version]
+        if config.masquerade_all:
+            self.masquerade: str | None = "jump mark-for-masquerade"
+        elif mine:
+            self.masquerade = f"{f.value} saddr != @cluster-cidrs jump mark-for-masquerade"
+        else:
+            self.masquerade = None
+        self.base_sets = {s.name: s for s in skeleton.base_sets(f)}
+        self.base_chains = {c.name: c for c in skeleton.base_chains(f)}
+        self.static: dict[str, dict[Key, Element]] = {"cluster-cidrs": {}, "nodeport-ips": {}}
+        for net in collapse_addresses(mine):  # type: ignore[type-var]
+            self.static["cluster-cidrs"][(_addr_or_cidr(net),)] = Element((_addr_or_cidr(net),))
+        np_nets: list[IPNetwork] = [n for n in config.nodeport_addresses if n.version == f.version]
+        if not config.nodeport_addresses:
+            np_nets = [ip_network(ip) for ip in config.node_ips if ip.version == f.version]
+        for net in collapse_addresses(np_nets):  # type: ignore[type-var]
+            self.static["nodeport-ips"][(_addr_or_cidr(net),)] = Element((_addr_or_cidr(net),))
+
+        self.fragments: dict[str, Fragment] = {}  # programmed
+        self.conflicts: dict[str, Conflict] = {}  # left out: a frontend is another Service's
+        self.owners: dict[Key, str] = {}
+        self.refs: dict[tuple[str, Key], list[int | Element]] = {}  # (set, key) -> [count, element]
+        self.objects: Counter[Obj] = Counter()
+        # Changes since the last commit: the value / existence each had when last committed.
+        self.touched: dict[tuple[str, Key], Element | None] = {}
+        self.touched_objects: dict[Obj, bool] = {}
+
+    # -- updating ------------------------------------------------------------------------
+    def put(self, key: str, fragment: Fragment | None) -> None:
+        """Replace Service ``key``'s fragment (None: the Service is gone from this family)."""
+        old = self.fragments.pop(key, None)
+        self.conflicts.pop(key, None)
+        if old is not None:
+            self._remove(old)
+        if fragment is not None:
+            self._try_add(fragment)
+        if old is not None and self.conflicts:
+            for k in sorted(self.conflicts):  # a frontend may be free now
+                c = self.conflicts.pop(k)
+                self._try_add(c.fragment)
+
+    def _try_add(self, frag: Fragment) -> None:
+        for claim in frag.claims:
+            owner = self.owners.get(claim)
+            if owner is not None and owner != frag.key:
+                ns, _, name = frag.key.partition("/")
+                reason = f"{' . '.join(claim)} is already used by Service {owner}"
+                self.conflicts[frag.key] = Conflict(frag, Skipped("Service", ns, name, reason))
+                return
+        self.fragments[frag.key] = frag
+        for claim in frag.claims:
+            self.owners[claim] = frag.key
+        for set_name, el in frag.elements:
+            k = (set_name, el.key)
+            rec = self.refs.get(k)
+            if rec is None:
+                self.touched.setdefault(k, None)
+                self.refs[k] = [1, el]
+            else:
+                rec[0] = int(rec[0]) + 1
+        for obj in self._objs(frag):
+            if self.objects[obj] == 0:
+                self.touched_objects.setdefault(obj, False)
+            self.objects[obj] += 1
+
+    def _remove(self, frag: Fragment) -> None:
+        for claim in frag.claims:
+            if self.owners.get(claim) == frag.key:
+                del self.owners[claim]
+        for set_name, el in frag.elements:
+            k = (set_name, el.key)
+            rec = self.refs[k]
+            rec[0] = int(rec[0]) - 1
+            if rec[0] == 0:
+                self.touched.setdefault(k, rec[1])  # type: ignore[arg-type]
+                del self.refs[k]
+        for obj in self._objs(frag):
+            self.objects[obj] -= 1
+            if self.objects[obj] == 0:
+                self.touched_objects.setdefault(obj, True)
+                del self.objects[obj]
+
+    @staticmethod
+    def _objs(frag: Fragment) -> Iterator[Obj]:
+        yield from (("lb", n) for n in frag.lb_counts)
+        yield from (("nodeport", n) for n in frag.nodeport_counts)
+
+    # -- reading -------------------------------------------------------------------------
+    def skipped(self) -> list[Skipped]:
+        return [c.skipped for _, c in sorted(self.conflicts.items())]
+
+    def _object_parts(self, obj: Obj) -> tuple[list[Set], list[Chain]]:
+        kind, n = obj
+        f = self.family
+        if kind == "lb":
+            return [skeleton.endpoints_map(f, n)], [
+                skeleton.load_balance_chain(f, n),
+                skeleton.cluster_chain(n, self.masquerade),
+                skeleton.external_chain(n),
+            ]
+        return [skeleton.nodeport_endpoints_map(f, n)], [skeleton.nodeport_chain(f, n)]
+
+    def comment(self) -> str:
+        return skeleton.layout_comment(self.family, self.masquerade)
+
+    def table(self) -> Table:
+        """The whole desired table."""
+        sets = dict(self.base_sets)
+        chains = dict(self.base_chains)
+        for obj in sorted(self.objects):
+            ss, cs = self._object_parts(obj)
+            sets.update((s.name, s) for s in ss)
+            chains.update((c.name, c) for c in cs)
+        elements: dict[str, dict[Key, Element]] = {name: {} for name in sets}
+        for name, els in self.static.items():
+            elements[name].update(els)
+        for (set_name, key), rec in self.refs.items():
+            elements[set_name][key] = rec[1]  # type: ignore[assignment]
+        return Table(self.family, self.config.table, self.comment(), chains, sets, elements)
+
+    def delta(self) -> Transaction:
+        """Everything changed since the last commit, as one transaction (see module doc)."""
+        tx = Transaction(self.family, self.config.table)
+        created = [o for o, existed in self.touched_objects.items() if not existed and o in self.objects]
+        removed = [o for o, existed in self.touched_objects.items() if existed and o not in self.objects]
+        dropped_sets = {s.name for o in removed for s in self._object_parts(o)[0]}
+        for obj in sorted(created):
+            ss, cs = self._object_parts(obj)
+            for s in ss:
+                tx.add_set(s)
+            for c in cs:
+                tx.add_chain(c)
+            for c in cs:
+                for rule in c.rules:
+                    tx.add_rule(c.name, rule)
+        deletes: dict[str, list[Key]] = {}
+        adds: dict[str, list[Element]] = {}
+        for (set_name, key), before in self.touched.items():
+            rec = self.refs.get((set_name, key))
+            now = rec[1] if rec is not None else None
+            if now == before:
+                continue
+            if before is not None and set_name not in dropped_sets:
+                deletes.setdefault(set_name, []).append(key)
+            if now is not None:
+                adds.setdefault(set_name, []).append(now)  # type: ignore[arg-type]
+        for set_name, keys in deletes.items():
+            tx.delete_elements(set_name, keys)
+        for set_name, els in adds.items():
+            tx.add_elements(set_name, els)
+        for obj in sorted(removed):
+            ss, cs = self._object_parts(obj)
+            for c in cs:
+                tx.flush_chain(c.name)
+            for s in ss:
+                tx.delete_set(s.name, s.is_map)
+            for c in cs:
+                tx.delete_chain(c.name)
+        return tx
+
+    def commit(self) -> None:
+        """The kernel now holds this state (after a successful delta or full sync)."""
+        self.touched.clear()
+        self.touched_objects.clear()

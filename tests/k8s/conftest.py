@@ -1,0 +1,27 @@
+"""Fixtures for tests against a real control plane (etcd + kube-apiserver on 127.0.0.1).
+
+Needs the binaries built by hack/k8s-tools.sh (and Debian's etcd-server). Run with
+``.venv/bin/pytest -m k8s tests/k8s``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from nftproxy.testing.controlplane import ControlPlane, ControlPlaneError
+
+
+@pytest.fixture(scope="session")
+def control_plane() -> Iterator[ControlPlane]:
+    """One started control plane for the whole session; stopped (no process left) at the end."""
+    cp = ControlPlane()
+    try:
+        cp.start()
+    except ControlPlaneError as e:
+        pytest.fail(f"control plane did not start: {e}", pytrace=False)
+    try:
+        yield cp
+    finally:
+        cp.stop()
