@@ -6,6 +6,7 @@ import argparse
 import ipaddress
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 
 from nftproxy.compiler import ProxyConfig, compile_tables
 from nftproxy.compiler.build import Desired
@@ -46,18 +47,11 @@ def add_config_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--table", default="nftproxy", help=argparse.SUPPRESS)
 
 
-def config_from_args(args: argparse.Namespace, nodes: Sequence[Node] = ()) -> ProxyConfig:
-    node_ips = [_ip(v) for v in _split(args.node_ip)]
-    if not node_ips:
-        node = next((n for n in nodes if n.name == args.node_name), None)
-        if node is None and len(nodes) == 1 and not args.node_name:
-            node = nodes[0]
-        if node is not None:
-            for version in (4, 6):  # the primary IP of each family, as kube-proxy
-                node_ips += [a for a in node.addresses if a.version == version][:1]
+def config_from_args(args: argparse.Namespace) -> ProxyConfig:
+    """The flags as a ProxyConfig (raises ArgumentTypeError on a bad value, before any I/O)."""
     return ProxyConfig(
         node_name=args.node_name,
-        node_ips=tuple(node_ips),
+        node_ips=tuple(_ip(v) for v in _split(args.node_ip)),
         cluster_cidrs=tuple(_cidr(v) for v in _split(args.cluster_cidr)),
         nodeport_addresses=tuple(_cidr(v) for v in _split(args.nodeport_addresses)),
         masquerade_all=args.masquerade_all,
@@ -66,9 +60,23 @@ def config_from_args(args: argparse.Namespace, nodes: Sequence[Node] = ()) -> Pr
     )
 
 
+def with_node_ips(config: ProxyConfig, nodes: Sequence[Node]) -> ProxyConfig:
+    """Without --node-ip: the node's primary IP of each family, from its Node object."""
+    if config.node_ips:
+        return config
+    node = next((n for n in nodes if n.name == config.node_name), None)
+    if node is None and len(nodes) == 1 and not config.node_name:
+        node = nodes[0]
+    if node is None:
+        return config
+    ips = [ip for version in (4, 6) for ip in [a for a in node.addresses if a.version == version][:1]]
+    return replace(config, node_ips=tuple(ips))
+
+
 def _compile(args: argparse.Namespace) -> tuple[Inputs, Desired]:
+    config = config_from_args(args)
     inputs = load(args.file, args.service_proxy_name)
-    config = config_from_args(args, inputs.nodes)
+    config = with_node_ips(config, inputs.nodes)
     desired = compile_tables(inputs.services, inputs.slices, config, inputs.ignored)
     for s in (*inputs.skipped, *desired.skipped):
         print(f"nftproxy: skipped {s}", file=sys.stderr)
@@ -83,10 +91,11 @@ def cmd_render(args: argparse.Namespace) -> int:
 
 
 def cmd_apply(args: argparse.Namespace) -> int:
+    config = config_from_args(args)
     inputs = load(args.file, args.service_proxy_name)
     backend = KernelBackend()
     try:
-        dp = Dataplane(backend, config_from_args(args, inputs.nodes))
+        dp = Dataplane(backend, with_node_ips(config, inputs.nodes))
         for svc in inputs.services:
             dp.set_service(svc)
         for key in inputs.ignored:
@@ -141,7 +150,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return int(args.fn(args))
-    except ManifestError as e:
+    except (ManifestError, argparse.ArgumentTypeError) as e:
         print(f"nftproxy: {e}", file=sys.stderr)
         return 2
     except NftError as e:

@@ -1,0 +1,164 @@
+"""The real kernel: atomic failures, incremental applies, adoption, only our own tables."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from ipaddress import ip_address, ip_network
+from pathlib import Path
+
+import pytest
+
+from nftproxy.compiler import ProxyConfig
+from nftproxy.dataplane import Dataplane
+from nftproxy.nft.kernel import KernelBackend, NftError
+from nftproxy.nft.objects import Element, Family
+from nftproxy.nft.transaction import Transaction
+from tests import k8sobjects as k
+from tests.unit.test_incremental import eps, expected, svc
+
+pytestmark = pytest.mark.netns
+
+CFG = ProxyConfig(node_name="n1", node_ips=(ip_address("198.18.0.1"),), cluster_cidrs=(ip_network("10.244.0.0/16"),))
+
+OTHER_TABLE = """table inet firewall {
+  chain input { type filter hook input priority 0; policy accept; tcp dport 22 accept; }
+}
+"""
+
+
+@pytest.fixture
+def netns() -> Iterator[str]:
+    name = f"npk-{uuid.uuid4().hex[:8]}"
+    subprocess.run(["ip", "netns", "add", name], check=True)
+    try:
+        yield name
+    finally:
+        subprocess.run(["ip", "netns", "del", name], check=False)
+
+
+def nft(netns: str, *args: str, stdin: str | None = None) -> str:
+    return subprocess.run(
+        ["ip", "netns", "exec", netns, "nft", *args], input=stdin, capture_output=True, text=True, check=True
+    ).stdout
+
+
+def nftproxy(netns: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["ip", "netns", "exec", netns, sys.executable, "-m", "nftproxy", *args], capture_output=True, text=True, check=False
+    )
+
+
+def test_failed_transaction_leaves_table_byte_identical(netns: str) -> None:
+    backend = KernelBackend(netns)
+    dp = Dataplane(backend, CFG)
+    for i in range(5):
+        dp.set_service(svc(i, node_port=True))
+        dp.set_slice(eps(i, 3))
+    dp.sync()
+    before = nft(netns, "list", "ruleset")
+    # A transaction that is fine up to its last command, which points at a chain that doesn't exist.
+    tx = Transaction(Family.IP, "nftproxy")
+    tx.add_elements("cluster-ips", [Element(("10.96.9.9",))])
+    tx.delete_elements("service-ips", [("10.96.0.1", "tcp", "80")])
+    tx.add_elements("service-ips", [Element(("10.96.9.9", "tcp", "80"), ("goto no-such-chain",))])
+    with pytest.raises(NftError, match="No such file or directory"):
+        backend.apply(tx)
+    assert nft(netns, "list", "ruleset") == before
+    backend.close()
+
+
+def test_dataplane_syncs_match_the_full_compile_in_the_kernel(netns: str) -> None:
+    backend = KernelBackend(netns)
+    dp = Dataplane(backend, CFG)
+    for i in range(8):
+        dp.set_service(svc(i, node_port=i % 2 == 0, external=i == 3))
+        dp.set_slice(eps(i, i % 5))
+    assert dp.sync().full
+    for i, n in ((1, 4), (2, 0), (3, 6), (5, 1)):
+        dp.set_slice(eps(i, n, gen=1))
+    dp.delete_service("default/s4")
+    r = dp.sync()
+    assert not r.full
+    read = backend.read(Family.IP, "nftproxy")
+    assert read is not None
+    want_elements, want_chains = expected(dp)
+    assert {k: dict(v) for k, v in read.elements.items()} == want_elements
+    assert set(read.chains) == want_chains
+    backend.close()
+
+
+def test_apply_is_idempotent_then_incremental_and_owns_only_its_tables(netns: str, tmp_path: Path) -> None:
+    nft(netns, "-f", "-", stdin=OTHER_TABLE)
+    other_before = nft(netns, "list", "table", "inet", "firewall")
+    objs = [k.service(f"s{i}", [f"10.96.0.{i + 1}"], [k.port(80)]) for i in range(20)]
+    objs += [k.endpoint_slice(f"s{i}-1", f"s{i}", [k.endpoint(f"10.244.1.{i + 1}")], [k.port(8080)]) for i in range(20)]
+    first = k.write(tmp_path / "a.yaml", objs)
+    r = nftproxy(netns, "apply", "-f", str(first), "--node-ip", "198.18.0.1")
+    assert r.returncode == 0, r.stderr
+    ruleset = nft(netns, "list", "table", "ip", "nftproxy")
+
+    again = nftproxy(netns, "apply", "-f", str(first), "--node-ip", "198.18.0.1")
+    assert again.returncode == 0, again.stderr
+    assert "0 operations, 0 element changes" in again.stdout
+    assert nft(netns, "list", "table", "ip", "nftproxy") == ruleset
+
+    objs[20] = k.endpoint_slice("s0-1", "s0", [k.endpoint("10.244.1.1"), k.endpoint("10.244.1.99")], [k.port(8080)])
+    second = k.write(tmp_path / "b.yaml", objs)
+    r = nftproxy(netns, "apply", "-f", str(second), "--node-ip", "198.18.0.1")
+    assert r.returncode == 0, r.stderr
+    # s0 moves from endpoints-1 to endpoints-2 (new map + chains), nothing else is rewritten
+    assert "element changes" in r.stdout
+    changes = int(r.stdout.split(" element changes")[0].rsplit(" ", 1)[1])
+    assert changes == 6, r.stdout  # service-ips -1 +1, endpoints-1 -1, endpoints-2 +2, hairpin +1
+    listing = nft(netns, "list", "table", "ip", "nftproxy")
+    assert '10.96.0.1 . tcp . 80 comment "default/s0" : goto cluster-2' in listing
+
+    assert nft(netns, "list", "table", "inet", "firewall") == other_before
+    r = nftproxy(netns, "cleanup")
+    assert r.returncode == 0 and "removed ip nftproxy, ip6 nftproxy" in r.stdout
+    assert nft(netns, "list", "tables").split() == ["table", "inet", "firewall"]
+    assert nft(netns, "list", "table", "inet", "firewall") == other_before
+
+
+def test_restart_adopts_the_table_without_rewriting_it(netns: str) -> None:
+    backend = KernelBackend(netns)
+    dp = Dataplane(backend, CFG)
+    for i in range(4):
+        dp.set_service(svc(i))
+        dp.set_slice(eps(i, 2))
+    dp.sync()
+    handles_before = nft(netns, "-a", "list", "table", "ip", "nftproxy")
+    # a new process with the same inputs: reads the table, finds nothing to do
+    dp2 = Dataplane(backend, CFG)
+    for i in range(4):
+        dp2.set_service(svc(i))
+        dp2.set_slice(eps(i, 2))
+    r = dp2.sync()
+    assert r.full and r.operations == 0
+    assert nft(netns, "-a", "list", "table", "ip", "nftproxy") == handles_before
+    # a different configuration changes the rules: the table is rebuilt in one transaction
+    dp3 = Dataplane(backend, ProxyConfig(masquerade_all=True, node_ips=CFG.node_ips))
+    for i in range(4):
+        dp3.set_service(svc(i))
+        dp3.set_slice(eps(i, 2))
+    dp3.sync()
+    assert "cluster-2 {\n\t\tjump mark-for-masquerade" in nft(netns, "list", "table", "ip", "nftproxy")
+    backend.close()
+
+
+def test_apply_refused_by_the_kernel_exits_1_with_one_line_and_changes_nothing(netns: str, tmp_path: Path) -> None:
+    manifest = k.write(tmp_path / "a.yaml", [k.service("s", ["10.96.0.1"], [k.port(80)])])
+    assert nftproxy(netns, "apply", "-f", str(manifest)).returncode == 0
+    comment = nft(netns, "list", "table", "ip", "nftproxy").splitlines()[1].strip()
+    # Someone rebuilt our table by hand with the right comment but a wrong map type.
+    nft(netns, "delete", "table", "ip", "nftproxy")
+    nft(netns, f"add table ip nftproxy {{ {comment}; }}; add map ip nftproxy service-ips {{ type ipv4_addr : verdict; }}")
+    before = nft(netns, "list", "ruleset")
+    r = nftproxy(netns, "apply", "-f", str(manifest))
+    assert r.returncode == 1
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("nftproxy: the kernel refused the transaction, nothing changed:"), r.stderr
+    assert nft(netns, "list", "ruleset") == before

@@ -1,0 +1,102 @@
+"""Malformed objects are skipped with a reason naming them; every other Service still compiles."""
+
+from __future__ import annotations
+
+import pytest
+
+from nftproxy.compiler import ProxyConfig, compile_tables
+from nftproxy.manifests import classify
+from tests import k8sobjects as k
+
+GOOD = [
+    k.service("good", ["10.96.0.1"], [k.port(80)]),
+    k.endpoint_slice("good-1", "good", [k.endpoint("10.244.1.2")], [k.port(8080)]),
+]
+
+
+def _svc(**spec: object) -> k.Obj:
+    base = k.service("bad", ["10.96.0.9"], [k.port(80)])
+    base["spec"].update(spec)
+    return base
+
+
+def _slice(**fields: object) -> k.Obj:
+    base = k.endpoint_slice("bad-1", "good", [k.endpoint("10.244.1.9")], [k.port(8080)])
+    base.update(fields)
+    return base
+
+
+BAD = [
+    (_svc(ports=[{"port": 0}]), "Service default/bad: spec.ports[0]: port 0 is not in 1-65535"),
+    (_svc(ports=[{"port": 70000}]), "port 70000 is not in 1-65535"),
+    (_svc(ports=[{"port": 80, "protocol": "ICMP"}]), "unknown protocol 'ICMP'"),
+    (_svc(ports=[{"port": 80}, {"port": 80, "name": "x"}]), "duplicate port 80/TCP"),
+    (_svc(clusterIP="10.96.0.999", clusterIPs=["10.96.0.999"]), "invalid IP address '10.96.0.999'"),
+    (_svc(externalIPs=["nope"]), "spec.externalIPs: invalid IP address 'nope'"),
+    (_svc(ports=[]), "spec.ports is empty"),
+    (_svc(ports="80"), "spec.ports is not a list"),
+    (_svc(clusterIP=None, clusterIPs=None), "no spec.clusterIP allocated"),
+    (_svc(type="Weird"), "unknown spec.type 'Weird'"),
+    (_svc(ports=[{"port": 80, "nodePort": 99999}], type="NodePort"), "nodePort: port 99999"),
+    ({"kind": "Service", "metadata": {"namespace": "x"}, "spec": {}}, "Service x/?: metadata.name is missing"),
+    (_slice(endpoints=[{"addresses": ["fd00::1"]}]), "EndpointSlice default/bad-1: endpoints[0]: fd00::1 is not an IPv4"),
+    (_slice(endpoints=[{"addresses": []}]), "endpoints[0] has no addresses"),
+    (_slice(ports=[{"port": 0}]), "ports[0]: port 0 is not in 1-65535"),
+    (_slice(addressType="IPv5"), "unknown addressType 'IPv5'"),
+    (_slice(metadata={"name": "bad-1", "namespace": "default"}), "no kubernetes.io/service-name label"),
+    (
+        k.endpoint_slice("orphan", "missing", [k.endpoint("10.244.1.3")], [k.port(80)]),
+        "EndpointSlice default/orphan: no Service default/missing",
+    ),
+    ("just a string", "not a Kubernetes object"),
+    ({"kind": "ConfigMap", "metadata": {"name": "cm"}}, "ConfigMap cm: not a Service, EndpointSlice or Node"),
+]
+
+
+@pytest.mark.parametrize(("bad", "reason"), BAD, ids=[r for _, r in BAD])
+def test_bad_object_is_skipped_with_reason_and_others_still_compile(bad: object, reason: str) -> None:
+    inputs = classify([*GOOD, bad])
+    desired = compile_tables(inputs.services, inputs.slices, ProxyConfig(), inputs.ignored)
+    skipped = [str(s) for s in (*inputs.skipped, *desired.skipped)]
+    assert len(skipped) == 1 and reason in skipped[0], skipped
+    ip = desired.tables[0]
+    assert ("10.96.0.1", "tcp", "80") in ip.elements["service-ips"], "the good Service must still be programmed"
+    assert ("10.96.0.9", "tcp", "80") not in ip.elements["service-ips"]
+
+
+def test_two_services_claiming_one_frontend_first_by_name_wins() -> None:
+    objs = [
+        *GOOD,
+        k.service("zz-dup", ["10.96.0.50"], [k.port(80, node_port=30001)], type="NodePort"),
+        k.service("aa-dup", ["10.96.0.51"], [k.port(80, node_port=30001)], type="NodePort"),
+    ]
+    inputs = classify(objs)
+    desired = compile_tables(inputs.services, inputs.slices, ProxyConfig(), inputs.ignored)
+    assert [str(s) for s in desired.skipped] == [
+        "Service default/zz-dup: tcp . 30001 is already used by Service default/aa-dup"
+    ]
+    els = desired.tables[0].elements
+    assert els["no-endpoint-nodeports"][("tcp", "30001")].comment == "default/aa-dup"
+
+
+def test_ignored_services_are_not_errors() -> None:
+    objs = [
+        k.service("headless", ["None"], [k.port(80)]),
+        k.endpoint_slice("headless-1", "headless", [k.endpoint("10.244.1.2")], [k.port(80)]),
+        {**k.service("ext", ["10.96.0.3"], [k.port(80)]), "spec": {"type": "ExternalName", "externalName": "x.y"}},
+        k.service("other", ["10.96.0.4"], [k.port(80)], labels={"service.kubernetes.io/service-proxy-name": "x"}),
+    ]
+    inputs = classify(objs)
+    desired = compile_tables(inputs.services, inputs.slices, ProxyConfig(), inputs.ignored)
+    assert inputs.skipped == () and desired.skipped == ()
+    assert sorted(inputs.ignored) == ["default/ext", "default/headless", "default/other"]
+    assert desired.services == 0
+
+
+def test_service_proxy_name_selects_labelled_services() -> None:
+    objs = [
+        k.service("mine", ["10.96.0.4"], [k.port(80)], labels={"service.kubernetes.io/service-proxy-name": "nftproxy"}),
+        k.service("plain", ["10.96.0.5"], [k.port(80)]),
+    ]
+    inputs = classify(objs, proxy_name="nftproxy")
+    assert [s.name for s in inputs.services] == ["mine"]
