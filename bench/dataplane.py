@@ -1,0 +1,162 @@
+"""Benchmark of the dataplane (issue: Service dataplane). Run: ``.venv/bin/python -m bench.dataplane``.
+
+Each measurement runs in a fresh network namespace created and deleted here, and each size in a
+fresh Python process so that peak memory is its own. Figures are medians; the classic upstream
+layout is loaded in the same run, on the same machine, for the ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from ipaddress import ip_address, ip_network
+from typing import Any
+
+from bench.classic import classic_script
+from bench.workload import cluster, endpoint_slice
+from nftproxy.compiler import ProxyConfig
+from nftproxy.dataplane import Dataplane
+from nftproxy.nft.kernel import KernelBackend
+
+CONFIG = ProxyConfig(
+    node_name="node-1",
+    node_ips=(ip_address("198.18.0.1"),),
+    cluster_cidrs=(ip_network("10.128.0.0/10"),),
+)
+
+
+@contextmanager
+def fresh_netns() -> Iterator[str]:
+    name = f"npbench-{uuid.uuid4().hex[:8]}"
+    subprocess.run(["ip", "netns", "add", name], check=True)
+    try:
+        yield name
+    finally:
+        subprocess.run(["ip", "netns", "del", name], check=False)
+
+
+def full_sync(services: int, endpoints: int, nodeports: int) -> dict[str, float]:
+    """Compile + commit of the whole table into an empty namespace (what a first start does)."""
+    svcs, slices = cluster(services, endpoints, nodeports=nodeports)
+    with fresh_netns() as ns:
+        backend = KernelBackend(ns)
+        backend.run("list tables")  # open the netlink socket outside the timing
+        start = time.perf_counter()
+        dp = Dataplane(backend, CONFIG)
+        for s in svcs:
+            dp.set_service(s)
+        for sl in slices:
+            dp.set_slice(sl)
+        dp.tables()  # compile
+        compiled = time.perf_counter()
+        dp.sync()
+        done = time.perf_counter()
+        backend.close()
+    return {"compile": compiled - start, "total": done - start}
+
+
+def incremental(services: int, endpoints: int, rounds: int) -> list[float]:
+    """One Service's endpoints change (one replaced), then sync: event to committed, in seconds."""
+    svcs, slices = cluster(services, endpoints)
+    times = []
+    with fresh_netns() as ns:
+        backend = KernelBackend(ns)
+        dp = Dataplane(backend, CONFIG)
+        for s in svcs:
+            dp.set_service(s)
+        for sl in slices:
+            dp.set_slice(sl)
+        dp.sync()
+        for r in range(rounds):
+            i = (r * 7919) % services
+            start = time.perf_counter()
+            dp.set_slice(endpoint_slice(i, endpoints, generation=r + 1))
+            result = dp.sync()
+            times.append(time.perf_counter() - start)
+            assert not result.full
+        backend.close()
+    return times
+
+
+def classic_load(services: int, endpoints: int) -> float:
+    script = classic_script(services, endpoints)
+    with fresh_netns() as ns:
+        start = time.perf_counter()
+        subprocess.run(["ip", "netns", "exec", ns, "nft", "-f", "-"], input=script, text=True, check=True)
+        return time.perf_counter() - start
+
+
+def one(kind: str, services: int, endpoints: int, repeat: int) -> dict[str, Any]:
+    """Run one measurement in this process and report it with this process's peak RSS."""
+    out: dict[str, Any] = {"kind": kind, "services": services, "endpoints": endpoints}
+    if kind == "full":
+        runs = [full_sync(services, endpoints, nodeports=services // 5) for _ in range(repeat)]
+        out["total"] = statistics.median(r["total"] for r in runs)
+        out["compile"] = statistics.median(r["compile"] for r in runs)
+    elif kind == "incremental":
+        times = incremental(services, endpoints, rounds=repeat)
+        out["median"] = statistics.median(times)
+        out["p99"] = sorted(times)[int(len(times) * 0.99) - 1]
+    else:
+        out["total"] = statistics.median(classic_load(services, endpoints) for _ in range(repeat))
+    out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return out
+
+
+def run_child(kind: str, services: int, endpoints: int, repeat: int) -> dict[str, Any]:
+    cmd = [sys.executable, "-m", "bench.dataplane", "--one", kind, str(services), str(endpoints), str(repeat)]
+    res = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    return dict(json.loads(res.stdout.strip().splitlines()[-1]))
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--one", nargs=4, metavar=("KIND", "SERVICES", "ENDPOINTS", "REPEAT"))
+    p.add_argument("--quick", action="store_true", help="smaller sizes, fewer repeats (smoke run)")
+    args = p.parse_args()
+    if args.one:
+        kind, s, e, r = args.one
+        print(json.dumps(one(kind, int(s), int(e), int(r))))
+        return 0
+    sizes = [1000, 3000] if args.quick else [1000, 10000, 30000]
+    repeat = 1 if args.quick else 3
+    print("nftproxy dataplane benchmark (Services x 10 endpoints, 20% NodePorts; medians)")
+    print(f"{'layout':<34}{'Services':>9}{'compile s':>11}{'total s':>10}{'peak RSS MB':>13}")
+    full: dict[int, float] = {}
+    for n in sizes:
+        r = run_child("full", n, 10, repeat if n < 30000 else max(1, repeat - 1))
+        full[n] = r["total"]
+        print(f"{'nftproxy full sync':<34}{n:>9}{r['compile']:>11.3f}{r['total']:>10.3f}{r['peak_rss_mb']:>13.0f}")
+    classic: dict[int, float] = {}
+    for n in [1000, 3000]:
+        r = run_child("classic", n, 10, 1)
+        classic[n] = r["total"]
+        print(f"{'classic upstream layout (nft -f)':<34}{n:>9}{'':>11}{r['total']:>10.3f}{'':>13}")
+    inc_n = 3000 if args.quick else 10000
+    r = run_child("incremental", inc_n, 10, 50)
+    print(
+        f"\nincremental: one Service's endpoint replaced at {inc_n} Services: "
+        f"median {r['median'] * 1000:.1f} ms, p99 {r['p99'] * 1000:.1f} ms (50 rounds)"
+    )
+    print("\nratios (same run):")
+    for n in classic:
+        if n not in full:
+            full[n] = run_child("full", n, 10, repeat)["total"]
+        print(f"  classic / nftproxy at {n} Services: {classic[n] / full[n]:.1f}x")
+    if 1000 in full and 10000 in full:
+        print(f"  nftproxy 10k / 1k: {full[10000] / full[1000]:.1f}x (linear would be 10x)")
+    if 10000 in full and 30000 in full:
+        print(f"  nftproxy 30k / 10k: {full[30000] / full[10000]:.1f}x (linear would be 3x)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
