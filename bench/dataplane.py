@@ -35,7 +35,7 @@ CONFIG = ProxyConfig(
 
 @contextmanager
 def fresh_netns() -> Iterator[str]:
-    name = f"npbench-{uuid.uuid4().hex[:8]}"
+    name = f"ntb-{uuid.uuid4().hex[:8]}"
     subprocess.run(["ip", "netns", "add", name], check=True)
     try:
         yield name
@@ -147,10 +147,10 @@ def main() -> int:
         f"median {r['median'] * 1000:.1f} ms, p99 {r['p99'] * 1000:.1f} ms (50 rounds)"
     )
     print("\nratios (same run):")
-    for n in classic:
+    for n, seconds in classic.items():
         if n not in full:
             full[n] = run_child("full", n, 10, repeat)["total"]
-        print(f"  classic / nftproxy at {n} Services: {classic[n] / full[n]:.1f}x")
+        print(f"  classic / nftproxy at {n} Services: {seconds / full[n]:.1f}x")
     if 1000 in full and 10000 in full:
         print(f"  nftproxy 10k / 1k: {full[10000] / full[1000]:.1f}x (linear would be 10x)")
     if 10000 in full and 30000 in full:

@@ -1,3 +1,5 @@
-from nftproxy.cli import main
 import sys
+
+from nftproxy.cli import main
+
 sys.exit(main())

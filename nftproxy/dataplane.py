@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import gc
 import time
+from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
-from collections import defaultdict
 from dataclasses import dataclass
 
 from nftproxy.compiler.assembly import Assembly

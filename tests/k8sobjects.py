@@ -26,7 +26,13 @@ def service(
         "apiVersion": "v1",
         "kind": "Service",
         "metadata": {"name": name, "namespace": namespace, "labels": labels or {}},
-        "spec": {"type": type, "clusterIP": cluster_ips[0], "clusterIPs": list(cluster_ips), "ports": list(ports), **spec},
+        "spec": {
+            "type": type,
+            "clusterIP": cluster_ips[0],
+            "clusterIPs": list(cluster_ips),
+            "ports": list(ports),
+            **spec,
+        },
     }
     if external_ips:
         obj["spec"]["externalIPs"] = list(external_ips)

@@ -59,7 +59,8 @@ class Assembly:
         self.fragments: dict[str, Fragment] = {}  # programmed
         self.conflicts: dict[str, Conflict] = {}  # left out: a frontend is another Service's
         self.owners: dict[Key, str] = {}
-        self.refs: dict[tuple[str, Key], list[int | Element]] = {}  # (set, key) -> [count, element]
+        self.values: dict[tuple[str, Key], Element] = {}  # (set, key) -> element
+        self.counts: dict[tuple[str, Key], int] = {}  # (set, key) -> fragments holding it
         self.objects: Counter[Obj] = Counter()
         # Changes since the last commit: the value / existence each had when last committed.
         self.touched: dict[tuple[str, Key], Element | None] = {}
@@ -92,12 +93,11 @@ class Assembly:
             self.owners[claim] = frag.key
         for set_name, el in frag.elements:
             k = (set_name, el.key)
-            rec = self.refs.get(k)
-            if rec is None:
+            n = self.counts.get(k, 0)
+            if n == 0:
                 self.touched.setdefault(k, None)
-                self.refs[k] = [1, el]
-            else:
-                rec[0] = int(rec[0]) + 1
+                self.values[k] = el
+            self.counts[k] = n + 1
         for obj in self._objs(frag):
             if self.objects[obj] == 0:
                 self.touched_objects.setdefault(obj, False)
@@ -109,11 +109,12 @@ class Assembly:
                 del self.owners[claim]
         for set_name, el in frag.elements:
             k = (set_name, el.key)
-            rec = self.refs[k]
-            rec[0] = int(rec[0]) - 1
-            if rec[0] == 0:
-                self.touched.setdefault(k, rec[1])  # type: ignore[arg-type]
-                del self.refs[k]
+            n = self.counts[k] - 1
+            if n == 0:
+                self.touched.setdefault(k, self.values.pop(k))
+                del self.counts[k]
+            else:
+                self.counts[k] = n
         for obj in self._objs(frag):
             self.objects[obj] -= 1
             if self.objects[obj] == 0:
@@ -154,8 +155,8 @@ class Assembly:
         elements: dict[str, dict[Key, Element]] = {name: {} for name in sets}
         for name, els in self.static.items():
             elements[name].update(els)
-        for (set_name, key), rec in self.refs.items():
-            elements[set_name][key] = rec[1]  # type: ignore[assignment]
+        for (set_name, key), el in self.values.items():
+            elements[set_name][key] = el
         return Table(self.family, self.config.table, self.comment(), chains, sets, elements)
 
     def delta(self) -> Transaction:
@@ -176,14 +177,13 @@ class Assembly:
         deletes: dict[str, list[Key]] = {}
         adds: dict[str, list[Element]] = {}
         for (set_name, key), before in self.touched.items():
-            rec = self.refs.get((set_name, key))
-            now = rec[1] if rec is not None else None
+            now = self.values.get((set_name, key))
             if now == before:
                 continue
             if before is not None and set_name not in dropped_sets:
                 deletes.setdefault(set_name, []).append(key)
             if now is not None:
-                adds.setdefault(set_name, []).append(now)  # type: ignore[arg-type]
+                adds.setdefault(set_name, []).append(now)
         for set_name, keys in deletes.items():
             tx.delete_elements(set_name, keys)
         for set_name, els in adds.items():

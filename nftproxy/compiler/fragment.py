@@ -38,9 +38,7 @@ def compile_fragment(
     cluster_ip = str(cluster_ips[0])
     atype = "IPv4" if version == 4 else "IPv6"
     mine = [s for s in slices if s.address_type == atype]
-    externals = [
-        str(ip) for ip in dict.fromkeys((*svc.external_ips, *svc.load_balancer_ips)) if ip.version == version
-    ]
+    externals = [str(ip) for ip in dict.fromkeys((*svc.external_ips, *svc.load_balancer_ips)) if ip.version == version]
     frontends = [(cluster_ip, "cluster")] + [(ip, "external") for ip in externals if ip != cluster_ip]
 
     out: list[tuple[str, Element]] = [("cluster-ips", Element((cluster_ip,)))]

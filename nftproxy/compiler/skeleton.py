@@ -75,7 +75,12 @@ REGULAR_CHAINS: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 
 SETS: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
-    ("service-ips", "type {addr} . inet_proto . inet_service : verdict", (), "ClusterIPs, externalIPs, LoadBalancer IPs"),
+    (
+        "service-ips",
+        "type {addr} . inet_proto . inet_service : verdict",
+        (),
+        "ClusterIPs, externalIPs, LoadBalancer IPs",
+    ),
     ("service-nodeports", "type inet_proto . inet_service : verdict", (), "NodePorts"),
     ("no-endpoint-services", "type {addr} . inet_proto . inet_service : verdict", (), "Service IPs without endpoints"),
     ("no-endpoint-nodeports", "type inet_proto . inet_service : verdict", (), "NodePorts without endpoints"),

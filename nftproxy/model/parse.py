@@ -111,9 +111,7 @@ def _service(obj: Mapping[str, Any], ns: str, name: str, proxy_name: str | None)
         return Ignored("type ExternalName")
     if svc_type not in ("ClusterIP", "NodePort", "LoadBalancer"):
         raise _Invalid(f"unknown spec.type {svc_type!r}")
-    raw_ips = _list(spec.get("clusterIPs"), "spec.clusterIPs") or (
-        [spec["clusterIP"]] if spec.get("clusterIP") else []
-    )
+    raw_ips = _list(spec.get("clusterIPs"), "spec.clusterIPs") or ([spec["clusterIP"]] if spec.get("clusterIP") else [])
     if not raw_ips:
         raise _Invalid("no spec.clusterIP allocated")
     if raw_ips[0] == "None":

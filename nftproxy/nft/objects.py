@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 from typing import NamedTuple
 
 
-class Family(str, Enum):
+class Family(StrEnum):
     """Address family of a table; nftproxy keeps one table per family, like upstream."""
 
     IP = "ip"
@@ -43,10 +43,7 @@ class Chain:
         if self.hook is None:
             return ""
         h = self.hook
-        return (
-            f"type {h.type} hook {h.hook} priority {h.priority}; policy accept; "
-            f"comment {quote(h.why)};"
-        )
+        return f"type {h.type} hook {h.hook} priority {h.priority}; policy accept; comment {quote(h.why)};"
 
 
 @dataclass(frozen=True)

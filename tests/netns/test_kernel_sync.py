@@ -31,7 +31,7 @@ OTHER_TABLE = """table inet firewall {
 
 @pytest.fixture
 def netns() -> Iterator[str]:
-    name = f"npk-{uuid.uuid4().hex[:8]}"
+    name = f"ntk-{uuid.uuid4().hex[:8]}"
     subprocess.run(["ip", "netns", "add", name], check=True)
     try:
         yield name
@@ -47,7 +47,10 @@ def nft(netns: str, *args: str, stdin: str | None = None) -> str:
 
 def nftproxy(netns: str, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        ["ip", "netns", "exec", netns, sys.executable, "-m", "nftproxy", *args], capture_output=True, text=True, check=False
+        ["ip", "netns", "exec", netns, sys.executable, "-m", "nftproxy", *args],
+        capture_output=True,
+        text=True,
+        check=False,
     )
 
 
@@ -155,10 +158,15 @@ def test_apply_refused_by_the_kernel_exits_1_with_one_line_and_changes_nothing(n
     comment = nft(netns, "list", "table", "ip", "nftproxy").splitlines()[1].strip()
     # Someone rebuilt our table by hand with the right comment but a wrong map type.
     nft(netns, "delete", "table", "ip", "nftproxy")
-    nft(netns, f"add table ip nftproxy {{ {comment}; }}; add map ip nftproxy service-ips {{ type ipv4_addr : verdict; }}")
+    nft(
+        netns,
+        f"add table ip nftproxy {{ {comment}; }}; add map ip nftproxy service-ips {{ type ipv4_addr : verdict; }}",
+    )
     before = nft(netns, "list", "ruleset")
     r = nftproxy(netns, "apply", "-f", str(manifest))
     assert r.returncode == 1
     lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("nftproxy: the kernel refused the transaction, nothing changed:"), r.stderr
+    assert len(lines) == 1 and lines[0].startswith("nftproxy: the kernel refused the transaction, nothing changed:"), (
+        r.stderr
+    )
     assert nft(netns, "list", "ruleset") == before

@@ -38,10 +38,20 @@ class Cluster:
     manifest: Path
 
     def host(self, name: str) -> Node | Pod | Client:
-        return {"node1": self.node1, "node2": self.node2, "ext": self.ext, "a": self.a, "b": self.b, "c": self.c}[name]
+        hosts: dict[str, Node | Pod | Client] = {
+            "node1": self.node1,
+            "node2": self.node2,
+            "ext": self.ext,
+            "a": self.a,
+            "b": self.b,
+            "c": self.c,
+        }
+        return hosts[name]
 
     def apply(self, node: Node, *extra: str) -> subprocess.CompletedProcess[str]:
-        return self.lab.exec(node, *nftproxy_cmd("apply", "-f", str(self.manifest), *node_flags(node), *extra), check=False)
+        return self.lab.exec(
+            node, *nftproxy_cmd("apply", "-f", str(self.manifest), *node_flags(node), *extra), check=False
+        )
 
 
 def nftproxy_cmd(*args: str) -> list[str]:
@@ -156,7 +166,9 @@ def _own_address(host: Node | Pod | Client, dest: str) -> str:
 
 
 @pytest.mark.parametrize(("source", "proto", "dest", "port", "expect", "masq"), FLOWS)
-def test_flow(cluster: Cluster, source: str, proto: str, dest: str, port: int, expect: object, masq: str | None) -> None:
+def test_flow(
+    cluster: Cluster, source: str, proto: str, dest: str, port: int, expect: object, masq: str | None
+) -> None:
     src = cluster.host(source)
     results = cluster.lab.probe(src, proto, dest, port, count=6 if expect != "timeout" else 2, timeout=1.0)
     if isinstance(expect, str):

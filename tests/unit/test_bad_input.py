@@ -39,7 +39,10 @@ BAD = [
     (_svc(type="Weird"), "unknown spec.type 'Weird'"),
     (_svc(ports=[{"port": 80, "nodePort": 99999}], type="NodePort"), "nodePort: port 99999"),
     ({"kind": "Service", "metadata": {"namespace": "x"}, "spec": {}}, "Service x/?: metadata.name is missing"),
-    (_slice(endpoints=[{"addresses": ["fd00::1"]}]), "EndpointSlice default/bad-1: endpoints[0]: fd00::1 is not an IPv4"),
+    (
+        _slice(endpoints=[{"addresses": ["fd00::1"]}]),
+        "EndpointSlice default/bad-1: endpoints[0]: fd00::1 is not an IPv4",
+    ),
     (_slice(endpoints=[{"addresses": []}]), "endpoints[0] has no addresses"),
     (_slice(ports=[{"port": 0}]), "ports[0]: port 0 is not in 1-65535"),
     (_slice(addressType="IPv5"), "unknown addressType 'IPv5'"),

@@ -40,7 +40,13 @@ def eps(i: int, n: int, gen: int = 0) -> EndpointSlice:
         "IPv4",
         (EndpointPort("p", "TCP", 8080), EndpointPort("u", "UDP", 5353)),
         tuple(
-            Endpoint(f"10.244.{i}.{j + gen + 1}", ready=j % 4 != 3, serving=True, terminating=j % 4 == 3, node_name=f"n{j % 2}")
+            Endpoint(
+                f"10.244.{i}.{j + gen + 1}",
+                ready=j % 4 != 3,
+                serving=True,
+                terminating=j % 4 == 3,
+                node_name=f"n{j % 2}",
+            )
             for j in range(n)
         ),
     )
