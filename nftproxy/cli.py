@@ -128,6 +128,21 @@ def cmd_cleanup(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_run_parser(p: argparse.ArgumentParser) -> None:
+    from nftproxy.operator.settings import add_run_flags  # noqa: PLC0415
+
+    add_run_flags(p)
+    p.add_argument("--table", default="nftproxy", help=argparse.SUPPRESS)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from nftproxy.operator.main import run  # noqa: PLC0415  (kopf is heavy: only for `run`)
+    from nftproxy.operator.settings import settings_from_args  # noqa: PLC0415
+
+    args.node_ip = args.node_ip or None
+    return run(settings_from_args(args, config_from_args(args)))
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="nftproxy", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -139,6 +154,9 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("-f", "--file", action="append", required=True, metavar="FILE", help="YAML/JSON, '-' for stdin")
         add_config_flags(p)
         p.set_defaults(fn=fn)
+    p = sub.add_parser("run", help="the per-node operator: watch the API, keep nftables in sync")
+    _add_run_parser(p)
+    p.set_defaults(fn=cmd_run)
     p = sub.add_parser("cleanup", help="remove nftproxy's tables and nothing else")
     p.add_argument("--table", default="nftproxy", help=argparse.SUPPRESS)
     p.set_defaults(fn=cmd_cleanup)

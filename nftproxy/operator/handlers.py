@@ -1,0 +1,133 @@
+"""kopf handlers: they only feed the syncer's queue (no rules, no writes to watched objects).
+
+Nothing here writes to Services, EndpointSlices or Nodes: event handlers (``on.event``) store
+no state on objects, and kopf runs standalone (no peering objects).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import kopf
+import tenacity
+
+from nftproxy.operator import kube
+from nftproxy.operator.settings import Settings
+from nftproxy.operator.status import StatusWriter
+from nftproxy.operator.syncer import Syncer
+
+log = logging.getLogger("nftproxy.handlers")
+
+
+@dataclass
+class Context:
+    settings: Settings
+    syncer: Syncer
+    writer: StatusWriter
+    api: Any
+
+
+CTX: Context | None = None  # set by operator.main before kopf starts
+
+
+def _ctx() -> Context:
+    assert CTX is not None, "nftproxy.operator.main sets the context before kopf runs"
+    return CTX
+
+
+@kopf.on.startup()
+async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
+    settings.peering.standalone = True
+    settings.posting.enabled = False  # our Events are explicit (status.StatusWriter)
+    settings.watching.server_timeout = 300
+    settings.watching.client_timeout = 330
+    settings.watching.reconnect_backoff = 1.0
+    settings.networking.error_backoffs = [1, 2, 5, 10, 20, 30]
+    await initial_load(_ctx())
+
+
+async def initial_load(ctx: Context) -> None:
+    """List everything before the first sync: a restart never applies a half-empty table."""
+    loop = asyncio.get_running_loop()
+
+    async def fetch() -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any] | None]:
+        services = await loop.run_in_executor(None, kube.list_services, ctx.api)
+        slices = await loop.run_in_executor(None, kube.list_endpoint_slices, ctx.api)
+        node = await loop.run_in_executor(None, kube.read_node, ctx.api, ctx.settings.node_name)
+        return services, slices, node
+
+    retrying = tenacity.AsyncRetrying(
+        wait=tenacity.wait_exponential(multiplier=0.5, max=10),
+        before_sleep=lambda rs: log.warning(
+            "initial list failed (%s); retrying", rs.outcome and rs.outcome.exception()
+        ),
+    )
+    async for attempt in retrying:
+        with attempt:
+            services, slices, node = await fetch()
+    if node is None:
+        log.warning("Node %s not found: NodePorts wait for it", ctx.settings.node_name)
+    else:
+        ctx.syncer.node_changed(node)
+        ctx.writer.node_uid = node["metadata"].get("uid")
+    for s in services:
+        ctx.syncer.service_changed(_key(s), s)
+    for s in slices:
+        ctx.syncer.slice_changed(_key(s), s)
+    log.info("initial lists: %d Services, %d EndpointSlices", len(services), len(slices))
+    ctx.syncer.mark_loaded()
+
+
+def _key(obj: Any) -> str:
+    meta = obj["metadata"]
+    return f"{meta.get('namespace')}/{meta.get('name')}"
+
+
+@kopf.on.event("", "v1", "services")
+async def service_event(type: str | None, body: kopf.Body, **_: Any) -> None:
+    _ctx().syncer.service_changed(_key(body), None if type == "DELETED" else body)
+
+
+@kopf.on.event("discovery.k8s.io", "v1", "endpointslices")
+async def slice_event(type: str | None, body: kopf.Body, **_: Any) -> None:
+    _ctx().syncer.slice_changed(_key(body), None if type == "DELETED" else body)
+
+
+def _is_my_node(name: str, **_: Any) -> bool:
+    return CTX is not None and name == CTX.settings.node_name
+
+
+@kopf.on.event("", "v1", "nodes", when=_is_my_node)
+async def node_event(type: str | None, body: kopf.Body, **_: Any) -> None:
+    if type != "DELETED":
+        ctx = _ctx()
+        ctx.syncer.node_changed(body)
+        ctx.writer.node_uid = body["metadata"].get("uid")
+
+
+@kopf.on.probe(id="lastSync")
+def last_sync(**_: Any) -> str | None:
+    t = _ctx().syncer.status.last_success_time
+    return t.isoformat() if t else None
+
+
+@kopf.on.login()
+def login(**_: Any) -> kopf.ConnectionInfo:
+    """kopf talks to the API with the same credentials as our client (--kubeconfig or in-cluster)."""
+    cfg = _ctx().api.configuration
+    header = cfg.get_api_key_with_prefix("BearerToken") or cfg.get_api_key_with_prefix("authorization")
+    scheme, token = header.split(" ", 1) if header and " " in header else (None, header)
+    return kopf.ConnectionInfo(
+        server=cfg.host,
+        ca_path=cfg.ssl_ca_cert,
+        insecure=not cfg.verify_ssl,
+        username=cfg.username or None,
+        password=cfg.password or None,
+        scheme=scheme or ("Bearer" if token else None),
+        token=token or None,
+        certificate_path=cfg.cert_file,
+        private_key_path=cfg.key_file,
+    )

@@ -1,0 +1,108 @@
+"""Kubernetes API access of our own (besides kopf's watches): initial lists, the Node, writes."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from typing import Any, cast
+
+import kubernetes
+from kubernetes.client.exceptions import ApiException
+
+log = logging.getLogger("nftproxy.kube")
+
+
+def api_client(kubeconfig: str | None) -> Any:
+    """An ApiClient from the kubeconfig, or the in-cluster service account when None."""
+    cfg = kubernetes.client.Configuration()
+    if kubeconfig:
+        kubernetes.config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)  # type: ignore[no-untyped-call]
+    else:
+        kubernetes.config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
+    cfg.retries = False  # tenacity decides
+    return kubernetes.client.ApiClient(cfg)
+
+
+def _pages(call: Callable[..., Any]) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = []
+    token = None
+    while True:
+        kwargs: dict[str, Any] = {"limit": 500, "_preload_content": False, "_request_timeout": 30}
+        if token:
+            kwargs["_continue"] = token
+        page = json.loads(call(**kwargs).data)
+        items += page.get("items") or []
+        token = (page.get("metadata") or {}).get("continue")
+        if not token:
+            return items
+
+
+def list_services(api: Any) -> list[dict[str, Any]]:
+    return _pages(kubernetes.client.CoreV1Api(api).list_service_for_all_namespaces)
+
+
+def list_endpoint_slices(api: Any) -> list[dict[str, Any]]:
+    return _pages(kubernetes.client.DiscoveryV1Api(api).list_endpoint_slice_for_all_namespaces)
+
+
+def read_node(api: Any, name: str) -> dict[str, Any] | None:
+    try:
+        resp: Any = kubernetes.client.CoreV1Api(api).read_node(name, _preload_content=False, _request_timeout=30)
+    except ApiException as e:
+        if e.status == 404:
+            return None
+        raise
+    return dict(json.loads(resp.data))
+
+
+GROUP, VERSION, PLURAL = "nftproxy.io", "v1alpha1", "proxystatuses"
+
+
+def write_proxy_status(api: Any, node: str, node_uid: str | None, status: dict[str, Any]) -> None:
+    """Create the node's ProxyStatus if needed (owned by the Node), then patch its status."""
+    co = kubernetes.client.CustomObjectsApi(api)
+    owner = (
+        [{"apiVersion": "v1", "kind": "Node", "name": node, "uid": node_uid, "blockOwnerDeletion": False}]
+        if node_uid
+        else []
+    )
+    try:
+        current: Any = co.get_cluster_custom_object(GROUP, VERSION, PLURAL, node, _request_timeout=30)
+    except ApiException as e:
+        if e.status != 404:
+            raise
+        body = {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "ProxyStatus",
+            "metadata": {"name": node, "ownerReferences": owner},
+            "spec": {"nodeName": node},
+        }
+        current = co.create_cluster_custom_object(GROUP, VERSION, PLURAL, body, _request_timeout=30)
+    if owner and not current.get("metadata", {}).get("ownerReferences"):
+        co.patch_cluster_custom_object(
+            GROUP, VERSION, PLURAL, node, {"metadata": {"ownerReferences": owner}}, _request_timeout=30
+        )
+    co.patch_cluster_custom_object_status(GROUP, VERSION, PLURAL, node, {"status": status}, _request_timeout=30)
+
+
+def post_event(api: Any, node: str, kind: str, namespace: str, name: str, reason: str, message: str) -> None:
+    """A Warning Event on the object that was left out (seen with `kubectl describe`)."""
+    from datetime import UTC, datetime  # noqa: PLC0415
+
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    api_version = "v1" if kind == "Service" else "discovery.k8s.io/v1"
+    body = {
+        "metadata": {"generateName": f"{name}.nftproxy-", "namespace": namespace},
+        "involvedObject": {"kind": kind, "namespace": namespace, "name": name, "apiVersion": api_version},
+        "reason": reason,
+        "message": message,
+        "type": "Warning",
+        "source": {"component": "nftproxy", "host": node},
+        "reportingComponent": "nftproxy",
+        "reportingInstance": node,
+        "firstTimestamp": now,
+        "lastTimestamp": now,
+        "count": 1,
+    }
+    kubernetes.client.CoreV1Api(api).create_namespaced_event(namespace, cast(Any, body), _request_timeout=30)

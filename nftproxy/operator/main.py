@@ -1,0 +1,70 @@
+"""`nftproxy run`: wire the layers together and run kopf (standalone, cluster-wide)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+
+import kopf
+
+from nftproxy.dataplane import Dataplane
+from nftproxy.nft.kernel import KernelBackend
+from nftproxy.operator import handlers, health, kube
+from nftproxy.operator.metrics import Metrics
+from nftproxy.operator.settings import Settings
+from nftproxy.operator.status import StatusWriter
+from nftproxy.operator.syncer import Syncer
+
+log = logging.getLogger("nftproxy")
+
+
+def run(settings: Settings) -> int:
+    logging.basicConfig(
+        level=getattr(logging, settings.log_level.upper()),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    logging.getLogger("kopf.objects").setLevel(logging.WARNING)  # one line per event is too much
+    if settings.kubeconfig:
+        os.environ["KUBECONFIG"] = settings.kubeconfig  # for kopf's own login
+    backend = KernelBackend(settings.netns)
+    try:
+        asyncio.run(_main(settings, backend))
+    finally:
+        backend.close()
+    log.info("stopped; the nftables rules stay in place")
+    return 0
+
+
+async def _main(settings: Settings, backend: KernelBackend) -> None:
+    metrics = Metrics()
+    api = kube.api_client(settings.kubeconfig)
+    syncer = Syncer(Dataplane(backend, settings.proxy), settings, metrics)
+    writer = StatusWriter(api, syncer, settings.node_name, settings.status_period)
+    handlers.CTX = handlers.Context(settings, syncer, writer, api)
+
+    runners = []
+    if settings.healthz:
+        sock = health.listening_socket(*settings.healthz, settings.netns)
+        runners.append(await health.serve(health.healthz_app(syncer, settings.node_name), sock))
+    if settings.metrics:
+        sock = health.listening_socket(*settings.metrics, settings.netns)
+        runners.append(await health.serve(health.metrics_app(metrics), sock))
+    tasks = [asyncio.create_task(syncer.run(), name="syncer"), asyncio.create_task(writer.run(), name="status")]
+    log.info(
+        "nftproxy %s on node %s%s",
+        settings.proxy.table,
+        settings.node_name,
+        f" (netns {settings.netns})" if settings.netns else "",
+    )
+    try:
+        await kopf.operator(standalone=True, clusterwide=True)
+    finally:
+        for t in tasks:
+            t.cancel()
+        for t in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+        for r in runners:
+            await r.cleanup()

@@ -1,0 +1,93 @@
+"""ProxyStatus and Events: what this node reports, rate-limited (never one write per event)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+from nftproxy import __version__
+from nftproxy.model.types import Skipped
+from nftproxy.operator import kube
+from nftproxy.operator.syncer import Syncer
+
+log = logging.getLogger("nftproxy.status")
+
+MAX_LISTED = 50
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds * 1000:.1f}ms" if seconds < 10 else f"{seconds:.1f}s"
+
+
+def render_status(syncer: Syncer) -> dict[str, Any]:
+    s = syncer.status
+    ok, why = syncer.healthy()
+    in_sync = s.in_sync and ok
+    return {
+        "services": s.services,
+        "endpoints": s.endpoints,
+        "lastSyncTime": s.last_success_time.strftime("%Y-%m-%dT%H:%M:%SZ") if s.last_success_time else None,
+        "lastSyncDuration": _duration(s.last_duration),
+        "lastSyncKind": s.last_kind or None,
+        "rulesetChecksum": s.checksum or None,
+        "syncs": s.syncs,
+        "failures": s.failures,
+        "lastError": s.last_error or None,
+        "skippedCount": len(s.skipped),
+        "skipped": [
+            {"kind": x.kind, "namespace": x.namespace, "name": x.name, "reason": x.reason}
+            for x in s.skipped[:MAX_LISTED]
+        ],
+        "version": __version__,
+        "conditions": [
+            {
+                "type": "InSync",
+                "status": "True" if in_sync else "False",
+                "reason": "Synced" if in_sync else ("SyncFailed" if s.last_error else "Pending"),
+                "message": s.last_error or why,
+            }
+        ],
+    }
+
+
+class StatusWriter:
+    def __init__(self, api: Any, syncer: Syncer, node: str, period: float) -> None:
+        self.api = api
+        self.syncer = syncer
+        self.node = node
+        self.period = period
+        self.node_uid: str | None = None
+        self.reported: set[str] = set()  # Events already posted (one per object and reason)
+        self.last_write = 0.0
+        self.last_written: dict[str, Any] | None = None
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await self.syncer.changed.wait()
+            wait = self.last_write + self.period - time.monotonic()
+            if wait > 0:
+                await asyncio.sleep(wait)  # rate limit: changes meanwhile fold into one write
+            self.syncer.changed.clear()
+            status = render_status(self.syncer)
+            fresh = [x for x in self.syncer.status.skipped if str(x) not in self.reported]
+            try:
+                if status != self.last_written:
+                    await loop.run_in_executor(
+                        None, kube.write_proxy_status, self.api, self.node, self.node_uid, status
+                    )
+                    self.last_written = status
+                for x in fresh:
+                    await loop.run_in_executor(None, self._event, x)
+                    self.reported.add(str(x))
+            except Exception as e:  # API unavailable: keep the rules, try again later
+                log.warning("could not write ProxyStatus/Events: %s", str(e).splitlines()[0] if str(e) else e)
+                self.syncer.changed.set()
+            self.last_write = time.monotonic()
+
+    def _event(self, x: Skipped) -> None:
+        reason = "PortConflict" if "already used by" in x.reason else "InvalidObject"
+        message = f"nftproxy on {self.node} skipped this {x.kind}: {x.reason}"
+        kube.post_event(self.api, self.node, x.kind, x.namespace, x.name, reason, message)

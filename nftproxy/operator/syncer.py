@@ -1,0 +1,263 @@
+"""The syncer: queued changes in, one nftables transaction per sync out.
+
+Event handlers only call ``*_changed`` (cheap: parse and queue) and wake the syncer. The syncer
+waits until the initial lists are loaded, then syncs at most once per ``min_sync_period``,
+does a full resync (compare with the kernel's table, repairing any drift) every
+``sync_period``, and retries failures with exponential backoff. Compile and commit run in a
+worker thread; the event loop never waits for the kernel.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import tenacity
+
+from nftproxy.dataplane import Dataplane, SyncResult
+from nftproxy.model.parse import Ignored, parse_endpoint_slice, parse_node, parse_service
+from nftproxy.model.types import EndpointSlice, Node, Service, Skipped
+from nftproxy.nft.objects import Table
+from nftproxy.operator.metrics import Metrics
+from nftproxy.operator.settings import Settings
+
+log = logging.getLogger("nftproxy.syncer")
+
+Change = Service | EndpointSlice | Node | Skipped | Ignored | None
+
+
+@dataclass
+class Status:
+    """What the last syncs did: read by /healthz, ProxyStatus and the kopf probe."""
+
+    started: float = field(default_factory=time.monotonic)
+    last_success: float | None = None  # monotonic
+    last_success_time: datetime | None = None
+    last_duration: float = 0.0
+    last_kind: str = ""
+    syncs: int = 0
+    failures: int = 0
+    last_error: str = ""
+    services: int = 0
+    endpoints: int = 0
+    skipped: list[Skipped] = field(default_factory=list)
+    checksum: str = ""
+    in_sync: bool = False
+    generation: int = 0  # bumped whenever anything above changes
+
+
+def checksum(tables: list[Table]) -> str:
+    """sha256 of the programmed contents: chain and set names and every element, sorted."""
+    h = hashlib.sha256()
+    for t in tables:
+        h.update(f"{t.family.value} {t.name} {t.comment}\n".encode())
+        for name in sorted(t.chains):
+            h.update(f"chain {name}\n".encode())
+        for name in sorted(t.elements):
+            for line in sorted(e.render() for e in t.elements[name].values()):
+                h.update(f"{name} {line}\n".encode())
+    return h.hexdigest()
+
+
+def _trigger_epoch(text: str | None) -> float | None:
+    if not text:
+        return None
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+class Syncer:
+    def __init__(self, dataplane: Dataplane, settings: Settings, metrics: Metrics) -> None:
+        self.dp = dataplane
+        self.settings = settings
+        self.metrics = metrics
+        self.status = Status()
+        self.pending: dict[tuple[str, str], Change] = {}
+        self.bad: dict[tuple[str, str], Skipped] = {}  # parse failures, per object
+        self.node: Node | None = None
+        self.loaded = asyncio.Event()  # initial lists complete
+        self.wake = asyncio.Event()
+        self.changed = asyncio.Event()  # status changed (for the ProxyStatus writer)
+        self.full_due = True
+        self.last_start = 0.0
+        self.last_full = 0.0
+        self.last_stats = 0.0
+
+    # -- intake (event loop thread) ---------------------------------------------------------
+    def service_changed(self, key: str, obj: Mapping[str, Any] | None) -> None:
+        value = None if obj is None else parse_service(obj, self.settings.proxy.service_proxy_name)
+        self.metrics.service_changes.inc()
+        self._queue(("svc", key), value)
+
+    def slice_changed(self, key: str, obj: Mapping[str, Any] | None) -> None:
+        value = None if obj is None else parse_endpoint_slice(obj)
+        self.metrics.endpoint_changes.inc()
+        self._queue(("slice", key), value)
+
+    def node_changed(self, obj: Mapping[str, Any]) -> None:
+        node = parse_node(obj)
+        if isinstance(node, Node) and node != self.node:
+            self._queue(("node", node.name), node)
+
+    def _queue(self, key: tuple[str, str], value: Change) -> None:
+        self.pending[key] = value
+        self.metrics.last_queued.set(time.time())
+        self._pending_gauges()
+        if self.loaded.is_set():
+            self.wake.set()
+
+    def _pending_gauges(self) -> None:
+        self.metrics.service_changes_pending.set(sum(1 for k in self.pending if k[0] == "svc"))
+        self.metrics.endpoint_changes_pending.set(sum(1 for k in self.pending if k[0] == "slice"))
+
+    def mark_loaded(self) -> None:
+        """The initial lists are in: syncing may start (never from a half-empty cache)."""
+        self.loaded.set()
+        self.wake.set()
+
+    # -- applying queued changes to the dataplane (event loop thread, between syncs) --------
+    def _apply_pending(self) -> list[float]:
+        pending, self.pending = self.pending, {}
+        self._pending_gauges()
+        triggers: list[float] = []
+        for (kind, key), value in pending.items():
+            if kind == "node":
+                assert isinstance(value, Node)
+                self.node = value
+                self._apply_node(value)
+                continue
+            what = "Service" if kind == "svc" else "EndpointSlice"
+            if isinstance(value, Skipped):
+                # Bad input: reported, and the last good version (if any) keeps working.
+                self.bad[(what, key)] = value
+                continue
+            self.bad.pop((what, key), None)
+            if kind == "svc":
+                if value is None:
+                    self.dp.delete_service(key)
+                elif isinstance(value, Ignored):
+                    self.dp.ignore_service(key)
+                elif isinstance(value, Service):
+                    self.dp.set_service(value)
+            elif isinstance(value, EndpointSlice):
+                self.dp.set_slice(value)
+                t = _trigger_epoch(value.trigger_time)
+                if t is not None:
+                    triggers.append(t)
+            else:  # deleted, or an FQDN slice
+                self.dp.delete_slice(key)
+        return triggers
+
+    def _apply_node(self, node: Node) -> None:
+        from dataclasses import replace  # noqa: PLC0415
+
+        if self.settings.node_ips_from_flags:
+            return
+        ips = tuple(ip for version in (4, 6) for ip in [a for a in node.addresses if a.version == version][:1])
+        self.dp.set_config(replace(self.dp.config, node_ips=ips))
+
+    # -- the loop ---------------------------------------------------------------------------
+    async def run(self) -> None:
+        await self.loaded.wait()
+        log.info("initial lists loaded: first sync")
+        while True:
+            if not self.pending and not self.full_due:
+                until_full = self.last_full + self.settings.sync_period - time.monotonic()
+                try:
+                    await asyncio.wait_for(self.wake.wait(), timeout=max(0.0, until_full))
+                except TimeoutError:
+                    self.full_due = True
+            self.wake.clear()
+            delay = self.last_start + self.settings.min_sync_period - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            await self.sync_with_retries()
+
+    async def sync_with_retries(self) -> None:
+        retrying = tenacity.AsyncRetrying(
+            wait=tenacity.wait_exponential(multiplier=0.5, max=30),
+            retry=tenacity.retry_if_exception_type(Exception),
+            before_sleep=lambda rs: log.warning("sync failed, retrying in %.1fs", rs.upcoming_sleep),
+        )
+        async for attempt in retrying:
+            with attempt:
+                await self.sync_once()
+
+    async def sync_once(self) -> SyncResult:
+        self.last_start = time.monotonic()
+        full = self.full_due
+        triggers = self._apply_pending()
+        want_stats = full or self.last_start - self.last_stats >= min(self.settings.status_period, 5.0)
+        loop = asyncio.get_running_loop()
+        try:
+            result, stats, digest = await loop.run_in_executor(None, self._job, full, want_stats)
+        except Exception as e:
+            self.status.failures += 1
+            self.status.last_error = str(e)
+            self.status.in_sync = False
+            self.status.generation += 1
+            self.metrics.sync_failures.inc()
+            self.full_due = True  # the kernel may hold anything now: compare with it next time
+            self.changed.set()
+            log.error("sync failed: %s", e)
+            raise
+        now = time.time()
+        for t in triggers:
+            self.metrics.network_programming.observe(max(0.0, now - t))
+        if full:
+            self.full_due = False
+            self.last_full = self.last_start
+        s = self.status
+        s.last_success = time.monotonic()
+        s.last_success_time = datetime.now(UTC)
+        s.last_duration = result.seconds
+        s.last_kind = "full" if result.full else "partial"
+        s.syncs += 1
+        s.last_error = ""
+        s.in_sync = not self.pending
+        if stats is not None:
+            self.last_stats = self.last_start
+            s.services, s.endpoints, skipped = stats
+            s.skipped = sorted({str(x): x for x in (*self.bad.values(), *skipped)}.values(), key=str)
+            self.metrics.services.set(s.services)
+            self.metrics.endpoints.set(s.endpoints)
+            self.metrics.skipped.set(len(s.skipped))
+        if digest is not None:
+            s.checksum = digest
+        s.generation += 1
+        self.changed.set()
+        self.metrics.sync_duration.observe(result.seconds)
+        (self.metrics.full_sync_duration if result.full else self.metrics.partial_sync_duration).observe(result.seconds)
+        self.metrics.last_sync.set(now)
+        log.debug("synced (%s): %d ops, %d element changes", s.last_kind, result.operations, result.element_changes)
+        return result
+
+    def _job(
+        self, full: bool, want_stats: bool
+    ) -> tuple[SyncResult, tuple[int, int, list[Skipped]] | None, str | None]:
+        """Runs in a worker thread while the event loop only queues new changes."""
+        if full:
+            self.dp.forget()
+        result = self.dp.sync()
+        stats = self.dp.stats() if want_stats else None
+        digest = checksum(self.dp.tables()) if full else None
+        return result, stats, digest
+
+    # -- health -----------------------------------------------------------------------------
+    def healthy(self) -> tuple[bool, str]:
+        s = self.status
+        if s.last_success is None:
+            return False, "no successful sync yet"
+        age = time.monotonic() - s.last_success
+        limit = 2 * self.settings.sync_period + self.settings.min_sync_period + 5
+        if age > limit:
+            return False, f"last successful sync {age:.0f}s ago (limit {limit:.0f}s)"
+        return True, f"last successful sync {age:.1f}s ago"
