@@ -62,6 +62,7 @@ class Assembly:
         self.values: dict[tuple[str, Key], Element] = {}  # (set, key) -> element
         self.counts: dict[tuple[str, Key], int] = {}  # (set, key) -> fragments holding it
         self.objects: Counter[Obj] = Counter()
+        self.endpoints: Counter[tuple[str, int]] = Counter()  # endpoint -> fragments using it
         # Changes since the last commit: the value / existence each had when last committed.
         self.touched: dict[tuple[str, Key], Element | None] = {}
         self.touched_objects: dict[Obj, bool] = {}
@@ -98,6 +99,7 @@ class Assembly:
                 self.touched.setdefault(k, None)
                 self.values[k] = el
             self.counts[k] = n + 1
+        self.endpoints.update(frag.endpoints)
         for obj in self._objs(frag):
             if self.objects[obj] == 0:
                 self.touched_objects.setdefault(obj, False)
@@ -115,6 +117,10 @@ class Assembly:
                 del self.counts[k]
             else:
                 self.counts[k] = n
+        self.endpoints.subtract(frag.endpoints)
+        for ep in frag.endpoints:
+            if self.endpoints[ep] <= 0:
+                del self.endpoints[ep]
         for obj in self._objs(frag):
             self.objects[obj] -= 1
             if self.objects[obj] == 0:

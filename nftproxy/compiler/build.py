@@ -33,15 +33,14 @@ def orphan_slices(
 
 def summarize(assemblies: Iterable[Assembly]) -> tuple[int, int, list[Skipped]]:
     services: set[str] = set()
-    endpoints: set[tuple[str, int]] = set()
+    endpoints = 0
     skipped: dict[str, Skipped] = {}
-    for a in assemblies:
+    for a in assemblies:  # one per family: their endpoints are distinct addresses
         services.update(a.fragments)
-        for frag in a.fragments.values():
-            endpoints |= frag.endpoints
+        endpoints += len(a.endpoints)
         for s in a.skipped():
             skipped.setdefault(str(s), s)
-    return len(services), len(endpoints), list(skipped.values())
+    return len(services), endpoints, list(skipped.values())
 
 
 def compile_tables(

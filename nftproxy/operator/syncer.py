@@ -89,7 +89,6 @@ class Syncer:
         self.full_due = True
         self.last_start = 0.0
         self.last_full = 0.0
-        self.last_stats = 0.0
 
     # -- intake (event loop thread) ---------------------------------------------------------
     def service_changed(self, key: str, obj: Mapping[str, Any] | None) -> None:
@@ -195,10 +194,9 @@ class Syncer:
         self.last_start = time.monotonic()
         full = self.full_due
         triggers = self._apply_pending()
-        want_stats = full or self.last_start - self.last_stats >= min(self.settings.status_period, 5.0)
         loop = asyncio.get_running_loop()
         try:
-            result, stats, digest = await loop.run_in_executor(None, self._job, full, want_stats)
+            result, stats, digest = await loop.run_in_executor(None, self._job, full)
         except Exception as e:
             self.status.failures += 1
             self.status.last_error = str(e)
@@ -223,13 +221,11 @@ class Syncer:
         s.syncs += 1
         s.last_error = ""
         s.in_sync = not self.pending
-        if stats is not None:
-            self.last_stats = self.last_start
-            s.services, s.endpoints, skipped = stats
-            s.skipped = sorted({str(x): x for x in (*self.bad.values(), *skipped)}.values(), key=str)
-            self.metrics.services.set(s.services)
-            self.metrics.endpoints.set(s.endpoints)
-            self.metrics.skipped.set(len(s.skipped))
+        s.services, s.endpoints, skipped = stats
+        s.skipped = sorted({str(x): x for x in (*self.bad.values(), *skipped)}.values(), key=str)
+        self.metrics.services.set(s.services)
+        self.metrics.endpoints.set(s.endpoints)
+        self.metrics.skipped.set(len(s.skipped))
         if digest is not None:
             s.checksum = digest
         s.generation += 1
@@ -240,14 +236,12 @@ class Syncer:
         log.debug("synced (%s): %d ops, %d element changes", s.last_kind, result.operations, result.element_changes)
         return result
 
-    def _job(
-        self, full: bool, want_stats: bool
-    ) -> tuple[SyncResult, tuple[int, int, list[Skipped]] | None, str | None]:
+    def _job(self, full: bool) -> tuple[SyncResult, tuple[int, int, list[Skipped]], str | None]:
         """Runs in a worker thread while the event loop only queues new changes."""
         if full:
             self.dp.forget()
         result = self.dp.sync()
-        stats = self.dp.stats() if want_stats else None
+        stats = self.dp.stats()
         digest = checksum(self.dp.tables()) if full else None
         return result, stats, digest
 

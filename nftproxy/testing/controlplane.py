@@ -91,11 +91,7 @@ def find_binary(name: str) -> Path:
             return c
     if name == "etcd" and (found := shutil.which("etcd")):
         return Path(found)
-    hint = (
-        "install Debian's etcd-server (hack/install.sh)"
-        if name == "etcd"
-        else "run hack/k8s-tools.sh to build it"
-    )
+    hint = "install Debian's etcd-server (hack/install.sh)" if name == "etcd" else "run hack/k8s-tools.sh to build it"
     raise ControlPlaneError(
         f"{name} not found (looked in {', '.join(str(c) for c in candidates)}): {hint}, "
         "or point NFTPROXY_BIN at a directory that has it"
@@ -134,9 +130,7 @@ def _signed_cert(certs: Path, name: str, subject: str, extensions: str) -> None:
     """certs/NAME.{key,crt}: a P-256 key and a certificate signed by certs/ca.{key,crt}."""
     _ec_key(certs / f"{name}.key")
     (certs / f"{name}.ext").write_text(extensions)
-    _openssl(
-        "req", "-new", "-key", f"{name}.key", "-subj", subject, "-out", f"{name}.csr", cwd=certs
-    )
+    _openssl("req", "-new", "-key", f"{name}.key", "-subj", subject, "-out", f"{name}.csr", cwd=certs)
     _openssl(
         "x509",
         "-req",
@@ -203,8 +197,7 @@ def _generate_pki(certs: Path) -> None:
         certs,
         "admin",
         f"/O=system:masters/CN={ADMIN_USER}",
-        "basicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature\n"
-        "extendedKeyUsage=clientAuth\n",
+        "basicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=clientAuth\n",
     )
     # Service-account token signing key pair.
     _openssl(
@@ -444,9 +437,7 @@ class ControlPlane:
                 _free_port(),
                 _free_port(),
             )
-            self._etcd = _Proc(
-                "etcd", self._etcd_argv(etcd_bin), self.etcd_log, detached=self.detached
-            )
+            self._etcd = _Proc("etcd", self._etcd_argv(etcd_bin), self.etcd_log, detached=self.detached)
             self._etcd.start()
             self._wait_etcd()
             self._apiserver = _Proc(
@@ -538,9 +529,7 @@ class ControlPlane:
         """Run kubectl against this control plane (admin, unless ``kubeconfig`` is given)."""
         kubectl_bin = self._kubectl_bin or find_binary("kubectl")
         argv = [str(kubectl_bin), f"--kubeconfig={kubeconfig or self.kubeconfig}", *args]
-        proc = subprocess.run(
-            argv, input=input, capture_output=True, text=True, timeout=timeout, check=False
-        )
+        proc = subprocess.run(argv, input=input, capture_output=True, text=True, timeout=timeout, check=False)
         if check and proc.returncode != 0:
             raise KubectlError(proc.returncode, argv, proc.stdout, proc.stderr)
         return proc
@@ -617,9 +606,7 @@ class ControlPlane:
             except (OSError, ValueError) as e:
                 last = str(e)
             time.sleep(0.1)
-        raise ControlPlaneError(
-            f"etcd not healthy after {self.start_timeout:.0f}s ({last}):\n{_tail(self.etcd_log)}"
-        )
+        raise ControlPlaneError(f"etcd not healthy after {self.start_timeout:.0f}s ({last}):\n{_tail(self.etcd_log)}")
 
     def _wait_ready(self) -> None:
         assert self._apiserver is not None
