@@ -99,9 +99,7 @@ def test_python_client_reads_admin_kubeconfig(control_plane: ControlPlane) -> No
     assert {"default", "kube-system"} <= names
 
 
-def test_rbac_is_enforced_for_service_account_tokens(
-    control_plane: ControlPlane, tmp_path: Path
-) -> None:
+def test_rbac_is_enforced_for_service_account_tokens(control_plane: ControlPlane, tmp_path: Path) -> None:
     cp = control_plane
     ns = _unique("cp-rbac")
     cp.kubectl("create", "namespace", ns)
@@ -140,9 +138,7 @@ def test_rbac_is_enforced_for_service_account_tokens(
     listed = cp.kubectl("get", "secrets", "-n", ns, "-o", "name", kubeconfig=kc)
     assert "secret/s3cret" in listed.stdout.split()
     # Only in that namespace, and only what the Role says.
-    other = cp.kubectl(
-        "auth", "can-i", "list", "secrets", "-n", "default", kubeconfig=kc, check=False
-    )
+    other = cp.kubectl("auth", "can-i", "list", "secrets", "-n", "default", kubeconfig=kc, check=False)
     assert other.stdout.strip() == "no"
     delete = cp.kubectl("auth", "can-i", "delete", "secrets", "-n", ns, kubeconfig=kc, check=False)
     assert delete.stdout.strip() == "no"
@@ -189,9 +185,7 @@ def test_stop_after_failed_start_leaves_no_process(tmp_path: Path) -> None:
 def test_cli_up_and_down(tmp_path: Path) -> None:
     d = tmp_path / "demo"
     cli = [sys.executable, "-m", "nftproxy.testing.controlplane"]
-    up = subprocess.run(
-        [*cli, "up", "--dir", str(d)], capture_output=True, text=True, timeout=180, check=False
-    )
+    up = subprocess.run([*cli, "up", "--dir", str(d)], capture_output=True, text=True, timeout=180, check=False)
     try:
         assert up.returncode == 0, up.stderr
         assert (d / "kubeconfig").is_file()
@@ -207,9 +201,7 @@ def test_cli_up_and_down(tmp_path: Path) -> None:
         )
         assert status.returncode == 0, status.stdout
         # A second `up` is a no-op.
-        again = subprocess.run(
-            [*cli, "up", "--dir", str(d)], capture_output=True, text=True, timeout=60, check=False
-        )
+        again = subprocess.run([*cli, "up", "--dir", str(d)], capture_output=True, text=True, timeout=60, check=False)
         assert again.returncode == 0 and "already up" in again.stdout
         kubectl = [str(find_binary("kubectl")), f"--kubeconfig={d / 'kubeconfig'}"]
         res = subprocess.run(
@@ -221,9 +213,7 @@ def test_cli_up_and_down(tmp_path: Path) -> None:
         )
         assert res.stdout.strip() == "ok"
     finally:
-        down = subprocess.run(
-            [*cli, "down", "--dir", str(d)], capture_output=True, text=True, timeout=60, check=False
-        )
+        down = subprocess.run([*cli, "down", "--dir", str(d)], capture_output=True, text=True, timeout=60, check=False)
     assert down.returncode == 0, down.stderr
     assert not d.exists()
     assert _processes_mentioning(str(d)) == []

@@ -10,9 +10,9 @@ import json
 import re
 import signal
 import subprocess
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 
@@ -125,18 +125,16 @@ def test_operator_never_writes_to_what_it_watches(env: Env) -> None:
     # more events flow (another Service, a status write, a periodic full resync of 5 s)
     env.cl.apply(k.service("ro2", ["10.96.1.41"], [k.port(80)], namespace=ns))
     eventually(lambda: env.probe(env.node, "10.96.1.41", 80, 1) == {"refused"}, what="ro2 rejected")
-    import time
-
     time.sleep(6)
     after = {
         "svc": env.cl.get("service", "ro", ns)["metadata"],
         "slice": env.cl.get("endpointslice", "ro-abc", ns)["metadata"],
         "node": env.cl.get("node", "e2e-node")["metadata"],
     }
-    for kind in before:
-        assert after[kind]["resourceVersion"] == before[kind]["resourceVersion"], kind
+    for kind, meta in before.items():
+        assert after[kind]["resourceVersion"] == meta["resourceVersion"], kind
         assert not after[kind].get("finalizers"), kind
-        assert after[kind].get("annotations") == before[kind].get("annotations"), kind
+        assert after[kind].get("annotations") == meta.get("annotations"), kind
 
 
 def test_conflicts_and_orphans_are_reported_others_keep_working(env: Env) -> None:
@@ -197,8 +195,6 @@ def test_api_outage_keeps_rules_and_converges_after(env: Env, control_plane: Con
     eventually(lambda: env.probe(env.node, "10.96.1.70", 80, 1) == {"p0"}, what="o served")
     control_plane.stop_apiserver()
     try:
-        import time
-
         time.sleep(7)  # longer than the 5 s full resync: syncs go on without the API
         assert env.cl.proxies["e2e-node"].poll() is None, "the operator must not exit"
         assert env.probe(env.node, "10.96.1.70", 80, 3) == {"p0"}, "rules must stay"
@@ -238,5 +234,3 @@ def _rules(listing: str) -> list[str]:
 def test_log_has_no_tracebacks(env: Env) -> None:
     assert "Traceback" not in env.cl.proxy_log(env.node)
 
-
-_ = Path

@@ -1,0 +1,526 @@
+"""The Helm chart (charts/nftproxy): lint, schema, rendered DaemonSet, real install/upgrade, RBAC."""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from nftproxy.testing.controlplane import ControlPlane, ControlPlaneError
+from tests.k8s.helmchart import CHART, REPO, Helm, Release, find, install
+
+k8s = pytest.mark.k8s
+
+CRD_NAME = "proxystatuses.nftproxy.io"
+
+# The ClusterRole's exact grants: (apiGroup, resource, verbs).
+EXPECTED_RULES = {
+    ("", "services"): {"list", "watch"},
+    ("", "nodes"): {"get", "list", "watch"},
+    ("discovery.k8s.io", "endpointslices"): {"list", "watch"},
+    ("", "events"): {"create", "patch"},
+    ("events.k8s.io", "events"): {"create", "patch"},
+    ("nftproxy.io", "proxystatuses"): {"get", "list", "watch", "create", "update", "patch"},
+    ("nftproxy.io", "proxystatuses/status"): {"get", "update", "patch"},
+}
+
+
+def _unique(prefix: str) -> str:
+    return f"{prefix}-{secrets.token_hex(3)}"
+
+
+def _rules(rules: list[dict[str, Any]]) -> dict[tuple[str, str], set[str]]:
+    out: dict[tuple[str, str], set[str]] = {}
+    for rule in rules:
+        for group in rule.get("apiGroups", []):
+            for resource in rule.get("resources", []):
+                out.setdefault((group, resource), set()).update(rule.get("verbs", []))
+    return out
+
+
+@pytest.fixture(scope="module")
+def helm(tmp_path_factory: pytest.TempPathFactory) -> Helm:
+    """helm, offline (lint / template)."""
+    try:
+        return Helm(tmp_path_factory.mktemp("helm"))
+    except ControlPlaneError as e:
+        pytest.fail(str(e), pytrace=False)
+
+
+@pytest.fixture(scope="module")
+def helm_k8s(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Helm:
+    """helm, talking to the test control plane as its admin."""
+    return Helm(tmp_path_factory.mktemp("helm-k8s"), control_plane.kubeconfig)
+
+
+@pytest.fixture(scope="module")
+def release(control_plane: ControlPlane, helm_k8s: Helm) -> Iterator[Release]:
+    """The chart installed with its defaults, in its own namespace."""
+    rel = install(control_plane, helm_k8s, _unique("np"), _unique("nftproxy-chart"))
+    try:
+        yield rel
+    finally:
+        rel.uninstall()
+
+
+# --------------------------------------------------------------------------- offline
+
+
+def test_chart_crds_are_the_canonical_ones() -> None:
+    canonical = sorted(p.name for p in (REPO / "crds").glob("*.yaml"))
+    shipped = sorted(p.name for p in (CHART / "crds").glob("*.yaml"))
+    assert shipped == canonical, "charts/nftproxy/crds/ must hold exactly the files of crds/"
+    for name in canonical:
+        assert (CHART / "crds" / name).read_bytes() == (REPO / "crds" / name).read_bytes(), (
+            f"charts/nftproxy/crds/{name} differs from crds/{name}: run `cp crds/*.yaml charts/nftproxy/crds/`"
+        )
+
+
+@k8s
+@pytest.mark.parametrize("strict", [False, True], ids=["lint", "lint-strict"])
+def test_lint_is_clean(helm: Helm, strict: bool) -> None:
+    for values in (
+        [],
+        [
+            "serviceProxyName=nftproxy",
+            "apiServer.host=10.0.0.1",
+            "clusterCIDR={10.244.0.0/16,fd00:10:244::/56}",
+            "metricsService.enabled=true",
+            "enableNetRaw=true",
+        ],
+    ):
+        args = ["lint", str(CHART), *(["--strict"] if strict else [])]
+        res = helm(*args, *(a for v in values for a in ("--set", v)), check=False)
+        out = res.stdout + res.stderr
+        assert res.returncode == 0, out
+        assert "1 chart(s) linted, 0 chart(s) failed" in out
+        assert "[WARNING]" not in out and "[ERROR]" not in out, out
+
+
+SCHEMA = "values don't meet the specifications of the schema(s)"
+
+
+BAD_VALUES: list[tuple[list[str], list[str]]] = [
+    (["minSyncPeriod=fast"], [SCHEMA, "at '/minSyncPeriod': 'fast' does not match pattern"]),
+    (["syncPeriod=1 minute"], [SCHEMA, "at '/syncPeriod'"]),
+    (["healthzPort=70000"], [SCHEMA, "at '/healthzPort': maximum: got 70,000, want 65,535"]),
+    (["metricsPort=0"], [SCHEMA, "at '/metricsPort': minimum"]),
+    (["logLevel=verbose"], [SCHEMA, "at '/logLevel': value must be one of 'debug', 'info', 'warning'"]),
+    (["clusterCIDR={10.0.0.0/33}"], [SCHEMA, "at '/clusterCIDR/0': '10.0.0.0/33' does not match pattern"]),
+    (["nodePortAddresses={nodes}"], [SCHEMA, "at '/nodePortAddresses/0'"]),
+    (["masqueradeAll=maybe"], [SCHEMA, "at '/masqueradeAll': got string, want boolean"]),
+    (["apiServer.port=99999"], [SCHEMA, "at '/apiServer/port'"]),
+    (["apiServer.host=https://api:6443"], [SCHEMA, "at '/apiServer/host'"]),
+    (["image.pullPolicy=Sometimes"], [SCHEMA, "at '/image/pullPolicy'"]),
+    (["updateStrategy.type=Recreate"], [SCHEMA, "at '/updateStrategy/type'"]),
+    (["updateStrategy.rollingUpdate.maxSurge=1"], [SCHEMA, "additional properties 'maxSurge' not allowed"]),
+    (["minSyncPeriodd=1s"], [SCHEMA, "additional properties 'minSyncPeriodd' not allowed"]),
+    (["metricsPort=10256"], ["healthzPort and metricsPort must differ"]),
+    (["serviceAccount.create=false"], ["serviceAccount.name is required when serviceAccount.create is false"]),
+]
+
+
+@k8s
+@pytest.mark.parametrize(("values", "messages"), BAD_VALUES, ids=[v[0] for v, _ in BAD_VALUES])
+def test_bad_values_are_refused(helm: Helm, values: list[str], messages: list[str]) -> None:
+    res = helm("template", "np", str(CHART), *(a for v in values for a in ("--set", v)), check=False)
+    assert res.returncode != 0, f"{values} was accepted"
+    assert res.stdout == ""
+    for message in messages:
+        assert message in res.stderr, res.stderr
+
+
+@k8s
+def test_daemonset_defaults(helm: Helm) -> None:
+    objs = helm.template()
+    ds = find(objs, "DaemonSet")
+    assert ds["metadata"]["namespace"] == "kube-system"
+    assert ds["spec"]["updateStrategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1}}
+    pod = ds["spec"]["template"]["spec"]
+    assert pod["hostNetwork"] is True
+    assert pod["dnsPolicy"] == "ClusterFirstWithHostNet"
+    assert pod["priorityClassName"] == "system-node-critical"
+    assert pod["tolerations"] == [{"operator": "Exists"}]
+    assert pod["serviceAccountName"] == find(objs, "ServiceAccount")["metadata"]["name"]
+    assert "hostPID" not in pod and "hostIPC" not in pod
+    (c,) = pod["containers"]
+    assert c["image"] == "nftproxy:0.1.0"
+    assert c["command"] == ["python", "-m", "nftproxy", "run"]
+    assert "args" not in c
+
+    sc = c["securityContext"]
+    assert sc["privileged"] is False
+    assert sc["allowPrivilegeEscalation"] is False
+    assert sc["readOnlyRootFilesystem"] is True
+    assert sc["runAsUser"] == 0
+    assert sc["capabilities"] == {"drop": ["ALL"], "add": ["NET_ADMIN"]}
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+
+    assert {m["mountPath"]: m["name"] for m in c["volumeMounts"]} == {"/tmp": "tmp"}
+    (vol,) = pod["volumes"]
+    assert vol["name"] == "tmp" and "emptyDir" in vol
+
+    env = {e["name"]: e for e in c["env"]}
+    assert env["NODE_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+    assert {k: v["value"] for k, v in env.items() if "value" in v} == {
+        "NFTPROXY_MASQUERADE_ALL": "false",
+        "NFTPROXY_MIN_SYNC_PERIOD": "1s",
+        "NFTPROXY_SYNC_PERIOD": "30s",
+        "NFTPROXY_STATUS_PERIOD": "5s",
+        "NFTPROXY_HEALTHZ_BIND_ADDRESS": "0.0.0.0:10256",
+        "NFTPROXY_METRICS_BIND_ADDRESS": "0.0.0.0:10249",
+        "NFTPROXY_LOG_LEVEL": "info",
+    }
+
+    assert {p["name"]: p["containerPort"] for p in c["ports"]} == {"healthz": 10256, "metrics": 10249}
+    for probe in (c["livenessProbe"], c["readinessProbe"]):
+        assert probe["httpGet"] == {"path": "/healthz", "port": "healthz"}
+
+    assert not [o for o in objs if o["kind"] == "Service"], "no metrics Service by default"
+    assert not [o for o in objs if o["kind"] == "CustomResourceDefinition"], "CRDs come from crds/"
+
+
+@k8s
+def test_daemonset_values(helm: Helm) -> None:
+    objs = helm.template(
+        [
+            "apiServer.host=192.168.1.10",
+            "apiServer.port=443",
+            "clusterCIDR={10.244.0.0/16,fd00:10:244::/56}",
+            "nodePortAddresses={192.168.0.0/16}",
+            "masqueradeAll=true",
+            "minSyncPeriod=500ms",
+            "syncPeriod=1m",
+            "logLevel=debug",
+            "healthzPort=20256",
+            "healthzBindIP=127.0.0.1",
+            "metricsPort=20249",
+            "metricsBindIP=::",
+            "serviceProxyName=nftproxy",
+            "enableNetRaw=true",
+            "tolerations[0].key=node-role.kubernetes.io/control-plane",
+            "tolerations[0].operator=Exists",
+            "tolerations[0].effect=NoSchedule",
+            "updateStrategy.rollingUpdate.maxUnavailable=25%",
+            "priorityClassName=",
+            "image.repository=registry.example/nftproxy",
+            "image.tag=dev",
+            "podAnnotations.example\\.com/a=b",
+            "metricsService.enabled=true",
+        ],
+        release="edge",
+        namespace="nftproxy",
+    )
+    ds = find(objs, "DaemonSet")
+    assert ds["metadata"]["name"] == "edge-nftproxy"
+    assert ds["spec"]["updateStrategy"]["rollingUpdate"] == {"maxUnavailable": "25%"}
+    tpl = ds["spec"]["template"]
+    assert tpl["metadata"]["annotations"] == {"example.com/a": "b"}
+    pod = tpl["spec"]
+    assert "priorityClassName" not in pod
+    assert pod["tolerations"] == [
+        {"key": "node-role.kubernetes.io/control-plane", "operator": "Exists", "effect": "NoSchedule"}
+    ]
+    (c,) = pod["containers"]
+    assert c["image"] == "registry.example/nftproxy:dev"
+    assert c["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["NET_ADMIN", "NET_RAW"]}
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    assert env["KUBERNETES_SERVICE_HOST"] == "192.168.1.10"
+    assert env["KUBERNETES_SERVICE_PORT"] == "443"
+    assert env["NFTPROXY_CLUSTER_CIDR"] == "10.244.0.0/16,fd00:10:244::/56"
+    assert env["NFTPROXY_NODEPORT_ADDRESSES"] == "192.168.0.0/16"
+    assert env["NFTPROXY_MASQUERADE_ALL"] == "true"
+    assert env["NFTPROXY_MIN_SYNC_PERIOD"] == "500ms"
+    assert env["NFTPROXY_SYNC_PERIOD"] == "1m"
+    assert env["NFTPROXY_LOG_LEVEL"] == "debug"
+    assert env["NFTPROXY_HEALTHZ_BIND_ADDRESS"] == "127.0.0.1:20256"
+    assert env["NFTPROXY_METRICS_BIND_ADDRESS"] == "[::]:20249"
+    assert env["NFTPROXY_SERVICE_PROXY_NAME"] == "nftproxy"
+    assert {p["name"]: p["containerPort"] for p in c["ports"]} == {"healthz": 20256, "metrics": 20249}
+    # Health bound to loopback: the kubelet (host network) probes loopback too.
+    assert c["livenessProbe"]["httpGet"] == {"host": "127.0.0.1", "path": "/healthz", "port": "healthz"}
+
+    svc = find(objs, "Service")
+    assert svc["metadata"]["name"] == "edge-nftproxy-metrics"
+    assert svc["spec"]["clusterIP"] == "None"
+    assert svc["spec"]["selector"] == ds["spec"]["selector"]["matchLabels"]
+    assert svc["spec"]["ports"] == [{"name": "metrics", "port": 20249, "targetPort": "metrics", "protocol": "TCP"}]
+
+
+@k8s
+def test_cluster_role_is_least_privilege(helm: Helm) -> None:
+    objs = helm.template()
+    role = find(objs, "ClusterRole")
+    assert _rules(role["rules"]) == EXPECTED_RULES
+    for rule in role["rules"]:
+        assert "*" not in rule["verbs"] and "*" not in rule["resources"] and "*" not in rule["apiGroups"]
+        assert "resourceNames" not in rule and "nonResourceURLs" not in rule
+    binding = find(objs, "ClusterRoleBinding")
+    sa = find(objs, "ServiceAccount")
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "ClusterRole",
+        "name": role["metadata"]["name"],
+    }
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": sa["metadata"]["name"], "namespace": sa["metadata"]["namespace"]}
+    ]
+
+
+# --------------------------------------------------------------------------- against the API server
+
+
+def _apply_crds(cp: ControlPlane) -> None:
+    cp.kubectl("apply", "--server-side", "-f", str(CHART / "crds"))
+    cp.kubectl("wait", "--for=condition=Established", f"crd/{CRD_NAME}", "--timeout=30s")
+
+
+@k8s
+def test_rendered_chart_is_accepted_by_the_apiserver(control_plane: ControlPlane, helm: Helm) -> None:
+    cp = control_plane
+    _apply_crds(cp)
+    ns = _unique("nftproxy-dry")
+    cp.kubectl("create", "namespace", ns)
+    for values in (
+        [],
+        [
+            "apiServer.host=10.0.0.1",
+            "clusterCIDR={10.244.0.0/16,fd00:10:244::/56}",
+            "enableNetRaw=true",
+            "metricsService.enabled=true",
+            "healthzBindIP=127.0.0.1",
+            "updateStrategy.type=OnDelete",
+        ],
+    ):
+        objs = helm.template(values, release="dry", namespace=ns)
+        stream = yaml.safe_dump_all(objs)
+        res = cp.kubectl("apply", "--dry-run=server", "-f", "-", "-o", "json", input=stream)
+        applied = json.loads(res.stdout)
+        items = applied["items"] if applied.get("kind") == "List" else [applied]
+        assert sorted(o["kind"] for o in items) == sorted(o["kind"] for o in objs)
+        ds = find(items, "DaemonSet")
+        # What the server stored (defaults filled in) keeps the security posture.
+        (c,) = ds["spec"]["template"]["spec"]["containers"]
+        assert c["securityContext"]["privileged"] is False
+        assert c["securityContext"]["capabilities"]["drop"] == ["ALL"]
+    # Dry run: nothing was created.
+    assert cp.kubectl("get", "daemonsets", "-n", ns, "-o", "name").stdout.strip() == ""
+    # The ProxyStatus schema the chart ships accepts what nftproxy writes.
+    status = {
+        "apiVersion": "nftproxy.io/v1alpha1",
+        "kind": "ProxyStatus",
+        "metadata": {"name": "node-a"},
+        "spec": {"nodeName": "node-a"},
+    }
+    cp.kubectl("apply", "--dry-run=server", "-f", "-", input=json.dumps(status))
+
+
+@k8s
+def test_install_then_upgrade(control_plane: ControlPlane, helm_k8s: Helm) -> None:
+    cp = control_plane
+    name, ns = _unique("np"), _unique("nftproxy-up")
+    rel = install(cp, helm_k8s, name, ns)
+    try:
+        # The CRD is in place (installed from crds/ unless an earlier test applied it).
+        cp.kubectl("get", f"crd/{CRD_NAME}")
+
+        def daemonset_env() -> dict[str, str]:
+            ds = json.loads(cp.kubectl("get", "daemonset", rel.fullname, "-n", ns, "-o", "json").stdout)
+            (c,) = ds["spec"]["template"]["spec"]["containers"]
+            return {e["name"]: e.get("value", "") for e in c["env"]}
+
+        assert daemonset_env()["NFTPROXY_LOG_LEVEL"] == "info"
+        notes = helm_k8s("get", "notes", name, "-n", ns).stdout
+        assert "kubectl get proxystatus" in notes and "nft list table ip nftproxy" in notes
+
+        helm_k8s(
+            "upgrade", name, str(CHART), "-n", ns, "--reuse-values",
+            "--set", "logLevel=debug", "--set", "clusterCIDR={10.244.0.0/16}",
+        )  # fmt: skip
+        env = daemonset_env()
+        assert env["NFTPROXY_LOG_LEVEL"] == "debug"
+        assert env["NFTPROXY_CLUSTER_CIDR"] == "10.244.0.0/16"
+        status = json.loads(helm_k8s("status", name, "-n", ns, "-o", "json").stdout)
+        assert (status["version"], status["info"]["status"]) == (2, "deployed")
+
+        # A bad value is refused before anything changes.
+        bad = helm_k8s(
+            "upgrade", name, str(CHART), "-n", ns, "--reuse-values", "--set", "minSyncPeriod=fast", check=False
+        )
+        assert bad.returncode != 0
+        assert "at '/minSyncPeriod': 'fast' does not match pattern" in bad.stderr, bad.stderr
+        status = json.loads(helm_k8s("status", name, "-n", ns, "-o", "json").stdout)
+        assert status["version"] == 2
+        assert daemonset_env()["NFTPROXY_LOG_LEVEL"] == "debug"
+    finally:
+        rel.uninstall()
+    # Uninstall removes the cluster-scoped RBAC; the CRD stays (Helm never deletes crds/).
+    left = cp.kubectl("get", "clusterrole", rel.fullname, check=False)
+    assert left.returncode != 0 and "NotFound" in left.stderr
+    cp.kubectl("get", f"crd/{CRD_NAME}")
+
+
+def _json_stream(text: str) -> list[dict[str, Any]]:
+    """kubectl prints one JSON document per object created: parse them all."""
+    decoder = json.JSONDecoder()
+    out, pos = [], 0
+    while pos < len(text.rstrip()):
+        obj, end = decoder.raw_decode(text, pos)
+        out.append(obj)
+        pos = end
+        while pos < len(text) and text[pos].isspace():
+            pos += 1
+    return out
+
+
+def _access_reviews(cp: ControlPlane, kubeconfig: Path, checks: list[dict[str, str]]) -> list[bool]:
+    """SelfSubjectAccessReviews for CHECKS (resourceAttributes), as the identity of KUBECONFIG,
+    in one kubectl call (`kubectl auth can-i` asks the same API, one question per process)."""
+    reviews = [
+        {
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SelfSubjectAccessReview",
+            "spec": {"resourceAttributes": attrs},
+        }
+        for attrs in checks
+    ]
+    # --validate=false: client-side validation would list CRDs, which this identity may not do.
+    out = cp.kubectl(
+        "create", "--validate=false", "-f", "-", "-o", "json", input=yaml.safe_dump_all(reviews), kubeconfig=kubeconfig
+    )
+    items = _json_stream(out.stdout)
+    assert len(items) == len(checks)
+    return [bool(i["status"].get("allowed")) for i in items]
+
+
+def _attrs(verb: str, resource: str, *, group: str = "", subresource: str = "", namespace: str = "") -> dict[str, str]:
+    a = {"verb": verb, "resource": resource, "group": group}
+    if subresource:
+        a["subresource"] = subresource
+    if namespace:
+        a["namespace"] = namespace
+    return a
+
+
+ALLOWED = [
+    _attrs("list", "services"),
+    _attrs("watch", "services"),
+    _attrs("list", "services", namespace="default"),
+    _attrs("list", "endpointslices", group="discovery.k8s.io"),
+    _attrs("watch", "endpointslices", group="discovery.k8s.io"),
+    _attrs("get", "nodes"),
+    _attrs("list", "nodes"),
+    _attrs("watch", "nodes"),
+    _attrs("create", "events", namespace="default"),
+    _attrs("patch", "events", namespace="kube-system"),
+    _attrs("create", "events", group="events.k8s.io", namespace="default"),
+    _attrs("get", "proxystatuses", group="nftproxy.io"),
+    _attrs("create", "proxystatuses", group="nftproxy.io"),
+    _attrs("patch", "proxystatuses", group="nftproxy.io"),
+    _attrs("watch", "proxystatuses", group="nftproxy.io"),
+    _attrs("patch", "proxystatuses", group="nftproxy.io", subresource="status"),
+    _attrs("update", "proxystatuses", group="nftproxy.io", subresource="status"),
+]
+DENIED = [
+    _attrs("create", "services", namespace="default"),
+    _attrs("update", "services", namespace="default"),
+    _attrs("patch", "services", namespace="default"),
+    _attrs("delete", "services", namespace="default"),
+    _attrs("get", "services", namespace="default"),
+    _attrs("update", "services", subresource="status", namespace="default"),
+    _attrs("get", "secrets", namespace="kube-system"),
+    _attrs("list", "secrets"),
+    _attrs("create", "pods", namespace="default"),
+    _attrs("get", "pods", namespace="default"),
+    _attrs("delete", "nodes"),
+    _attrs("update", "nodes"),
+    _attrs("patch", "nodes", subresource="status"),
+    _attrs("create", "endpointslices", group="discovery.k8s.io", namespace="default"),
+    _attrs("list", "endpoints"),
+    _attrs("list", "configmaps"),
+    _attrs("delete", "events", namespace="default"),
+    _attrs("delete", "proxystatuses", group="nftproxy.io"),
+    _attrs("list", "customresourcedefinitions", group="apiextensions.k8s.io"),
+    _attrs("create", "clusterkopfpeerings", group="kopf.dev"),
+    _attrs("create", "serviceaccounts", subresource="token", namespace="kube-system"),
+    _attrs("impersonate", "users"),
+    _attrs("escalate", "clusterroles", group="rbac.authorization.k8s.io"),
+]
+
+
+@k8s
+def test_rbac_least_privilege_for_real(control_plane: ControlPlane, release: Release, tmp_path: Path) -> None:
+    cp = control_plane
+    kc = release.token_kubeconfig(tmp_path / "nftproxy.kubeconfig")
+    who = json.loads(cp.kubectl("auth", "whoami", "-o", "json", kubeconfig=kc).stdout)
+    assert who["status"]["userInfo"]["username"] == (
+        f"system:serviceaccount:{release.namespace}:{release.service_account}"
+    )
+
+    allowed = _access_reviews(cp, kc, ALLOWED + DENIED)
+    assert [a for a, ok in zip(ALLOWED, allowed[: len(ALLOWED)], strict=True) if not ok] == [], "should be allowed"
+    assert [d for d, ok in zip(DENIED, allowed[len(ALLOWED) :], strict=True) if ok] == [], "should be denied"
+
+    # The whole grant, as the API server computes it (SelfSubjectRulesReview): exactly the chart's
+    # rules plus what every authenticated identity has (system:basic-user: self reviews).
+    review = {
+        "apiVersion": "authorization.k8s.io/v1",
+        "kind": "SelfSubjectRulesReview",
+        "spec": {"namespace": "default"},
+    }
+    got = json.loads(
+        cp.kubectl(
+            "create", "--validate=false", "-f", "-", "-o", "json", input=json.dumps(review), kubeconfig=kc
+        ).stdout
+    )
+    rules = _rules(got["status"]["resourceRules"])
+    self_reviews = {
+        k: v
+        for k, v in rules.items()
+        if k[0] in ("authorization.k8s.io", "authentication.k8s.io") and k[1].startswith("self")
+    }
+    assert all(v == {"create"} for v in self_reviews.values()), self_reviews
+    assert {k: v for k, v in rules.items() if k not in self_reviews} == EXPECTED_RULES
+
+    # And real requests with the token: reads work, writes and secrets are forbidden.
+    cp.kubectl("get", "services", "--all-namespaces", kubeconfig=kc)
+    cp.kubectl("get", "endpointslices.discovery.k8s.io", "--all-namespaces", kubeconfig=kc)
+    cp.kubectl("get", "nodes", kubeconfig=kc)
+    for argv, forbidden in (
+        (["get", "secrets", "-n", "kube-system"], "secrets is forbidden"),
+        (["create", "--validate=false", "service", "clusterip", "intruder", "--tcp=80:80"], "services is forbidden"),
+        (["get", "pods", "-n", "default"], "pods is forbidden"),
+        (["delete", "node", "node-x"], 'nodes "node-x" is forbidden'),
+    ):
+        denied = cp.kubectl(*argv, kubeconfig=kc, check=False)
+        assert denied.returncode != 0 and forbidden in denied.stderr, (argv, denied.stderr)
+
+    # Its own ProxyStatus: create, then update the status subresource; deleting is not its job.
+    _apply_crds(cp)
+    node = _unique("node")
+    status = {
+        "apiVersion": "nftproxy.io/v1alpha1",
+        "kind": "ProxyStatus",
+        "metadata": {"name": node},
+        "spec": {"nodeName": node},
+    }
+    cp.kubectl("create", "--validate=false", "-f", "-", input=json.dumps(status), kubeconfig=kc)
+    try:
+        cp.kubectl(
+            "patch", "proxystatus", node, "--subresource=status", "--type=merge",
+            "-p", json.dumps({"status": {"services": 3, "endpoints": 7}}),
+            kubeconfig=kc,
+        )  # fmt: skip
+        got = json.loads(cp.kubectl("get", "proxystatus", node, "-o", "json", kubeconfig=kc).stdout)
+        assert got["status"] == {"services": 3, "endpoints": 7}
+        denied = cp.kubectl("delete", "proxystatus", node, kubeconfig=kc, check=False)
+        assert denied.returncode != 0 and f'proxystatuses.nftproxy.io "{node}" is forbidden' in denied.stderr, (
+            denied.stderr
+        )
+    finally:
+        cp.kubectl("delete", "proxystatus", node, "--ignore-not-found")
