@@ -1,8 +1,17 @@
 # The two commands of a fresh machine (see README): `make demo` and `make test`.
-.PHONY: demo demo-down test bench install lint
+.PHONY: demo demo-down demo-apply k8s-tools test bench install lint
 
-demo: install
+demo: install k8s-tools
+	.venv/bin/python -m nftproxy.testing.demo
+
+demo-down: install
+	.venv/bin/python -m nftproxy.testing.demo --down
+
+demo-apply: install
 	.venv/bin/python -m nftproxy.testing.demo_apply
+
+k8s-tools:
+	bash hack/k8s-tools.sh
 
 test:
 	bash hack/test.sh

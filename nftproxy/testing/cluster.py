@@ -126,7 +126,8 @@ class LocalCluster:
         """GET from inside the node's namespace (where the operator serves)."""
         code = (
             "import sys,urllib.request,urllib.error\n"
-            f"try:\n r=urllib.request.urlopen('http://{node.ipv4}:{port}{path}',timeout=5); print(r.status); print(r.read().decode())\n"
+            f"try:\n r=urllib.request.urlopen('http://{node.ipv4}:{port}{path}',timeout=5)\n"
+            " print(r.status); print(r.read().decode())\n"
             "except urllib.error.HTTPError as e:\n print(e.code); print(e.read().decode())\n"
         )
         out = self.lab.exec(node, sys.executable, "-c", code).stdout
