@@ -18,7 +18,7 @@ from pathlib import Path
 
 from nftproxy.testing.cluster import LocalCluster, eventually
 from nftproxy.testing.controlplane import ControlPlane
-from nftproxy.testing.netlab import NetLab, cleanup_stale
+from nftproxy.testing.netlab import Client, NetLab, Node, Pod, cleanup_stale
 
 ROOT = Path(__file__).resolve().parents[2]
 WORK = ROOT / ".demo"
@@ -88,7 +88,9 @@ def run(cl: LocalCluster) -> int:
     listing = lab.exec(node, "nft", "list", "table", "ip", "nftproxy").stdout
     keep = False
     for line in listing.splitlines():
-        if line.strip().startswith(("map service-ips", "map service-nodeports", "map no-endpoint-services", "chain services")):
+        if line.strip().startswith(
+            ("map service-ips", "map service-nodeports", "map no-endpoint-services", "chain services")
+        ):
             keep = True
         if keep:
             print(line)
@@ -113,7 +115,8 @@ def run(cl: LocalCluster) -> int:
 
     if os.environ.get("KEEP"):
         say("KEEP=1: the cluster stays up. Try:")
-        show(f"export KUBECONFIG={cl.cp.kubeconfig}\nip netns exec {node.netns} nft list table ip nftproxy\n(Ctrl-C ends)")
+        show(f"export KUBECONFIG={cl.cp.kubeconfig}")
+        show(f"ip netns exec {node.netns} nft list table ip nftproxy\n(Ctrl-C ends)")
         try:
             while True:
                 time.sleep(3600)
@@ -122,7 +125,7 @@ def run(cl: LocalCluster) -> int:
     return 0 if ok else 1
 
 
-def probe_all(cl: LocalCluster, node: object, pods: list, ext: object) -> bool:  # type: ignore[type-arg]
+def probe_all(cl: LocalCluster, node: Node, pods: list[Pod], ext: Client) -> bool:
     lab = cl.lab
     checks = [
         ("pod web-b", pods[1], "tcp", "10.96.0.10", 80, "ClusterIP default/web", "ok"),
@@ -135,11 +138,12 @@ def probe_all(cl: LocalCluster, node: object, pods: list, ext: object) -> bool: 
     say("real requests through the Services (10 each; who answered, and the source it saw)")
     ok = True
     for who, src, proto, host, port, what, want in checks:
-        res = lab.probe(src, proto, host, port, count=10)  # type: ignore[arg-type]
+        res = lab.probe(src, proto, host, port, count=10)
         seen = sorted({f"{r.pod} (saw {r.peer})" if r.ok else str(r.error) for r in res})
         good = all(r.ok for r in res) if want == "ok" else all(r.error == want for r in res)
         ok = ok and good
-        print(f"    {who:<9} -> {proto} {host}:{port:<6} {what:<33} {', '.join(seen)}{'' if good else '   <-- unexpected'}")
+        flag = "" if good else "   <-- unexpected"
+        print(f"    {who:<9} -> {proto} {host}:{port:<6} {what:<33} {', '.join(seen)}{flag}")
     return ok
 
 

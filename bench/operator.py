@@ -1,0 +1,197 @@
+"""Operator benchmark: `nftproxy run` against a real kube-apiserver, rules read from the kernel.
+
+Run: ``.venv/bin/python -m bench.operator [--sizes 1000,10000] [--rounds 30]``.
+* event-to-rule latency: an EndpointSlice update written to the API until the new endpoint is in
+  the kernel's map (polled with `nft get element`, every 2 ms), p50/p99, with --min-sync-period
+  0 and 1s, at each size;
+* start-to-synced: `nftproxy run` started (table deleted first) until the table is in the kernel;
+* operator RSS after syncing (VmRSS, and VmHWM: the peak).
+The node is a network namespace created and deleted here; the API is on loopback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from ipaddress import IPv4Address
+from pathlib import Path
+from typing import Any, cast
+
+from nftproxy.nft.kernel import KernelBackend, NftError
+from nftproxy.operator import kube
+from nftproxy.testing.controlplane import ControlPlane
+
+NS = "bench"
+CRD = Path(__file__).resolve().parents[1] / "crds" / "proxystatus.yaml"
+
+
+def service(i: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": f"s{i}", "namespace": NS},
+        "spec": {"clusterIP": str(IPv4Address("10.96.64.0") + i), "ports": [{"name": "http", "port": 80}]},
+    }
+
+
+def endpoint_slice(i: int, endpoints: int, salt: int = 0) -> dict[str, Any]:
+    base = int(IPv4Address("10.128.0.0")) + i * endpoints
+    return {
+        "apiVersion": "discovery.k8s.io/v1",
+        "kind": "EndpointSlice",
+        "metadata": {"name": f"s{i}-x", "namespace": NS, "labels": {"kubernetes.io/service-name": f"s{i}"}},
+        "addressType": "IPv4",
+        "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
+        "endpoints": [
+            {"addresses": [str(IPv4Address(base + j + salt))], "conditions": {"ready": True}, "nodeName": f"n{j % 50}"}
+            for j in range(endpoints)
+        ],
+    }
+
+
+def create_many(api: Any, start: int, stop: int, endpoints: int) -> None:
+    import kubernetes  # noqa: PLC0415
+
+    core = kubernetes.client.CoreV1Api(api)
+    disc = kubernetes.client.DiscoveryV1Api(api)
+
+    def one(i: int) -> None:
+        core.create_namespaced_service(NS, cast(Any, service(i)))
+        disc.create_namespaced_endpoint_slice(NS, cast(Any, endpoint_slice(i, endpoints)))
+
+    with ThreadPoolExecutor(12) as pool:
+        list(pool.map(one, range(start, stop)))
+
+
+class Node:
+    def __init__(self, cp: ControlPlane, workdir: Path) -> None:
+        self.cp = cp
+        self.netns = f"ntbop-{uuid.uuid4().hex[:6]}"
+        subprocess.run(["ip", "netns", "add", self.netns], check=True)
+        subprocess.run(["ip", "-n", self.netns, "link", "set", "lo", "up"], check=True)
+        self.nft = KernelBackend(self.netns)
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log = workdir / "nftproxy.log"
+        node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "bench-node"},
+                "status": {"addresses": [{"type": "InternalIP", "address": "198.18.0.1"}]}}  # fmt: skip
+        cp.kubectl("apply", "-f", "-", input=json.dumps(node))
+
+    def start(self, min_sync: str) -> float:
+        """Start `nftproxy run`; return seconds until its first table is in the kernel."""
+        self.nft.delete(*_table())
+        t0 = time.perf_counter()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "nftproxy", "run", "--node-name", "bench-node", "--kubeconfig",
+             str(self.cp.kubeconfig), "--netns", self.netns, "--min-sync-period", min_sync,
+             "--healthz-bind-address", "127.0.0.1:0", "--metrics-bind-address", "127.0.0.1:0",
+             "--status-period", "10s", "--log-level", "warning"],
+            stdout=self.log.open("ab"), stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        while not self.element("10.96.64.0", 0):
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"nftproxy exited: {self.log.read_text()[-2000:]}")
+            time.sleep(0.01)
+        return time.perf_counter() - t0
+
+    def stop(self) -> None:
+        if self.proc:
+            self.proc.terminate()
+            self.proc.wait(30)
+            self.proc = None
+
+    def rss_mb(self) -> tuple[float, float]:
+        assert self.proc
+        fields = dict(line.split(":", 1) for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines())
+        return int(fields["VmRSS"].split()[0]) / 1024, int(fields["VmHWM"].split()[0]) / 1024
+
+    def element(self, vip: str, slot: int, n: int = 10) -> str | None:
+        try:
+            out = self.nft.run(f"get element ip nftproxy endpoints-{n} {{ {vip} . tcp . 80 . {slot} }}")
+        except NftError:
+            return None
+        return out.split(":")[-1].split("}")[0].strip() if ":" in out else None
+
+    def close(self) -> None:
+        self.stop()
+        self.nft.close()
+        subprocess.run(["ip", "netns", "del", self.netns], check=False)
+
+
+def _table() -> tuple[Any, str]:
+    from nftproxy.nft.objects import Family  # noqa: PLC0415
+
+    return Family.IP, "nftproxy"
+
+
+def latency(api: Any, node: Node, index: int, rounds: int) -> list[float]:
+    import kubernetes  # noqa: PLC0415
+
+    disc = kubernetes.client.DiscoveryV1Api(api)
+    vip = str(IPv4Address("10.96.64.0") + index)
+    out = []
+    for r in range(1, rounds + 1):
+        body = endpoint_slice(index, 10, salt=1_000_000 + r * 10)
+        want = f"{body['endpoints'][0]['addresses'][0]} . 8080"
+        t0 = time.perf_counter()
+        disc.replace_namespaced_endpoint_slice(f"s{index}-x", NS, cast(Any, body))
+        deadline = t0 + 30
+        while node.element(vip, 0) != want:
+            if time.perf_counter() > deadline:
+                raise RuntimeError(f"round {r}: {want} never reached the kernel")
+            time.sleep(0.002)
+        out.append(time.perf_counter() - t0)
+        time.sleep(0.05)
+    return out
+
+
+def pct(values: list[float], p: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, round(p * (len(s) - 1)))]
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--sizes", default="1000,10000")
+    p.add_argument("--rounds", type=int, default=30)
+    args = p.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",")]
+    work = Path(tempfile.mkdtemp(prefix="nftproxy-bench-"))
+    print("nftproxy operator benchmark (Services x 10 endpoints; real kube-apiserver on loopback)")
+    head = ("Services", "min-sync", "start->synced s", "p50 ms", "p99 ms", "RSS MB", "peak MB")
+    print(" ".join(f"{h:>{w}}" for h, w in zip(head, (9, 9, 16, 8, 8, 7, 8), strict=True)))
+    with ControlPlane() as cp:
+        cp.kubectl("apply", "-f", str(CRD))
+        cp.kubectl("create", "namespace", NS)
+        api = kube.api_client(str(cp.kubeconfig))
+        node = Node(cp, work)
+        try:
+            have = 0
+            for n in sizes:
+                t0 = time.perf_counter()
+                create_many(api, have, n, 10)
+                have = n
+                print(f"  (created {n} Services + EndpointSlices in {time.perf_counter() - t0:.0f}s)", flush=True)
+                for min_sync in ("0", "1s"):
+                    start = node.start(min_sync)
+                    time.sleep(1.0)
+                    lat = latency(api, node, n // 2, args.rounds if min_sync == "0" else max(5, args.rounds // 3))
+                    rss, peak = node.rss_mb()
+                    node.stop()
+                    print(
+                        f"{n:>9} {min_sync:>9} {start:>16.2f} {pct(lat, 0.5) * 1000:>8.1f} "
+                        f"{pct(lat, 0.99) * 1000:>8.1f} {rss:>7.0f} {peak:>8.0f}",
+                        flush=True,
+                    )
+        finally:
+            node.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
