@@ -42,6 +42,7 @@ def _ctx() -> Context:
 async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.peering.standalone = True
     settings.posting.enabled = False  # our Events are explicit (status.StatusWriter)
+    settings.scanning.disabled = True  # our resources are fixed: no CRD watch (least privilege)
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
     settings.watching.reconnect_backoff = 1.0

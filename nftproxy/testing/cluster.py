@@ -64,12 +64,19 @@ class LocalCluster:
         )
         return node
 
-    def start_proxy(self, node: Node, *flags: str, healthz_port: int = 10256, metrics_port: int = 10249) -> None:
+    def start_proxy(
+        self,
+        node: Node,
+        *flags: str,
+        healthz_port: int = 10256,
+        metrics_port: int = 10249,
+        kubeconfig: Path | None = None,
+    ) -> None:
         log = (self.logdir / f"nftproxy-{node.name}.log").open("ab")
         argv = [
             sys.executable, "-m", "nftproxy", "run",
             "--node-name", node.name,
-            "--kubeconfig", str(self.cp.kubeconfig),
+            "--kubeconfig", str(kubeconfig or self.cp.kubeconfig),
             "--netns", node.netns,
             "--cluster-cidr", "10.244.0.0/16,fd00:10:244::/48",
             "--healthz-bind-address", f"{node.ipv4}:{healthz_port}",

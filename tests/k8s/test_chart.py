@@ -252,6 +252,72 @@ def test_daemonset_values(helm: Helm) -> None:
     assert svc["spec"]["ports"] == [{"name": "metrics", "port": 20249, "targetPort": "metrics", "protocol": "TCP"}]
 
 
+def test_values_schema_and_readme_cover_every_value() -> None:
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    readme = (CHART / "README.md").read_text()
+    assert schema["additionalProperties"] is False
+    assert set(values) == set(schema["properties"]), "values.yaml and values.schema.json disagree"
+    undocumented = [k for k in values if f"| `{k}" not in readme and f"`{k}`" not in readme]
+    assert undocumented == [], "values missing from the README's table"
+
+
+def _env_of(objs: list[dict[str, Any]]) -> dict[str, str]:
+    (c,) = find(objs, "DaemonSet")["spec"]["template"]["spec"]["containers"]
+    return {e["name"]: e["value"] for e in c["env"] if "value" in e}
+
+
+@k8s
+@pytest.mark.parametrize("custom", [False, True], ids=["defaults", "custom"])
+def test_operator_understands_the_rendered_environment(
+    helm: Helm, monkeypatch: pytest.MonkeyPatch, custom: bool
+) -> None:
+    """The chart's environment, read by `nftproxy run`'s own flag parser: every variable known,
+    every value accepted, and meaning what values.yaml says."""
+    from nftproxy.cli import build_parser, config_from_args  # noqa: PLC0415
+    from nftproxy.operator.settings import ENV, settings_from_args  # noqa: PLC0415
+
+    values = [
+        "clusterCIDR={10.244.0.0/16,fd00:10:244::/56}",
+        "nodePortAddresses={192.168.0.0/16}",
+        "masqueradeAll=true",
+        "minSyncPeriod=500ms",
+        "syncPeriod=1m",
+        "statusPeriod=10s",
+        "logLevel=debug",
+        "healthzBindIP=127.0.0.1",
+        "healthzPort=20256",
+        "metricsBindIP=::",
+        "metricsPort=20249",
+        "serviceProxyName=nftproxy",
+    ]
+    env = _env_of(helm.template(values if custom else []))
+    unknown = set(env) - set(ENV.values()) - {"KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT"}
+    assert unknown == set(), "the chart sets variables nftproxy does not read"
+    for var in ENV.values():
+        monkeypatch.delenv(var, raising=False)
+    for var, value in {**env, "NODE_NAME": "node-a"}.items():
+        monkeypatch.setenv(var, value)
+    args = build_parser().parse_args(["run"])
+    settings = settings_from_args(args, config_from_args(args))
+    assert settings.node_name == "node-a"
+    if not custom:
+        assert settings.proxy.cluster_cidrs == settings.proxy.nodeport_addresses == ()
+        assert settings.proxy.masquerade_all is False
+        assert settings.proxy.service_proxy_name is None
+        assert (settings.min_sync_period, settings.sync_period, settings.status_period) == (1, 30, 5)
+        assert (settings.healthz, settings.metrics) == (("0.0.0.0", 10256), ("0.0.0.0", 10249))
+        assert settings.log_level == "info"
+        return
+    assert [str(n) for n in settings.proxy.cluster_cidrs] == ["10.244.0.0/16", "fd00:10:244::/56"]
+    assert [str(n) for n in settings.proxy.nodeport_addresses] == ["192.168.0.0/16"]
+    assert settings.proxy.masquerade_all is True
+    assert settings.proxy.service_proxy_name == "nftproxy"
+    assert (settings.min_sync_period, settings.sync_period, settings.status_period) == (0.5, 60, 10)
+    assert (settings.healthz, settings.metrics) == (("127.0.0.1", 20256), ("::", 20249))
+    assert settings.log_level == "debug"
+
+
 @k8s
 def test_cluster_role_is_least_privilege(helm: Helm) -> None:
     objs = helm.template()

@@ -85,7 +85,7 @@ def test_api_answers_and_stores_objects(control_plane: ControlPlane) -> None:
     assert svc["spec"]["ports"][0]["targetPort"] == 8080
     # The apiserver's own allocator hands out a ClusterIP from the configured range.
     cluster_ip = ipaddress.ip_address(svc["spec"]["clusterIP"])
-    assert cluster_ip in ipaddress.ip_network(SERVICE_CLUSTER_IP_RANGE)
+    assert any(cluster_ip in ipaddress.ip_network(r) for r in SERVICE_CLUSTER_IP_RANGE.split(","))
     kubernetes = json.loads(cp.kubectl("get", "service", "kubernetes", "-o", "json").stdout)
     assert kubernetes["spec"]["clusterIP"] == "10.96.0.1"
 
