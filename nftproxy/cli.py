@@ -61,13 +61,14 @@ def config_from_args(args: argparse.Namespace) -> ProxyConfig:
 
 
 def with_node_ips(config: ProxyConfig, nodes: Sequence[Node]) -> ProxyConfig:
-    """Without --node-ip: the node's primary IP of each family, from its Node object."""
-    if config.node_ips:
-        return config
+    """From this node's Node object: its zone, and without --node-ip its primary IP per family."""
     node = next((n for n in nodes if n.name == config.node_name), None)
     if node is None and len(nodes) == 1 and not config.node_name:
         node = nodes[0]
     if node is None:
+        return config
+    config = replace(config, node_zone=node.zone)
+    if config.node_ips:
         return config
     ips = [ip for version in (4, 6) for ip in [a for a in node.addresses if a.version == version][:1]]
     return replace(config, node_ips=tuple(ips))

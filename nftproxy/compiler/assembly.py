@@ -20,7 +20,7 @@ from nftproxy.model.types import IPNetwork, Skipped
 from nftproxy.nft.objects import Chain, Element, Family, Key, Set, Table
 from nftproxy.nft.transaction import Transaction
 
-Obj = tuple[str, int]  # ("lb", N) or ("nodeport", N)
+Obj = tuple[str, int]  # (kind, N): kinds in skeleton.KINDS
 
 
 @dataclass(frozen=True)
@@ -45,6 +45,7 @@ class Assembly:
             self.masquerade = f"{f.value} saddr != @cluster-cidrs jump mark-for-masquerade"
         else:
             self.masquerade = None
+        self.pods = bool(mine)  # pod sources are known: Local-policy short-circuits apply to them
         self.base_sets = {s.name: s for s in skeleton.base_sets(f)}
         self.base_chains = {c.name: c for c in skeleton.base_chains(f)}
         self.static: dict[str, dict[Key, Element]] = {"cluster-cidrs": {}, "nodeport-ips": {}}
@@ -129,8 +130,7 @@ class Assembly:
 
     @staticmethod
     def _objs(frag: Fragment) -> Iterator[Obj]:
-        yield from (("lb", n) for n in frag.lb_counts)
-        yield from (("nodeport", n) for n in frag.nodeport_counts)
+        yield from frag.objects
 
     # -- reading -------------------------------------------------------------------------
     def skipped(self) -> list[Skipped]:
@@ -138,17 +138,10 @@ class Assembly:
 
     def _object_parts(self, obj: Obj) -> tuple[list[Set], list[Chain]]:
         kind, n = obj
-        f = self.family
-        if kind == "lb":
-            return [skeleton.endpoints_map(f, n)], [
-                skeleton.load_balance_chain(f, n),
-                skeleton.cluster_chain(n, self.masquerade),
-                skeleton.external_chain(n),
-            ]
-        return [skeleton.nodeport_endpoints_map(f, n)], [skeleton.nodeport_chain(f, n)]
+        return skeleton.count_objects(self.family, kind, n, self.masquerade, self.pods)
 
     def comment(self) -> str:
-        return skeleton.layout_comment(self.family, self.masquerade)
+        return skeleton.layout_comment(self.family, self.masquerade, self.pods)
 
     def table(self) -> Table:
         """The whole desired table."""

@@ -10,6 +10,7 @@ from nftproxy.model.types import IPAddress, IPNetwork
 @dataclass(frozen=True)
 class ProxyConfig:
     node_name: str | None = None
+    node_zone: str | None = None  # topology.kubernetes.io/zone of this node (topology hints)
     node_ips: tuple[IPAddress, ...] = ()  # the node's primary IPs (one per family)
     cluster_cidrs: tuple[IPNetwork, ...] = ()  # --cluster-cidr: sources inside are not masqueraded
     nodeport_addresses: tuple[IPNetwork, ...] = ()  # --nodeport-addresses; empty: node_ips

@@ -1,4 +1,5 @@
-"""Which endpoints a Service port uses on this node (kube-proxy's CategorizeEndpoints)."""
+"""Which endpoints a Service port uses on this node: kube-proxy's CategorizeEndpoints, with its
+topology rules (hints for this node / this zone) and terminating-endpoint fallbacks."""
 
 from __future__ import annotations
 
@@ -15,6 +16,13 @@ class Target:
     address: str
     port: int
     endpoint: Endpoint
+
+
+@dataclass(frozen=True)
+class Categorized:
+    cluster: list[Target]  # for traffic under a Cluster policy (topology-filtered)
+    local: list[Target]  # for traffic under a Local policy: this node's endpoints
+    any_usable: bool  # a usable endpoint exists anywhere (no local one -> drop, none -> reject)
 
 
 def targets(port: ServicePort, slices: Iterable[EndpointSlice]) -> list[Target]:
@@ -34,9 +42,41 @@ def targets(port: ServicePort, slices: Iterable[EndpointSlice]) -> list[Target]:
     return [found[k] for k in sorted(found)]
 
 
+def topology_mode(all_targets: list[Target], node: str | None, zone: str | None) -> str:
+    """ "node", "zone" or "" (no filtering), from the ready endpoints' hints, as kube-proxy.
+
+    Hints are used only when every ready endpoint has them and at least one is for us; otherwise
+    they are ignored (all endpoints), so traffic never blackholes on missing or unusable hints.
+    """
+    ready = [t.endpoint for t in all_targets if t.endpoint.ready]
+    if not ready:
+        return ""
+    if all(e.hint_nodes for e in ready) and any(node in (e.hint_nodes or ()) for e in ready):
+        return "node"
+    if all(e.hint_zones for e in ready) and zone and any(zone in (e.hint_zones or ()) for e in ready):
+        return "zone"
+    return ""
+
+
+def _available(e: Endpoint, mode: str, node: str | None, zone: str | None) -> bool:
+    if mode == "node":
+        return node in (e.hint_nodes or ())
+    if mode == "zone":
+        return zone in (e.hint_zones or ())
+    return True
+
+
+def categorize(all_targets: list[Target], node: str | None, zone: str | None) -> Categorized:
+    mode = topology_mode(all_targets, node, zone)
+    cluster = [t for t in all_targets if t.endpoint.ready and _available(t.endpoint, mode, node, zone)]
+    if not cluster:  # none ready anywhere: the serving terminating ones
+        cluster = [t for t in all_targets if t.endpoint.serving and t.endpoint.terminating]
+    mine = [t for t in all_targets if node is not None and t.endpoint.node_name == node]
+    local = [t for t in mine if t.endpoint.ready] or [t for t in mine if t.endpoint.serving and t.endpoint.terminating]
+    any_usable = any(t.endpoint.ready or (t.endpoint.serving and t.endpoint.terminating) for t in all_targets)
+    return Categorized(cluster, local, any_usable)
+
+
 def cluster_endpoints(all_targets: list[Target]) -> list[Target]:
     """Ready endpoints; when none is ready, the serving and terminating ones (kube-proxy's fallback)."""
-    ready = [t for t in all_targets if t.endpoint.ready]
-    if ready:
-        return ready
-    return [t for t in all_targets if t.endpoint.serving and t.endpoint.terminating]
+    return categorize(all_targets, None, None).cluster

@@ -8,13 +8,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from ipaddress import collapse_addresses
 
 from nftproxy.compiler.config import ProxyConfig
-from nftproxy.compiler.endpoints import cluster_endpoints, targets
+from nftproxy.compiler.endpoints import Target, categorize, targets
 from nftproxy.model.types import EndpointSlice, Service
 from nftproxy.nft.objects import Element, Family, Key
 
 REJECT = ("goto reject-chain",)
+DROP = ("drop",)
 
 
 @dataclass(frozen=True)
@@ -22,9 +24,26 @@ class Fragment:
     key: str  # "namespace/name"
     elements: tuple[tuple[str, Element], ...]  # (set name, element)
     claims: tuple[Key, ...]  # Service IP . proto . port and proto . NodePort keys it owns
-    lb_counts: frozenset[int]  # endpoint counts N needing endpoints-N / load-balance-N …
-    nodeport_counts: frozenset[int]  # … and nodeport-endpoints-N / nodeport-N
+    objects: frozenset[tuple[str, int]]  # (kind, N) per-count maps/chains it needs
     endpoints: frozenset[tuple[str, int]]  # endpoint address:port pairs in use
+    local_endpoints: frozenset[str] = frozenset()  # this node's usable endpoint addresses
+    health_check_port: int | None = None  # healthCheckNodePort (LoadBalancer, eTP Local)
+
+
+class _Out:
+    def __init__(self) -> None:
+        self.elements: list[tuple[str, Element]] = []
+        self.objects: set[tuple[str, int]] = set()
+
+    def add(self, set_name: str, key: Key, value: tuple[str, ...] | None = None, comment: str | None = None) -> None:
+        self.elements.append((set_name, Element(key, value, comment)))
+
+    def spread(self, kind: str, map_name: str, key: Key, chosen: list[Target]) -> None:
+        """Slot i of ``key`` in map ``map_name-N`` -> the i-th endpoint; needs object (kind, N)."""
+        n = len(chosen)
+        self.objects.add((kind, n))
+        for slot, t in enumerate(chosen):
+            self.elements.append((f"{map_name}-{n}", Element((*key, str(slot)), (t.address, str(t.port)))))
 
 
 def compile_fragment(
@@ -38,41 +57,91 @@ def compile_fragment(
     cluster_ip = str(cluster_ips[0])
     atype = "IPv4" if version == 4 else "IPv6"
     mine = [s for s in slices if s.address_type == atype]
+    lb_ips = [str(ip) for ip in svc.load_balancer_ips if ip.version == version]
     externals = [str(ip) for ip in dict.fromkeys((*svc.external_ips, *svc.load_balancer_ips)) if ip.version == version]
-    frontends = [(cluster_ip, "cluster")] + [(ip, "external") for ip in externals if ip != cluster_ip]
+    externals = [ip for ip in externals if ip != cluster_ip]
+    ranges = [
+        str(r.network_address) if r.prefixlen == r.max_prefixlen else str(r)
+        for r in collapse_addresses([r for r in svc.load_balancer_source_ranges if r.version == version])  # type: ignore[type-var]
+    ]
+    itp_local = svc.internal_traffic_policy == "Local"
+    etp_local = svc.external_traffic_policy == "Local" and (bool(externals) or svc.type != "ClusterIP")
 
-    out: list[tuple[str, Element]] = [("cluster-ips", Element((cluster_ip,)))]
+    out = _Out()
+    out.add("cluster-ips", (cluster_ip,))
     claims: list[Key] = []
-    lb: set[int] = set()
-    nodeport: set[int] = set()
     used: set[tuple[str, int]] = set()
+    local_addrs: set[str] = set()
     for port in svc.ports:
         proto = port.protocol.lower()
         comment = f"{svc.key}:{port.name}" if port.name else svc.key
-        keys = [(ip, proto, str(port.port)) for ip, _ in frontends]
+        ckey = (cluster_ip, proto, str(port.port))
+        ekeys = [(ip, proto, str(port.port)) for ip in externals]
         np_key = (proto, str(port.node_port)) if port.node_port else None
-        claims += keys
-        if np_key:
-            claims.append(np_key)
-        usable = cluster_endpoints(targets(port, mine))
-        if not usable:
-            out += [("no-endpoint-services", Element(k, REJECT, comment)) for k in keys]
+        claims += [ckey, *ekeys, *([np_key] if np_key else [])]
+        cat = categorize(targets(port, mine), config.node_name, config.node_zone)
+        if not cat.any_usable:
+            for k in (ckey, *ekeys):
+                out.add("no-endpoint-services", k, REJECT, comment)
             if np_key:
-                out.append(("no-endpoint-nodeports", Element(np_key, REJECT, comment)))
+                out.add("no-endpoint-nodeports", np_key, REJECT, comment)
             continue
-        n = len(usable)
-        values = [(t.address, str(t.port)) for t in usable]
-        lb.add(n)
-        for k, (_, kind) in zip(keys, frontends, strict=True):
-            out.append(("service-ips", Element(k, (f"goto {kind}-{n}",), comment)))
-            out += [(f"endpoints-{n}", Element((*k, str(slot)), v)) for slot, v in enumerate(values)]
-        if np_key:
-            nodeport.add(n)
-            out.append(("service-nodeports", Element(np_key, (f"goto nodeport-{n}",), comment)))
-            out += [(f"nodeport-endpoints-{n}", Element((*np_key, str(slot)), v)) for slot, v in enumerate(values)]
-        for t in usable:
+        cluster, local = cat.cluster, cat.local
+        nc, nl = len(cluster), len(local)
+
+        # ClusterIP: internalTrafficPolicy
+        if not itp_local:
+            out.add("service-ips", ckey, (f"goto cluster-{nc}",), comment)
+            out.spread("lb", "endpoints", ckey, cluster)
+        elif local:
+            out.add("service-ips", ckey, (f"goto cluster-local-{nl}",), comment)
+            out.spread("local", "local-endpoints", ckey, local)
+        else:
+            out.add("no-endpoint-services", ckey, DROP, comment)  # endpoints exist, none here
+
+        # externalIPs, LoadBalancer IPs and the NodePort: externalTrafficPolicy
+        for k in ekeys:
+            if not etp_local:
+                out.add("service-ips", k, (f"goto external-{nc}",), comment)
+                out.spread("lb", "endpoints", k, cluster)
+                continue
+            out.add("service-ips", k, (f"goto external-local-{nl}",), comment)
+            out.objects.add(("local", nl))
+            if local:
+                out.spread("local", "local-endpoints", k, local)
+            out.add("local-policy-short-circuit", k, (f"goto load-balance-{nc}",), comment)
+            out.spread("lb", "endpoints", k, cluster)
+        if np_key and not etp_local:
+            out.add("service-nodeports", np_key, (f"goto nodeport-{nc}",), comment)
+            out.spread("nodeport", "nodeport-endpoints", np_key, cluster)
+        elif np_key:
+            out.add("service-nodeports", np_key, (f"goto nodeport-local-{nl}",), comment)
+            out.objects.add(("nodeport-local", nl))
+            if local:
+                out.spread("nodeport-local", "nodeport-local-endpoints", np_key, local)
+            out.add("nodeport-short-circuit", np_key, (f"goto nodeport-load-balance-{nc}",), comment)
+            out.spread("nodeport", "nodeport-endpoints", np_key, cluster)
+
+        # loadBalancerSourceRanges: only listed sources reach the LoadBalancer IPs (not NodePorts)
+        if ranges:
+            for ip in lb_ips:
+                k = (ip, proto, str(port.port))
+                out.add("firewall-ips", k)
+                for r in ranges:
+                    out.add("firewall-allow", (*k, r))
+
+        for t in (*cluster, *local):
             used.add((t.address, t.port))
             # Hairpin (a pod reaching itself) only happens for endpoints on this node.
-            if t.endpoint.node_name in (None, config.node_name) or config.node_name is None:
-                out.append(("hairpin-endpoints", Element((t.address, t.address))))
-    return Fragment(svc.key, tuple(out), tuple(claims), frozenset(lb), frozenset(nodeport), frozenset(used))
+            if config.node_name is None or t.endpoint.node_name in (None, config.node_name):
+                out.add("hairpin-endpoints", (t.address, t.address))
+        local_addrs.update(t.address for t in local)
+    return Fragment(
+        svc.key,
+        tuple(out.elements),
+        tuple(claims),
+        frozenset(out.objects),
+        frozenset(used),
+        frozenset(local_addrs),
+        svc.health_check_node_port if svc.type == "LoadBalancer" and etp_local else None,
+    )

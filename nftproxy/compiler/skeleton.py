@@ -16,6 +16,11 @@ MASQ_MARK = "0x4000"
 
 BASE_CHAINS: tuple[tuple[str, Hook, tuple[str, ...]], ...] = (
     (
+        "filter-prerouting",
+        Hook("filter", "prerouting", -110, "-110: before DNAT (-100), while daddr is still the LoadBalancer IP"),
+        ("jump firewall-check",),
+    ),
+    (
         "filter-input",
         Hook("filter", "input", -110, "-110: ahead of host firewalls (0); rejects NodePorts with no endpoints"),
         ("ct state new jump nodeport-endpoints-check", "ct state new jump service-endpoints-check"),
@@ -28,7 +33,11 @@ BASE_CHAINS: tuple[tuple[str, Hook, tuple[str, ...]], ...] = (
     (
         "filter-output",
         Hook("filter", "output", -110, "-110: before nat-output's DNAT (-100), daddr is still the Service IP"),
-        ("ct state new jump service-endpoints-check", "ct state new jump nodeport-endpoints-check"),
+        (
+            "ct state new jump service-endpoints-check",
+            "ct state new jump nodeport-endpoints-check",
+            "jump firewall-check",
+        ),
     ),
     (
         "nat-prerouting",
@@ -61,6 +70,13 @@ REGULAR_CHAINS: tuple[tuple[str, tuple[str, ...]], ...] = (
         ("fib daddr type local {ip} daddr @nodeport-ips meta l4proto . th dport vmap @no-endpoint-nodeports",),
     ),
     ("cluster-ips-check", ("{ip} daddr @cluster-ips reject",)),
+    (
+        "firewall-check",
+        (
+            "{ip} daddr . meta l4proto . th dport @firewall-ips "
+            "{ip} daddr . meta l4proto . th dport . {ip} saddr != @firewall-allow drop",
+        ),
+    ),
     ("reject-chain", ("reject",)),
     ("mark-for-masquerade", (f"meta mark set meta mark | {MASQ_MARK}",)),
     (
@@ -88,6 +104,25 @@ SETS: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
     ("nodeport-ips", "type {addr}", ("interval",), "addresses NodePorts answer on"),
     ("cluster-cidrs", "type {addr}", ("interval",), "pod CIDRs: sources not masqueraded"),
     ("hairpin-endpoints", "type {addr} . {addr}", (), "endpoint . itself: hairpin traffic is masqueraded"),
+    ("firewall-ips", "type {addr} . inet_proto . inet_service", (), "LoadBalancer IPs with loadBalancerSourceRanges"),
+    (
+        "firewall-allow",
+        "type {addr} . inet_proto . inet_service . {addr}",
+        ("interval",),
+        "LoadBalancer IP . proto . port . allowed source range",
+    ),
+    (
+        "local-policy-short-circuit",
+        "type {addr} . inet_proto . inet_service : verdict",
+        (),
+        "externalTrafficPolicy Local: pod and node traffic goes to all endpoints",
+    ),
+    (
+        "nodeport-short-circuit",
+        "type inet_proto . inet_service : verdict",
+        (),
+        "externalTrafficPolicy Local NodePorts: pod and node traffic goes to all endpoints",
+    ),
 )
 
 
@@ -108,33 +143,43 @@ def base_chains(family: Family) -> list[Chain]:
 # -- per endpoint count N: one map and a few chains, shared by every Service with N endpoints ----
 
 
-def endpoints_map(family: Family, n: int) -> Set:
+def _endpoint_map(family: Family, name: str, key: str, n: int, what: str) -> Set:
     ip = family.value
-    return Set(
-        f"endpoints-{n}",
-        f"typeof {ip} daddr . meta l4proto . th dport . numgen random mod {n} : {ip} daddr . th dport",
-        comment=f"Service IP . proto . port . slot -> one of {n} endpoints",
-    )
+    return Set(f"{name}-{n}", f"typeof {key} . numgen random mod {n} : {ip} daddr . th dport", comment=what)
+
+
+def _dnat(family: Family, key: str, n: int, map_name: str) -> str:
+    ip = family.value
+    return f"meta l4proto {{ tcp, udp, sctp }} dnat {ip} to {key} . numgen random mod {n} map @{map_name}-{n}"
+
+
+def _ip_key(family: Family) -> str:
+    return f"{family.value} daddr . meta l4proto . th dport"
+
+
+NODEPORT_KEY = "meta l4proto . th dport"
+
+
+def endpoints_map(family: Family, n: int) -> Set:
+    return _endpoint_map(family, "endpoints", _ip_key(family), n, f"Service IP . proto . port . slot -> one of {n}")
 
 
 def nodeport_endpoints_map(family: Family, n: int) -> Set:
-    ip = family.value
-    return Set(
-        f"nodeport-endpoints-{n}",
-        f"typeof meta l4proto . th dport . numgen random mod {n} : {ip} daddr . th dport",
-        comment=f"proto . NodePort . slot -> one of {n} endpoints",
+    return _endpoint_map(family, "nodeport-endpoints", NODEPORT_KEY, n, f"proto . NodePort . slot -> one of {n}")
+
+
+def local_endpoints_map(family: Family, n: int) -> Set:
+    return _endpoint_map(family, "local-endpoints", _ip_key(family), n, f"Local policy: one of {n} node-local")
+
+
+def nodeport_local_endpoints_map(family: Family, n: int) -> Set:
+    return _endpoint_map(
+        family, "nodeport-local-endpoints", NODEPORT_KEY, n, f"Local policy NodePort: one of {n} node-local"
     )
 
 
 def load_balance_chain(family: Family, n: int) -> Chain:
-    ip = family.value
-    return Chain(
-        f"load-balance-{n}",
-        (
-            f"meta l4proto {{ tcp, udp, sctp }} dnat {ip} to "
-            f"{ip} daddr . meta l4proto . th dport . numgen random mod {n} map @endpoints-{n}",
-        ),
-    )
+    return Chain(f"load-balance-{n}", (_dnat(family, _ip_key(family), n, "endpoints"),))
 
 
 def cluster_chain(n: int, masquerade: str | None) -> Chain:
@@ -148,31 +193,84 @@ def external_chain(n: int) -> Chain:
     return Chain(f"external-{n}", ("jump mark-for-masquerade", f"goto load-balance-{n}"))
 
 
-def nodeport_chain(family: Family, n: int) -> Chain:
-    ip = family.value
+def nodeport_chain(n: int) -> Chain:
+    return Chain(f"nodeport-{n}", ("jump mark-for-masquerade", f"goto nodeport-load-balance-{n}"))
+
+
+def nodeport_load_balance_chain(family: Family, n: int) -> Chain:
+    return Chain(f"nodeport-load-balance-{n}", (_dnat(family, NODEPORT_KEY, n, "nodeport-endpoints"),))
+
+
+def local_load_balance_chain(family: Family, n: int) -> Chain:
+    return Chain(f"local-load-balance-{n}", (_dnat(family, _ip_key(family), n, "local-endpoints"),))
+
+
+def cluster_local_chain(n: int, masquerade: str | None) -> Chain:
+    """ClusterIP with internalTrafficPolicy Local: this node's endpoints only."""
+    rules = (masquerade,) if masquerade else ()
+    return Chain(f"cluster-local-{n}", (*rules, f"goto local-load-balance-{n}"))
+
+
+def _short_circuits(family: Family, key: str, vmap: str, pods: bool) -> tuple[str, ...]:
+    """externalTrafficPolicy Local as kube-proxy: pod traffic (by --cluster-cidr) and the node's own
+    traffic (masqueraded) skip the policy and go to all endpoints."""
+    rules = (f"{family.value} saddr @cluster-cidrs {key} vmap @{vmap}",) if pods else ()
+    return (*rules, "fib saddr type local jump mark-for-masquerade", f"fib saddr type local {key} vmap @{vmap}")
+
+
+def external_local_chain(family: Family, n: int, pods: bool) -> Chain:
+    """externalIPs / LoadBalancer IPs with externalTrafficPolicy Local: source kept, N local endpoints
+    (none: dropped)."""
+    last = f"goto local-load-balance-{n}" if n else "drop"
     return Chain(
-        f"nodeport-{n}",
-        (
-            "jump mark-for-masquerade",
-            f"meta l4proto {{ tcp, udp, sctp }} dnat {ip} to "
-            f"meta l4proto . th dport . numgen random mod {n} map @nodeport-endpoints-{n}",
-        ),
+        f"external-local-{n}", (*_short_circuits(family, _ip_key(family), "local-policy-short-circuit", pods), last)
     )
 
 
-def layout_comment(family: Family, masquerade: str | None) -> str:
+def nodeport_local_chain(family: Family, n: int, pods: bool) -> Chain:
+    last = f"goto nodeport-local-load-balance-{n}" if n else "drop"
+    return Chain(f"nodeport-local-{n}", (*_short_circuits(family, NODEPORT_KEY, "nodeport-short-circuit", pods), last))
+
+
+def nodeport_local_load_balance_chain(family: Family, n: int) -> Chain:
+    return Chain(f"nodeport-local-load-balance-{n}", (_dnat(family, NODEPORT_KEY, n, "nodeport-local-endpoints"),))
+
+
+def count_objects(
+    family: Family, kind: str, n: int, masquerade: str | None, pods: bool
+) -> tuple[list[Set], list[Chain]]:
+    """The map and chains one (kind, N) pair needs; kinds: lb, nodeport, local, nodeport-local."""
+    f = family
+    if kind == "lb":
+        return [endpoints_map(f, n)], [load_balance_chain(f, n), cluster_chain(n, masquerade), external_chain(n)]
+    if kind == "nodeport":
+        return [nodeport_endpoints_map(f, n)], [nodeport_load_balance_chain(f, n), nodeport_chain(n)]
+    if kind == "local":
+        if n == 0:
+            return [], [external_local_chain(f, 0, pods)]
+        return [local_endpoints_map(f, n)], [
+            local_load_balance_chain(f, n),
+            cluster_local_chain(n, masquerade),
+            external_local_chain(f, n, pods),
+        ]
+    if n == 0:
+        return [], [nodeport_local_chain(f, 0, pods)]
+    return [nodeport_local_endpoints_map(f, n)], [
+        nodeport_local_load_balance_chain(f, n),
+        nodeport_local_chain(f, n, pods),
+    ]
+
+
+KINDS = ("lb", "nodeport", "local", "nodeport-local")
+
+
+def layout_comment(family: Family, masquerade: str | None, pods: bool) -> str:
     """The table comment: layout version and a digest of every rule template this config yields.
 
     Same comment means same rules for every chain name, so a restarted proxy can adopt the table.
     """
-    chains = [
-        *base_chains(family),
-        load_balance_chain(family, 1),
-        cluster_chain(1, masquerade),
-        external_chain(1),
-        nodeport_chain(family, 1),
-    ]
-    sets = [*base_sets(family), endpoints_map(family, 1), nodeport_endpoints_map(family, 1)]
-    text = repr((chains, sets))
+    sizes = {"lb": (1,), "nodeport": (1,), "local": (0, 1), "nodeport-local": (0, 1)}
+    parts = [count_objects(family, kind, n, masquerade, pods) for kind in KINDS for n in sizes[kind]]
+    text = repr((base_chains(family), base_sets(family), parts))
     digest = hashlib.sha256(text.encode()).hexdigest()[:12]
     return f"nftproxy layout {LAYOUT} rules {digest}: managed by nftproxy, do not edit"

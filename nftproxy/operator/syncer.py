@@ -158,10 +158,11 @@ class Syncer:
     def _apply_node(self, node: Node) -> None:
         from dataclasses import replace  # noqa: PLC0415
 
-        if self.settings.node_ips_from_flags:
-            return
-        ips = tuple(ip for version in (4, 6) for ip in [a for a in node.addresses if a.version == version][:1])
-        self.dp.set_config(replace(self.dp.config, node_ips=ips))
+        config = replace(self.dp.config, node_zone=node.zone)
+        if not self.settings.node_ips_from_flags:
+            ips = tuple(ip for version in (4, 6) for ip in [a for a in node.addresses if a.version == version][:1])
+            config = replace(config, node_ips=ips)
+        self.dp.set_config(config)
 
     # -- the loop ---------------------------------------------------------------------------
     async def run(self) -> None:

@@ -93,8 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tcp", type=int, action="append", default=[], metavar="PORT")
     parser.add_argument("--udp", type=int, action="append", default=[], metavar="PORT")
     parser.add_argument("--no-ipv6", action="store_true", help="listen on IPv4 only")
-    parser.add_argument("--parent-pid", type=int, default=None,
-                        help="exit when this process (the lab) is gone")
+    parser.add_argument("--parent-pid", type=int, default=None, help="exit when this process (the lab) is gone")
     args = parser.parse_args(argv)
 
     families = [socket.AF_INET] if args.no_ipv6 else [socket.AF_INET, socket.AF_INET6]

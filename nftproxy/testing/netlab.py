@@ -162,8 +162,7 @@ class ProbeResult:
             return None if v is None else str(v)
 
         port = data.get("port")
-        return cls(pod=s("pod"), peer=s("peer"), error=s("error"),
-                   port=port if isinstance(port, int) else None)
+        return cls(pod=s("pod"), peer=s("peer"), error=s("error"), port=port if isinstance(port, int) else None)
 
 
 NetnsRef = str | Host
@@ -176,9 +175,7 @@ def _ns(netns: NetnsRef) -> str:
 def _run(
     argv: list[str], *, input: str | None = None, timeout: float = 30.0, check: bool = True
 ) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run(
-        argv, input=input, capture_output=True, text=True, timeout=timeout, check=False
-    )
+    proc = subprocess.run(argv, input=input, capture_output=True, text=True, timeout=timeout, check=False)
     if check and proc.returncode != 0:
         cmd = " ".join(argv)
         detail = (proc.stderr or proc.stdout).strip()
@@ -220,8 +217,7 @@ def _kill_netns_processes(namespaces: Iterable[str]) -> None:
 def _delete_netns(namespaces: list[str]) -> None:
     if not namespaces:
         return
-    _run(["ip", "-force", "-batch", "-"], input="".join(f"netns del {n}\n" for n in namespaces),
-         check=False)
+    _run(["ip", "-force", "-batch", "-"], input="".join(f"netns del {n}\n" for n in namespaces), check=False)
     existing = set(list_netns())
     for n in namespaces:
         if n in existing:
@@ -319,17 +315,13 @@ class NetLab:
         self._lan_indexes: set[int] = set()
         self._logs: dict[int, str] = {}
         self.tmpdir = tempfile.mkdtemp(prefix=f"{self.prefix}-")
-        self._finalizer = weakref.finalize(
-            self, _teardown, self._procs, self._namespaces, self.tmpdir
-        )
+        self._finalizer = weakref.finalize(self, _teardown, self._procs, self._namespaces, self.tmpdir)
         try:
             self.lan = self._add_netns("lan")
-            self._sysctl(self.lan, {"net.ipv6.conf.all.disable_ipv6": "1",
-                                    "net.ipv6.conf.default.disable_ipv6": "1"})
-            self._ip(self.lan,
-                     "link set lo up",
-                     "link add br0 type bridge mcast_snooping 0 stp_state 0",
-                     "link set br0 up")
+            self._sysctl(self.lan, {"net.ipv6.conf.all.disable_ipv6": "1", "net.ipv6.conf.default.disable_ipv6": "1"})
+            self._ip(
+                self.lan, "link set lo up", "link add br0 type bridge mcast_snooping 0 stp_state 0", "link set br0 up"
+            )
         except BaseException:
             self.close()
             raise
@@ -370,8 +362,7 @@ class NetLab:
         input: str | None = None,
     ) -> subprocess.CompletedProcess[str]:
         """Run ``argv`` inside ``netns`` (a name or a Node/Pod/Client), capturing text output."""
-        return _run(["ip", "netns", "exec", _ns(netns), *argv],
-                    input=input, timeout=timeout, check=check)
+        return _run(["ip", "netns", "exec", _ns(netns), *argv], input=input, timeout=timeout, check=check)
 
     def popen(
         self,
@@ -410,8 +401,7 @@ class NetLab:
         source: str | None = None,
     ) -> list[ProbeResult]:
         """``count`` fresh connections from ``netns`` to host:port, in one subprocess."""
-        argv = [*PY, str(PROBE_SCRIPT), "--proto", proto, "--count", str(count),
-                "--timeout", str(timeout)]
+        argv = [*PY, str(PROBE_SCRIPT), "--proto", proto, "--count", str(count), "--timeout", str(timeout)]
         if source:
             argv += ["--source", source]
         argv += ["--", host, str(port)]
@@ -443,11 +433,14 @@ class NetLab:
             gateway4=f"10.244.{index}.1",
             gateway6=f"fd00:10:244:{index}::1",
         )
-        self._sysctl(netns, {
-            "net.ipv4.ip_forward": "1",
-            "net.ipv6.conf.all.forwarding": "1",  # also sets default.forwarding
-            **_SYSCTL_HOST,
-        })
+        self._sysctl(
+            netns,
+            {
+                "net.ipv4.ip_forward": "1",
+                "net.ipv6.conf.all.forwarding": "1",  # also sets default.forwarding
+                **_SYSCTL_HOST,
+            },
+        )
         self._attach_to_lan(netns, index)
         lines = [
             f"route add {SERVICE4} dev eth0",
@@ -460,9 +453,11 @@ class NetLab:
             ]
         self._ip(netns, *lines)
         for other in self.nodes.values():
-            self._ip(other.netns,
-                     f"route add {node.pod_cidr4} via {node.ipv4} dev eth0",
-                     f"route add {node.pod_cidr6} via {node.ipv6} dev eth0")
+            self._ip(
+                other.netns,
+                f"route add {node.pod_cidr4} via {node.ipv4} dev eth0",
+                f"route add {node.pod_cidr6} via {node.ipv6} dev eth0",
+            )
         self.nodes[name] = node
         self._pod_index[name] = iter(range(2, 255))
         return node
@@ -501,21 +496,23 @@ class NetLab:
             udp=udp,
         )
         veth = pod.host_iface
-        self._ip(node.netns,
-                 f"link add {veth} type veth peer name eth0 netns {netns}",
-                 f"link set {veth} up",
-                 f"addr add {node.gateway4}/32 dev {veth}",
-                 f"addr add {node.gateway6}/128 dev {veth} nodad")
-        self._ip(netns,
-                 "link set lo up",
-                 "link set eth0 up",
-                 f"addr add {pod.ipv4}/32 dev eth0",
-                 f"addr add {pod.ipv6}/128 dev eth0 nodad",
-                 f"route add default via {node.gateway4} dev eth0 onlink",
-                 f"route add ::/0 via {node.gateway6} dev eth0 onlink")
-        self._ip(node.netns,
-                 f"route add {pod.ipv4}/32 dev {veth}",
-                 f"route add {pod.ipv6}/128 dev {veth}")
+        self._ip(
+            node.netns,
+            f"link add {veth} type veth peer name eth0 netns {netns}",
+            f"link set {veth} up",
+            f"addr add {node.gateway4}/32 dev {veth}",
+            f"addr add {node.gateway6}/128 dev {veth} nodad",
+        )
+        self._ip(
+            netns,
+            "link set lo up",
+            "link set eth0 up",
+            f"addr add {pod.ipv4}/32 dev eth0",
+            f"addr add {pod.ipv6}/128 dev eth0 nodad",
+            f"route add default via {node.gateway4} dev eth0 onlink",
+            f"route add ::/0 via {node.gateway6} dev eth0 onlink",
+        )
+        self._ip(node.netns, f"route add {pod.ipv4}/32 dev {veth}", f"route add {pod.ipv6}/128 dev {veth}")
         self._wait_ready(proc, name, ready_timeout)
         self.pods[name] = pod
         return pod
@@ -577,9 +574,9 @@ class NetLab:
         )
         self._sysctl(netns, _SYSCTL_HOST)
         self._attach_to_lan(netns, index)
-        self._ip(netns,
-                 f"route add {EXTERNAL4} via {via.ipv4} dev eth0",
-                 f"route add {EXTERNAL6} via {via.ipv6} dev eth0")
+        self._ip(
+            netns, f"route add {EXTERNAL4} via {via.ipv4} dev eth0", f"route add {EXTERNAL6} via {via.ipv6} dev eth0"
+        )
         self.clients[name] = client
         return client
 
@@ -608,20 +605,23 @@ class NetLab:
         _run(["ip", "-n", netns, "-batch", "-"], input="".join(f"{ln}\n" for ln in lines))
 
     def _sysctl(self, netns: str, values: Mapping[str, str]) -> None:
-        _run(["ip", "netns", "exec", netns, "sysctl", "-q", "-w",
-              *(f"{k}={v}" for k, v in values.items())])
+        _run(["ip", "netns", "exec", netns, "sysctl", "-q", "-w", *(f"{k}={v}" for k, v in values.items())])
 
     def _attach_to_lan(self, netns: str, index: int) -> None:
         """veth p<index> (on the lan bridge) <-> eth0 in ``netns`` with the lan addresses."""
-        self._ip(self.lan,
-                 f"link add p{index} type veth peer name eth0 netns {netns}",
-                 f"link set p{index} master br0",
-                 f"link set p{index} up")
-        self._ip(netns,
-                 "link set lo up",
-                 "link set eth0 up",
-                 f"addr add 198.18.0.{index}/24 dev eth0",
-                 f"addr add fd00:198:18::{index}/64 dev eth0 nodad")
+        self._ip(
+            self.lan,
+            f"link add p{index} type veth peer name eth0 netns {netns}",
+            f"link set p{index} master br0",
+            f"link set p{index} up",
+        )
+        self._ip(
+            netns,
+            "link set lo up",
+            "link set eth0 up",
+            f"addr add 198.18.0.{index}/24 dev eth0",
+            f"addr add fd00:198:18::{index}/64 dev eth0 nodad",
+        )
 
     def _wait_ready(self, proc: subprocess.Popen[bytes], name: str, timeout: float) -> None:
         assert proc.stdout is not None

@@ -40,9 +40,7 @@ def _classify(exc: BaseException) -> str:
 Result = dict[str, object]
 
 
-def _result(
-    pod: object = None, peer: object = None, error: str | None = None, port: object = None
-) -> Result:
+def _result(pod: object = None, peer: object = None, error: str | None = None, port: object = None) -> Result:
     return {"pod": pod, "peer": peer, "error": error, "port": port}
 
 
@@ -125,8 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("host")
     parser.add_argument("port", type=int)
     args = parser.parse_args(argv)
-    results = probe(args.proto, args.host, args.port,
-                    count=args.count, timeout=args.timeout, source=args.source)
+    results = probe(args.proto, args.host, args.port, count=args.count, timeout=args.timeout, source=args.source)
     json.dump(results, sys.stdout)
     sys.stdout.write("\n")
     return 0

@@ -1,0 +1,190 @@
+"""Traffic policies, topology and source ranges with real packets across two nodes.
+
+node1 (zone-a) runs pods a1, a2; node2 (zone-b) runs pods b1, b2. Both nodes `nftproxy apply`
+the same objects (each with its own --node-name). Clients ext (198.18.0.100) and ext2
+(198.18.0.101) sit on the node network; LoadBalancer IPs are routed to node1.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+
+from nftproxy.testing.netlab import Client, NetLab, Node, Pod, cleanup_stale
+from tests import k8sobjects as k
+
+pytestmark = pytest.mark.netns
+
+HTTP = [k.port(8080, "http")]
+
+
+@dataclass
+class Two:
+    lab: NetLab
+    node1: Node
+    node2: Node
+    a1: Pod
+    a2: Pod
+    b1: Pod
+    b2: Pod
+    ext: Client
+    ext2: Client
+
+    def pods(self, src: Node | Pod | Client, dest: str, port: int, count: int = 20) -> set[str]:
+        return {r.pod or str(r.error) for r in self.lab.probe(src, "tcp", dest, port, count=count, timeout=0.7)}
+
+    def peers(self, src: Node | Pod | Client, dest: str, port: int, count: int = 10) -> set[str | None]:
+        return {r.peer for r in self.lab.probe(src, "tcp", dest, port, count=count, timeout=0.7)}
+
+
+def node_obj(name: str, ip: str, zone: str) -> k.Obj:
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": {"topology.kubernetes.io/zone": zone}},
+        "status": {"addresses": [{"type": "InternalIP", "address": ip}]},
+    }
+
+
+def ep(p: Pod, **hints: list[str]) -> k.Obj:
+    e = k.endpoint(p.ipv4, node=p.node.name)
+    if hints:
+        e["hints"] = {key: [{"name": v} for v in vals] for key, vals in hints.items()}
+    return e
+
+
+def objects(t: Two) -> list[k.Obj]:
+    a1, a2, b1, b2 = t.a1, t.a2, t.b1, t.b2
+    return [
+        node_obj("node1", t.node1.ipv4, "zone-a"),
+        node_obj("node2", t.node2.ipv4, "zone-b"),
+        # eTP Local LoadBalancer with endpoints on both nodes
+        k.service(
+            "lb-local",
+            ["10.96.3.10"],
+            [k.port(80, "http", node_port=30310)],
+            type="LoadBalancer",
+            lb_ips=["198.19.3.10"],
+            externalTrafficPolicy="Local",
+            healthCheckNodePort=32310,
+        ),
+        k.endpoint_slice("lb-local-1", "lb-local", [ep(a1), ep(b1), ep(b2)], HTTP),
+        # eTP Local with endpoints on node2 only
+        k.service(
+            "remote",
+            ["10.96.3.11"],
+            [k.port(80, "http", node_port=30311)],
+            type="NodePort",
+            externalTrafficPolicy="Local",
+        ),
+        k.endpoint_slice("remote-1", "remote", [ep(b1)], HTTP),
+        # iTP Local: one Service with endpoints on both nodes, one with node2 only
+        k.service("itp", ["10.96.3.12"], [k.port(80, "http")], internalTrafficPolicy="Local"),
+        k.endpoint_slice("itp-1", "itp", [ep(a1), ep(a2), ep(b1)], HTTP),
+        k.service("itp-remote", ["10.96.3.13"], [k.port(80, "http")], internalTrafficPolicy="Local"),
+        k.endpoint_slice("itp-remote-1", "itp-remote", [ep(b1)], HTTP),
+        # topology: zone hints; and hints missing on one endpoint -> ignored
+        k.service("close", ["10.96.3.14"], [k.port(80, "http")], trafficDistribution="PreferClose"),
+        k.endpoint_slice(
+            "close-1",
+            "close",
+            [ep(a1, forZones=["zone-a"]), ep(b1, forZones=["zone-b"]), ep(b2, forZones=["zone-b"])],
+            HTTP,
+        ),
+        k.service("partial", ["10.96.3.15"], [k.port(80, "http")], trafficDistribution="PreferClose"),
+        k.endpoint_slice("partial-1", "partial", [ep(a1, forZones=["zone-a"]), ep(b1)], HTTP),
+        # PreferSameNode: node hints
+        k.service("samenode", ["10.96.3.16"], [k.port(80, "http")], trafficDistribution="PreferSameNode"),
+        k.endpoint_slice(
+            "samenode-1",
+            "samenode",
+            [
+                ep(a1, forNodes=["node1"], forZones=["zone-a"]),
+                ep(a2, forNodes=["node1"], forZones=["zone-a"]),
+                ep(b1, forNodes=["node2"], forZones=["zone-b"]),
+            ],
+            HTTP,
+        ),  # fmt: skip
+        # loadBalancerSourceRanges: only ext (198.18.0.100) may reach the LoadBalancer IP
+        k.service(
+            "fw",
+            ["10.96.3.17"],
+            [k.port(80, "http", node_port=30317)],
+            type="LoadBalancer",
+            lb_ips=["198.19.3.17"],
+            loadBalancerSourceRanges=["198.18.0.100/32", "192.0.2.0/24"],
+        ),
+        k.endpoint_slice("fw-1", "fw", [ep(a1)], HTTP),
+    ]
+
+
+@pytest.fixture(scope="module")
+def two(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Two]:
+    cleanup_stale()
+    with NetLab() as lab:
+        n1, n2 = lab.add_node("node1", 1), lab.add_node("node2", 2)
+        a1, a2 = (lab.add_pod(n1, n, tcp=(8080,), udp=()) for n in ("a1", "a2"))
+        b1, b2 = (lab.add_pod(n2, n, tcp=(8080,), udp=()) for n in ("b1", "b2"))
+        t = Two(lab, n1, n2, a1, a2, b1, b2, lab.add_client("ext", 100, via=n1), lab.add_client("ext2", 101, via=n1))
+        manifest = k.write(tmp_path_factory.mktemp("policies") / "objects.yaml", objects(t))
+        for node in (n1, n2):
+            r = lab.exec(
+                node,
+                sys.executable, "-m", "nftproxy", "apply", "-f", str(manifest), "--node-name", node.name,
+                "--cluster-cidr", "10.244.0.0/16",
+                check=False,
+            )  # fmt: skip
+            assert r.returncode == 0, r.stderr
+        yield t
+
+
+def test_etp_local_external_traffic_goes_to_local_endpoints_with_client_source(two: Two) -> None:
+    assert two.pods(two.ext, "198.19.3.10", 80) == {"a1"}  # LB IP routed to node1: its one local endpoint
+    assert two.peers(two.ext, "198.19.3.10", 80) == {two.ext.ipv4}  # client source kept
+    assert two.pods(two.ext, two.node1.ipv4, 30310) == {"a1"}
+    assert two.pods(two.ext, two.node2.ipv4, 30310) == {"b1", "b2"}
+    assert two.peers(two.ext, two.node2.ipv4, 30310) == {two.ext.ipv4}
+
+
+def test_etp_local_without_local_endpoints_drops(two: Two) -> None:
+    assert two.pods(two.ext, two.node1.ipv4, 30311, count=2) == {"timeout"}  # dropped, not rejected
+    assert two.pods(two.ext, two.node2.ipv4, 30311, count=3) == {"b1"}
+
+
+def test_etp_local_pod_and_node_traffic_short_circuits_to_all_endpoints(two: Two) -> None:
+    assert two.pods(two.a2, "198.19.3.10", 80, count=40) == {"a1", "b1", "b2"}
+    assert two.pods(two.a2, two.node1.ipv4, 30311, count=5) == {"b1"}  # no local endpoint, pod traffic still served
+    assert two.pods(two.node1, two.node1.ipv4, 30311, count=5) == {"b1"}  # node's own traffic too
+
+
+def test_cluster_ip_of_etp_local_service_uses_all_endpoints(two: Two) -> None:
+    assert two.pods(two.a2, "10.96.3.10", 80, count=40) == {"a1", "b1", "b2"}
+
+
+def test_itp_local(two: Two) -> None:
+    assert two.pods(two.a2, "10.96.3.12", 80, count=30) == {"a1", "a2"}
+    assert two.pods(two.b2, "10.96.3.12", 80, count=10) == {"b1"}
+    # endpoints exist, none on node1: dropped (kube-proxy), not rejected
+    assert two.pods(two.a1, "10.96.3.13", 80, count=2) == {"timeout"}
+    assert two.pods(two.b2, "10.96.3.13", 80, count=3) == {"b1"}
+
+
+def test_topology_zone_hints(two: Two) -> None:
+    assert two.pods(two.a2, "10.96.3.14", 80, count=20) == {"a1"}  # zone-a
+    assert two.pods(two.b2, "10.96.3.14", 80, count=30) == {"b1", "b2"}  # zone-b
+    # one endpoint without hints: hints are ignored, all endpoints used
+    assert two.pods(two.a2, "10.96.3.15", 80, count=30) == {"a1", "b1"}
+
+
+def test_topology_same_node_hints(two: Two) -> None:
+    assert two.pods(two.b2, "10.96.3.16", 80, count=10) == {"b1"}
+    assert two.pods(two.a1, "10.96.3.16", 80, count=30) == {"a1", "a2"}
+
+
+def test_load_balancer_source_ranges(two: Two) -> None:
+    assert two.pods(two.ext, "198.19.3.17", 80, count=3) == {"a1"}  # allowed source
+    assert two.pods(two.ext2, "198.19.3.17", 80, count=2) == {"timeout"}  # not in the ranges: dropped
+    assert two.pods(two.ext2, two.node1.ipv4, 30317, count=3) == {"a1"}  # NodePorts are not filtered (upstream)
