@@ -97,6 +97,7 @@ class Syncer:
         self._queue(("svc", key), value)
 
     def slice_changed(self, key: str, obj: Mapping[str, Any] | None) -> None:
+        log.debug("slice event %s", key)
         value = None if obj is None else parse_endpoint_slice(obj)
         self.metrics.endpoint_changes.inc()
         self._queue(("slice", key), value)
