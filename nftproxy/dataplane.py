@@ -129,6 +129,18 @@ class Dataplane:
         self._flush()
         return [a.table() for a in self.assemblies.values()]
 
+    def health_checks(self) -> dict[int, tuple[str, int]]:
+        """healthCheckNodePort -> (Service, endpoints on this node), for eTP Local LoadBalancers."""
+        self._flush()
+        out: dict[int, tuple[str, set[str]]] = {}
+        for a in self.assemblies.values():
+            for frag in a.fragments.values():
+                if frag.health_check_port:
+                    key, addrs = out.setdefault(frag.health_check_port, (frag.key, set()))
+                    if key == frag.key:
+                        addrs.update(frag.local_endpoints)
+        return {port: (key, len(addrs)) for port, (key, addrs) in out.items()}
+
     def stats(self) -> tuple[int, int, list[Skipped]]:
         """(Services programmed, endpoints programmed, objects skipped with reasons)."""
         self._flush()

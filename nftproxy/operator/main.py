@@ -15,7 +15,7 @@ from nftproxy.operator import handlers, health, kube
 from nftproxy.operator.metrics import Metrics
 from nftproxy.operator.settings import Settings
 from nftproxy.operator.status import StatusWriter
-from nftproxy.operator.syncer import Syncer
+from nftproxy.operator.syncer import Status, Syncer
 
 log = logging.getLogger("nftproxy")
 
@@ -51,6 +51,15 @@ async def _main(settings: Settings, backend: KernelBackend) -> None:
     if settings.metrics:
         sock = health.listening_socket(*settings.metrics, settings.netns)
         runners.append(await health.serve(health.metrics_app(metrics), sock))
+    hc = health.HealthCheckServers(settings.netns, settings.node_name)
+
+    async def health_checks(status: Status) -> None:
+        try:
+            await hc.update(status.health_checks)
+        except OSError as e:  # a port taken by something else: the proxy goes on
+            logging.getLogger("nftproxy.health").warning("healthCheckNodePort: %s", e)
+
+    syncer.on_synced.append(health_checks)
     tasks = [asyncio.create_task(syncer.run(), name="syncer"), asyncio.create_task(writer.run(), name="status")]
     log.info(
         "nftproxy %s on node %s%s",
@@ -68,3 +77,4 @@ async def _main(settings: Settings, backend: KernelBackend) -> None:
                 await t
         for r in runners:
             await r.cleanup()
+        await hc.close()

@@ -13,7 +13,7 @@ import asyncio
 import hashlib
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -49,6 +49,7 @@ class Status:
     skipped: list[Skipped] = field(default_factory=list)
     checksum: str = ""
     in_sync: bool = False
+    health_checks: dict[int, tuple[str, int]] = field(default_factory=dict)  # port -> (Service, local eps)
     generation: int = 0  # bumped whenever anything above changes
 
 
@@ -86,6 +87,7 @@ class Syncer:
         self.loaded = asyncio.Event()  # initial lists complete
         self.wake = asyncio.Event()
         self.changed = asyncio.Event()  # status changed (for the ProxyStatus writer)
+        self.on_synced: list[Callable[[Status], Awaitable[None]]] = []  # e.g. health-check servers
         self.full_due = True
         self.last_start = 0.0
         self.last_full = 0.0
@@ -223,7 +225,7 @@ class Syncer:
         s.syncs += 1
         s.last_error = ""
         s.in_sync = not self.pending
-        s.services, s.endpoints, skipped = stats
+        s.services, s.endpoints, skipped, s.health_checks = stats
         s.skipped = sorted({str(x): x for x in (*self.bad.values(), *skipped)}.values(), key=str)
         self.metrics.services.set(s.services)
         self.metrics.endpoints.set(s.endpoints)
@@ -232,18 +234,22 @@ class Syncer:
             s.checksum = digest
         s.generation += 1
         self.changed.set()
+        for hook in self.on_synced:
+            await hook(s)
         self.metrics.sync_duration.observe(result.seconds)
         (self.metrics.full_sync_duration if result.full else self.metrics.partial_sync_duration).observe(result.seconds)
         self.metrics.last_sync.set(now)
         log.debug("synced (%s): %d ops, %d element changes", s.last_kind, result.operations, result.element_changes)
         return result
 
-    def _job(self, full: bool) -> tuple[SyncResult, tuple[int, int, list[Skipped]], str | None]:
+    def _job(
+        self, full: bool
+    ) -> tuple[SyncResult, tuple[int, int, list[Skipped], dict[int, tuple[str, int]]], str | None]:
         """Runs in a worker thread while the event loop only queues new changes."""
         if full:
             self.dp.forget()
         result = self.dp.sync()
-        stats = self.dp.stats()
+        stats = (*self.dp.stats(), self.dp.health_checks())
         digest = checksum(self.dp.tables()) if full else None
         return result, stats, digest
 

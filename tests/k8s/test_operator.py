@@ -234,3 +234,45 @@ def _rules(listing: str) -> list[str]:
 def test_log_has_no_tracebacks(env: Env) -> None:
     assert "Traceback" not in env.cl.proxy_log(env.node)
 
+
+def test_health_check_node_port_reports_local_endpoints(env: Env) -> None:
+    ns = env.cl.namespace("hc")
+    svc = k.service(
+        "lb",
+        ["10.96.1.90"],
+        [k.port(80, "http", node_port=30190)],
+        namespace=ns,
+        type="LoadBalancer",
+        lb_ips=["198.19.1.90"],
+        externalTrafficPolicy="Local",
+        healthCheckNodePort=32190,
+    )
+    env.cl.apply(svc, slice_for("lb", ns, env.pods[:2]))
+    # a cloud controller would publish the LoadBalancer IP in the status subresource
+    status = json.dumps({"status": svc["status"]})
+    env.cl.cp.kubectl("patch", "service", "lb", "-n", ns, "--subresource=status", "--type=merge", "-p", status)
+    eventually(lambda: env.probe(env.ext, "198.19.1.90", 80, 6) == {"p0", "p1"}, what="LB IP served locally")
+    assert {r.peer for r in env.cl.lab.probe(env.ext, "tcp", "198.19.1.90", 80, count=4)} == {env.ext.ipv4}
+
+    def answer() -> tuple[int, dict[str, object]] | None:
+        try:
+            code, body = env.cl.http_get(env.node, 32190, "/healthz")
+        except Exception:
+            return None
+        return code, json.loads(body)
+
+    code, body = eventually(lambda: (a := answer()) and a[0] == 200 and a, what="health check 200")  # type: ignore[arg-type,return-value]
+    assert body == {"service": {"namespace": ns, "name": "lb"}, "localEndpoints": 2, "serviceProxyHealthy": True}
+    # the endpoints move to another node: this node has none -> 503 (the LB stops sending here)
+    other = k.endpoint_slice(
+        "lb-abc",
+        "lb",
+        [k.endpoint(p.ipv4, node="elsewhere") for p in env.pods[:2]],
+        [k.port(8080, "http")],
+        namespace=ns,
+    )
+    env.cl.apply(other)
+    code, body = eventually(lambda: (a := answer()) and a[0] == 503 and a, what="health check 503")  # type: ignore[arg-type,return-value]
+    assert body["localEndpoints"] == 0
+    # and external traffic to the LoadBalancer IP is dropped here (no local endpoint)
+    assert env.probe(env.ext, "198.19.1.90", 80, 2) == {"timeout"}
