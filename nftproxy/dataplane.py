@@ -169,6 +169,8 @@ class Dataplane:
             self.in_sync = False
             raise
         for a in self.assemblies.values():
+            if not full and a.stale_udp:
+                self.backend.clear_udp_conntrack(a.family, a.stale_udp)
             a.commit()
         self.in_sync = True
         return SyncResult(

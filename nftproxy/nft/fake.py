@@ -33,6 +33,7 @@ class FakeBackend:
         self.tables: dict[tuple[Family, str], _Table] = {}
         self.transactions: list[Transaction] = []
         self.fail_next: str | None = None  # inject a kernel error into the next apply
+        self.conntrack_cleared: list[tuple[Family, str, str, str]] = []
 
     def apply(self, *txs: Transaction) -> None:
         if self.fail_next:
@@ -61,6 +62,9 @@ class FakeBackend:
 
     def delete(self, family: Family, table: str) -> bool:
         return self.tables.pop((family, table), None) is not None
+
+    def clear_udp_conntrack(self, family: Family, entries: list[tuple[str, str, str]]) -> None:
+        self.conntrack_cleared.extend((family, *e) for e in entries)
 
     def rules(self, family: Family, table: str, chain: str) -> list[str]:
         return list(self.tables[(family, table)].rules[chain])

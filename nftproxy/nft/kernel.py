@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -27,6 +28,9 @@ class Backend(Protocol):
     def read(self, family: Family, table: str) -> Table | None: ...
 
     def delete(self, family: Family, table: str) -> bool: ...
+
+    def clear_udp_conntrack(self, family: Family, entries: list[tuple[str, str, str]]) -> None:
+        """Delete UDP conntrack entries DNATed from frontend (IP or "" for a NodePort) . port to an endpoint."""
 
 
 class KernelBackend:
@@ -104,6 +108,19 @@ class KernelBackend:
         terse = self.run(f"list table {family.value} {table}", terse=True)
         m = _TABLE_COMMENT.search(terse)
         return table_from_json(json.loads(out), family, table, m.group(1) if m else "")
+
+    def clear_udp_conntrack(self, family: Family, entries: list[tuple[str, str, str]]) -> None:
+        def go(_: Any) -> None:  # in the worker thread, so the child runs in its network namespace
+            for ip, port, endpoint in entries:
+                argv = ["conntrack", "-D", "-f", "ipv6" if family is Family.IP6 else "ipv4", "-p", "udp"]
+                argv += ["--orig-port-dst", port, "--reply-src", endpoint]
+                if ip:
+                    argv += ["--orig-dst", ip]
+                # exit 1 just means "no entry matched"
+                subprocess.run(argv, capture_output=True, check=False, timeout=10)
+
+        if entries:
+            self._call(go)
 
     def delete(self, family: Family, table: str) -> bool:
         try:

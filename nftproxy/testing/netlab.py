@@ -399,11 +399,14 @@ class NetLab:
         count: int = 1,
         timeout: float = 1.0,
         source: str | None = None,
+        source_port: int = 0,
     ) -> list[ProbeResult]:
         """``count`` fresh connections from ``netns`` to host:port, in one subprocess."""
         argv = [*PY, str(PROBE_SCRIPT), "--proto", proto, "--count", str(count), "--timeout", str(timeout)]
         if source:
             argv += ["--source", source]
+        if source_port:
+            argv += ["--source-port", str(source_port)]
         argv += ["--", host, str(port)]
         out = self.exec(netns, *argv, timeout=count * timeout + 30.0).stdout
         return [ProbeResult.from_json(r) for r in json.loads(out)]

@@ -63,6 +63,7 @@ def attempt(
     port: int,
     timeout: float,
     source: str | None = None,
+    source_port: int = 0,
 ) -> Result:
     """One connection attempt with a fresh socket."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -80,8 +81,10 @@ def attempt(
     with sock:
         try:
             sock.settimeout(timeout)
-            if source:
-                sock.bind((source, 0))
+            if source or source_port:
+                if source_port:
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                sock.bind((source or ("::" if family == socket.AF_INET6 else "0.0.0.0"), source_port))
             sock.connect((host, port))
             if proto == "udp":
                 sock.send(b"probe\n")
@@ -110,8 +113,9 @@ def probe(
     count: int = 1,
     timeout: float = 1.0,
     source: str | None = None,
+    source_port: int = 0,
 ) -> list[Result]:
-    return [attempt(proto, host, port, timeout, source) for _ in range(count)]
+    return [attempt(proto, host, port, timeout, source, source_port) for _ in range(count)]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -120,10 +124,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--count", type=int, default=1)
     parser.add_argument("--timeout", type=float, default=1.0)
     parser.add_argument("--source", default=None, help="bind to this local address")
+    parser.add_argument("--source-port", type=int, default=0, help="bind to this port (same UDP flow each time)")
     parser.add_argument("host")
     parser.add_argument("port", type=int)
     args = parser.parse_args(argv)
-    results = probe(args.proto, args.host, args.port, count=args.count, timeout=args.timeout, source=args.source)
+    results = probe(
+        args.proto, args.host, args.port, count=args.count, timeout=args.timeout, source=args.source,
+        source_port=args.source_port,
+    )  # fmt: skip
     json.dump(results, sys.stdout)
     sys.stdout.write("\n")
     return 0

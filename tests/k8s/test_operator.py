@@ -11,7 +11,8 @@ import re
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 from dataclasses import dataclass
 
 import pytest
@@ -254,14 +255,17 @@ def test_health_check_node_port_reports_local_endpoints(env: Env) -> None:
     eventually(lambda: env.probe(env.ext, "198.19.1.90", 80, 6) == {"p0", "p1"}, what="LB IP served locally")
     assert {r.peer for r in env.cl.lab.probe(env.ext, "tcp", "198.19.1.90", 80, count=4)} == {env.ext.ipv4}
 
-    def answer() -> tuple[int, dict[str, object]] | None:
-        try:
-            code, body = env.cl.http_get(env.node, 32190, "/healthz")
-        except Exception:
-            return None
-        return code, json.loads(body)
+    def answering(want: int) -> Callable[[], dict[str, Any] | None]:
+        def check() -> dict[str, Any] | None:
+            try:
+                code, body = env.cl.http_get(env.node, 32190, "/healthz")
+            except Exception:
+                return None
+            return dict(json.loads(body)) if code == want else None
 
-    code, body = eventually(lambda: (a := answer()) and a[0] == 200 and a, what="health check 200")  # type: ignore[arg-type,return-value]
+        return check
+
+    body = eventually(answering(200), what="health check 200")
     assert body == {"service": {"namespace": ns, "name": "lb"}, "localEndpoints": 2, "serviceProxyHealthy": True}
     # the endpoints move to another node: this node has none -> 503 (the LB stops sending here)
     other = k.endpoint_slice(
@@ -272,7 +276,7 @@ def test_health_check_node_port_reports_local_endpoints(env: Env) -> None:
         namespace=ns,
     )
     env.cl.apply(other)
-    code, body = eventually(lambda: (a := answer()) and a[0] == 503 and a, what="health check 503")  # type: ignore[arg-type,return-value]
+    body = eventually(answering(503), what="health check 503")
     assert body["localEndpoints"] == 0
     # and external traffic to the LoadBalancer IP is dropped here (no local endpoint)
     assert env.probe(env.ext, "198.19.1.90", 80, 2) == {"timeout"}
