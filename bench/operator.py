@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from nftproxy.nft.kernel import KernelBackend
+from nftproxy.nft.objects import Family
 from nftproxy.operator import kube
 from nftproxy.testing.controlplane import ControlPlane
 
@@ -105,7 +106,8 @@ class Node:
 
     def start(self, min_sync: str) -> float:
         """Start `nftproxy run`; return seconds until its first table is in the kernel."""
-        self.nft.delete(*_table())
+        for family in Family:
+            self.nft.delete(family, "nftproxy")
         t0 = time.perf_counter()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "nftproxy", "run", "--node-name", "bench-node", "--kubeconfig",
@@ -114,7 +116,7 @@ class Node:
              "--status-period", "10s", "--log-level", os.environ.get("NFTPROXY_BENCH_LOG", "warning")],
             stdout=self.log.open("ab"), stderr=subprocess.STDOUT,
         )  # fmt: skip
-        while "nftproxy" not in self.nft.run("list tables"):  # the first sync is one transaction
+        while "table ip nftproxy" not in self.nft.run("list tables"):  # the first sync is one transaction
             if self.proc.poll() is not None:
                 raise RuntimeError(f"nftproxy exited: {self.log.read_text()[-2000:]}")
             time.sleep(0.01)
@@ -152,12 +154,6 @@ class Node:
         self.monitor.terminate()
         self.nft.close()
         subprocess.run(["ip", "netns", "del", self.netns], check=False)
-
-
-def _table() -> tuple[Any, str]:
-    from nftproxy.nft.objects import Family  # noqa: PLC0415
-
-    return Family.IP, "nftproxy"
 
 
 def latency(api: Any, node: Node, index: int, rounds: int) -> list[float]:

@@ -12,8 +12,8 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 

@@ -107,7 +107,7 @@ def objects(t: Two) -> list[k.Obj]:
                 ep(b1, forNodes=["node2"], forZones=["zone-b"]),
             ],
             HTTP,
-        ),  # fmt: skip
+        ),
         # loadBalancerSourceRanges: only ext (198.18.0.100) may reach the LoadBalancer IP
         k.service(
             "fw",

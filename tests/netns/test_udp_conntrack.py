@@ -12,6 +12,7 @@ import pytest
 from nftproxy.compiler import ProxyConfig
 from nftproxy.dataplane import Dataplane
 from nftproxy.model.types import Endpoint, EndpointPort, EndpointSlice, Service, ServicePort
+from nftproxy.nft.fake import FakeBackend
 from nftproxy.nft.kernel import KernelBackend
 from nftproxy.nft.objects import Family
 from nftproxy.testing.netlab import Client, NetLab, Node, Pod, cleanup_stale
@@ -75,8 +76,6 @@ def test_udp_client_moves_when_its_endpoint_is_removed(lab: Lab, clear: bool) ->
 
 
 def test_stale_entries_are_computed_per_frontend() -> None:
-    from nftproxy.nft.fake import FakeBackend
-
     fake = FakeBackend()
     dp = Dataplane(fake, ProxyConfig(node_name="n"))
     two = EndpointSlice(
