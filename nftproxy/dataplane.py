@@ -10,12 +10,14 @@ to the whole desired table (full).
 from __future__ import annotations
 
 import gc
+import logging
 import time
 from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from nftproxy.compiler import skeleton
 from nftproxy.compiler.assembly import Assembly
 from nftproxy.compiler.build import orphan_slices, summarize
 from nftproxy.compiler.config import ProxyConfig
@@ -25,6 +27,8 @@ from nftproxy.nft.diff import plan
 from nftproxy.nft.kernel import Backend
 from nftproxy.nft.objects import Family, Table
 from nftproxy.nft.transaction import Transaction
+
+log = logging.getLogger("nftproxy.dataplane")
 
 
 @contextmanager
@@ -169,8 +173,10 @@ class Dataplane:
             self.in_sync = False
             raise
         for a in self.assemblies.values():
-            if not full and a.stale_udp:
-                self.backend.clear_udp_conntrack(a.family, a.stale_udp)
+            if not full:
+                if a.stale_udp:
+                    self.backend.clear_udp_conntrack(a.family, a.stale_udp)
+                self._release_affinity(a)
             a.commit()
         self.in_sync = True
         return SyncResult(
@@ -179,6 +185,30 @@ class Dataplane:
             element_changes=sum(tx.element_changes() for tx in txs),
             seconds=time.perf_counter() - start,
         )
+
+    def _release_affinity(self, a: Assembly) -> None:
+        """Clients stuck (sessionAffinity) to an endpoint that went away are released. Best effort,
+        after the commit: entries also expire by themselves."""
+        lost = {
+            (ip, proto, port, ep, ep_port)
+            for ip, proto, port, ep, ep_port in a.lost
+            if a.affinity_frontend(ip, proto, port)
+        }
+        if not lost:
+            return
+        try:
+            entries = self.backend.read_elements(a.family, self.config.table, skeleton.AFFINITY)
+            stale = [
+                key
+                for key, el in entries.items()
+                if el.value and ((key[1], key[2], key[3], *el.value) in lost or ("", key[2], key[3], *el.value) in lost)
+            ]
+            if stale:
+                tx = Transaction(a.family, self.config.table)
+                tx.delete_elements(skeleton.AFFINITY, stale)
+                self.backend.apply(tx)
+        except Exception as e:  # an entry expired meanwhile: it is gone anyway
+            log.debug("releasing affinity entries: %s", e)
 
     def cleanup(self) -> list[Family]:
         """Remove nftproxy's own tables (and nothing else)."""

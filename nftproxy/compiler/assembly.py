@@ -67,7 +67,7 @@ class Assembly:
         # Changes since the last commit: the value / existence each had when last committed.
         self.touched: dict[tuple[str, Key], Element | None] = {}
         self.touched_objects: dict[Obj, bool] = {}
-        self.stale_udp: list[tuple[str, str, str]] = []  # set by delta(), see _stale_udp
+        self.lost: list[tuple[str, str, str, str, str]] = []  # set by delta(), see _lost_endpoints
 
     # -- updating ------------------------------------------------------------------------
     def put(self, key: str, fragment: Fragment | None) -> None:
@@ -184,7 +184,7 @@ class Assembly:
                 deletes.setdefault(set_name, []).append(key)
             if now is not None:
                 adds.setdefault(set_name, []).append(now)
-        self.stale_udp = self._stale_udp()
+        self.lost = self._lost_endpoints()
         for set_name, keys in deletes.items():
             tx.delete_elements(set_name, keys)
         for set_name, els in adds.items():
@@ -199,29 +199,36 @@ class Assembly:
                 tx.delete_chain(c.name)
         return tx
 
-    def _stale_udp(self) -> list[tuple[str, str, str]]:
-        """UDP endpoints that a frontend stops using in this delta: (frontend IP or "", port, endpoint).
-
-        UDP "connections" are conntrack entries that keep their DNAT: unless deleted, a client
-        sending from the same port keeps talking to a removed endpoint (kube-proxy clears them).
-        Every slot of a frontend whose endpoint count changes is touched, so touched old values
-        minus touched new values are exactly the endpoints it lost.
-        """
-        old: dict[tuple[str, str], set[str]] = {}
-        new: dict[tuple[str, str], set[str]] = {}
+    def _lost_endpoints(self) -> list[tuple[str, str, str, str, str]]:
+        """Endpoints a frontend stops using in this delta: (frontend IP or "" for a NodePort, proto,
+        port, endpoint IP, endpoint port). Every slot of a frontend whose endpoint count changes is
+        touched, so touched old values minus touched new values are exactly what it lost."""
+        old: dict[tuple[str, str, str], set[tuple[str, str]]] = {}
+        new: dict[tuple[str, str, str], set[tuple[str, str]]] = {}
         for (set_name, key), before in self.touched.items():
-            if set_name.startswith(("endpoints-", "local-endpoints-")) and key[1] == "udp":
-                frontend = (key[0], key[2])
-            elif set_name.startswith(("nodeport-endpoints-", "nodeport-local-endpoints-")) and key[0] == "udp":
-                frontend = ("", key[1])
+            if set_name.startswith(("endpoints-", "local-endpoints-")):
+                frontend = (key[0], key[1], key[2])
+            elif set_name.startswith(("nodeport-endpoints-", "nodeport-local-endpoints-")):
+                frontend = ("", key[0], key[1])
             else:
                 continue
             now = self.values.get((set_name, key))
             if before is not None and before.value:
-                old.setdefault(frontend, set()).add(before.value[0])
+                old.setdefault(frontend, set()).add((before.value[0], before.value[1]))
             if now is not None and now.value:
-                new.setdefault(frontend, set()).add(now.value[0])
-        return sorted((ip, port, ep) for (ip, port), eps in old.items() for ep in eps - new.get((ip, port), set()))
+                new.setdefault(frontend, set()).add((now.value[0], now.value[1]))
+        return sorted((*f, *ep) for f, eps in old.items() for ep in eps - new.get(f, set()))
+
+    @property
+    def stale_udp(self) -> list[tuple[str, str, str]]:
+        """UDP "connections" are conntrack entries that keep their DNAT: unless deleted, a client
+        sending from the same port keeps talking to a removed endpoint (kube-proxy clears them)."""
+        return [(ip, port, ep) for ip, proto, port, ep, _ in self.lost if proto == "udp"]
+
+    def affinity_frontend(self, ip: str, proto: str, port: str) -> bool:
+        """Does (or did, before this delta) this frontend have sessionAffinity ClientIP?"""
+        key = ("affinity-nodeports", (proto, port)) if not ip else ("affinity-services", (ip, proto, port))
+        return key in self.values or self.touched.get(key) is not None
 
     def commit(self) -> None:
         """The kernel now holds this state (after a successful delta or full sync)."""

@@ -122,6 +122,15 @@ def compile_fragment(
             out.add("nodeport-short-circuit", np_key, (f"goto nodeport-load-balance-{nc}",), comment)
             out.spread("nodeport", "nodeport-endpoints", np_key, cluster)
 
+        # sessionAffinity ClientIP: record which endpoint each client got, for the Service's timeout
+        if svc.session_affinity_timeout:
+            record = (f"goto affinity-record-{svc.session_affinity_timeout}",)
+            out.objects.add(("affinity", svc.session_affinity_timeout))
+            for k in (ckey, *ekeys):
+                out.add("affinity-services", k, record, comment)
+            if np_key:
+                out.add("affinity-nodeports", np_key, record, comment)
+
         # loadBalancerSourceRanges: only listed sources reach the LoadBalancer IPs (not NodePorts)
         if ranges:
             for ip in lb_ips:

@@ -52,7 +52,7 @@ BASE_CHAINS: tuple[tuple[str, Hook, tuple[str, ...]], ...] = (
     (
         "nat-postrouting",
         Hook("nat", "postrouting", 100, "100 (srcnat): masquerade once routing chose the way out"),
-        ("jump masquerading",),
+        ("jump affinity-record", "jump masquerading"),
     ),
 )
 
@@ -78,6 +78,17 @@ REGULAR_CHAINS: tuple[tuple[str, tuple[str, ...]], ...] = (
         ),
     ),
     ("reject-chain", ("reject",)),
+    (
+        "affinity-record",  # ClientIP affinity: remember client -> endpoint, per the Service's timeout
+        tuple(
+            f"meta l4proto {proto} ct status dnat {key} vmap @{vmap}"
+            for vmap, key in (
+                ("affinity-services", "ct original {ip} daddr . meta l4proto . ct original proto-dst"),
+                ("affinity-nodeports", "ct original {ip} daddr @nodeport-ips meta l4proto . ct original proto-dst"),
+            )
+            for proto in ("tcp", "udp", "sctp")
+        ),
+    ),
     ("mark-for-masquerade", (f"meta mark set meta mark | {MASQ_MARK}",)),
     (
         "masquerading",
@@ -112,6 +123,13 @@ SETS: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
         "LoadBalancer IP . proto . port . allowed source range",
     ),
     (
+        "affinity-services",
+        "type {addr} . inet_proto . inet_service : verdict",
+        (),
+        "sessionAffinity ClientIP frontends -> the recording chain of their timeout",
+    ),
+    ("affinity-nodeports", "type inet_proto . inet_service : verdict", (), "sessionAffinity ClientIP NodePorts"),
+    (
         "local-policy-short-circuit",
         "type {addr} . inet_proto . inet_service : verdict",
         (),
@@ -126,12 +144,31 @@ SETS: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
 )
 
 
+AFFINITY = "affinity"
+
+
+def affinity_map(family: Family) -> Set:
+    """client . frontend . proto . port -> endpoint, written by the packet path (never diffed)."""
+    a = family.addr_type
+    return Set(
+        AFFINITY,
+        f"type {a} . {a} . inet_proto . inet_service : {a} . inet_service",
+        ("dynamic", "timeout"),
+        timeout="3h",
+        comment="sessionAffinity ClientIP: client . Service IP . proto . port -> endpoint",
+        dynamic=True,
+    )
+
+
 def fill(text: str, family: Family) -> str:
     return text.format(ip=family.value, addr=family.addr_type)
 
 
 def base_sets(family: Family) -> list[Set]:
-    return [Set(name, fill(spec, family), flags, comment=comment) for name, spec, flags, comment in SETS]
+    return [
+        *(Set(name, fill(spec, family), flags, comment=comment) for name, spec, flags, comment in SETS),
+        affinity_map(family),
+    ]
 
 
 def base_chains(family: Family) -> list[Chain]:
@@ -178,8 +215,15 @@ def nodeport_local_endpoints_map(family: Family, n: int) -> Set:
     )
 
 
+def _sticky(family: Family) -> str:
+    """A client with a live affinity entry goes back to its endpoint (no entry: no match, go on)."""
+    ip = family.value
+    key = f"{ip} saddr . {ip} daddr . meta l4proto . th dport"
+    return f"meta l4proto {{ tcp, udp, sctp }} dnat {ip} to {key} map @{AFFINITY}"
+
+
 def load_balance_chain(family: Family, n: int) -> Chain:
-    return Chain(f"load-balance-{n}", (_dnat(family, _ip_key(family), n, "endpoints"),))
+    return Chain(f"load-balance-{n}", (_sticky(family), _dnat(family, _ip_key(family), n, "endpoints")))
 
 
 def cluster_chain(n: int, masquerade: str | None) -> Chain:
@@ -198,11 +242,11 @@ def nodeport_chain(n: int) -> Chain:
 
 
 def nodeport_load_balance_chain(family: Family, n: int) -> Chain:
-    return Chain(f"nodeport-load-balance-{n}", (_dnat(family, NODEPORT_KEY, n, "nodeport-endpoints"),))
+    return Chain(f"nodeport-load-balance-{n}", (_sticky(family), _dnat(family, NODEPORT_KEY, n, "nodeport-endpoints")))
 
 
 def local_load_balance_chain(family: Family, n: int) -> Chain:
-    return Chain(f"local-load-balance-{n}", (_dnat(family, _ip_key(family), n, "local-endpoints"),))
+    return Chain(f"local-load-balance-{n}", (_sticky(family), _dnat(family, _ip_key(family), n, "local-endpoints")))
 
 
 def cluster_local_chain(n: int, masquerade: str | None) -> Chain:
@@ -233,14 +277,33 @@ def nodeport_local_chain(family: Family, n: int, pods: bool) -> Chain:
 
 
 def nodeport_local_load_balance_chain(family: Family, n: int) -> Chain:
-    return Chain(f"nodeport-local-load-balance-{n}", (_dnat(family, NODEPORT_KEY, n, "nodeport-local-endpoints"),))
+    return Chain(
+        f"nodeport-local-load-balance-{n}",
+        (_sticky(family), _dnat(family, NODEPORT_KEY, n, "nodeport-local-endpoints")),
+    )
+
+
+def affinity_record_chain(family: Family, timeout: int) -> Chain:
+    """Record client -> endpoint for ``timeout`` seconds (refreshed by every packet of the flow)."""
+    ip = family.value
+    return Chain(
+        f"affinity-record-{timeout}",
+        tuple(
+            f"meta l4proto {proto} update @{AFFINITY} {{ {ip} saddr . ct original {ip} daddr . meta l4proto . "
+            f"ct original proto-dst timeout {timeout}s : {ip} daddr . {proto} dport }}"
+            for proto in ("tcp", "udp", "sctp")
+        ),
+    )
 
 
 def count_objects(
     family: Family, kind: str, n: int, masquerade: str | None, pods: bool
 ) -> tuple[list[Set], list[Chain]]:
-    """The map and chains one (kind, N) pair needs; kinds: lb, nodeport, local, nodeport-local."""
+    """The map and chains one (kind, N) pair needs; kinds: lb, nodeport, local, nodeport-local, and
+    affinity (N: the timeout in seconds)."""
     f = family
+    if kind == "affinity":
+        return [], [affinity_record_chain(f, n)]
     if kind == "lb":
         return [endpoints_map(f, n)], [load_balance_chain(f, n), cluster_chain(n, masquerade), external_chain(n)]
     if kind == "nodeport":
@@ -261,7 +324,7 @@ def count_objects(
     ]
 
 
-KINDS = ("lb", "nodeport", "local", "nodeport-local")
+KINDS = ("lb", "nodeport", "local", "nodeport-local", "affinity")
 
 
 def layout_comment(family: Family, masquerade: str | None, pods: bool) -> str:
@@ -269,7 +332,7 @@ def layout_comment(family: Family, masquerade: str | None, pods: bool) -> str:
 
     Same comment means same rules for every chain name, so a restarted proxy can adopt the table.
     """
-    sizes = {"lb": (1,), "nodeport": (1,), "local": (0, 1), "nodeport-local": (0, 1)}
+    sizes = {"lb": (1,), "nodeport": (1,), "local": (0, 1), "nodeport-local": (0, 1), "affinity": (1,)}
     parts = [count_objects(family, kind, n, masquerade, pods) for kind in KINDS for n in sizes[kind]]
     text = repr((base_chains(family), base_sets(family), parts))
     digest = hashlib.sha256(text.encode()).hexdigest()[:12]

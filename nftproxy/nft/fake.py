@@ -63,6 +63,9 @@ class FakeBackend:
     def delete(self, family: Family, table: str) -> bool:
         return self.tables.pop((family, table), None) is not None
 
+    def read_elements(self, family: Family, table: str, set_name: str) -> dict[Key, Element]:
+        return dict(self.tables[(family, table)].elements[set_name])
+
     def clear_udp_conntrack(self, family: Family, entries: list[tuple[str, str, str]]) -> None:
         self.conntrack_cleared.extend((family, *e) for e in entries)
 

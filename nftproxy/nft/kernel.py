@@ -29,6 +29,9 @@ class Backend(Protocol):
 
     def delete(self, family: Family, table: str) -> bool: ...
 
+    def read_elements(self, family: Family, table: str, set_name: str) -> dict[Key, Element]:
+        """One set's or map's elements (for dynamic ones, written by the packet path)."""
+
     def clear_udp_conntrack(self, family: Family, entries: list[tuple[str, str, str]]) -> None:
         """Delete UDP conntrack entries DNATed from frontend (IP or "" for a NodePort) . port to an endpoint."""
 
@@ -108,6 +111,19 @@ class KernelBackend:
         terse = self.run(f"list table {family.value} {table}", terse=True)
         m = _TABLE_COMMENT.search(terse)
         return table_from_json(json.loads(out), family, table, m.group(1) if m else "")
+
+    def read_elements(self, family: Family, table: str, set_name: str) -> dict[Key, Element]:
+        try:
+            out = self.run(f"list map {family.value} {table} {set_name}", json_output=True)
+        except NftError:
+            out = self.run(f"list set {family.value} {table} {set_name}", json_output=True)
+        doc = json.loads(out)
+        for item in doc.get("nftables", []):
+            obj = item.get("map") or item.get("set")
+            if obj:
+                is_map = "map" in item
+                return {e.key: e for e in (_element(raw, is_map) for raw in obj.get("elem", []))}
+        return {}
 
     def clear_udp_conntrack(self, family: Family, entries: list[tuple[str, str, str]]) -> None:
         def go(_: Any) -> None:  # in the worker thread, so the child runs in its network namespace
