@@ -43,9 +43,9 @@ def fresh_netns() -> Iterator[str]:
         subprocess.run(["ip", "netns", "del", name], check=False)
 
 
-def full_sync(services: int, endpoints: int, nodeports: int) -> dict[str, float]:
+def full_sync(services: int, endpoints: int, nodeports: int, mix: bool = False) -> dict[str, float]:
     """Compile + commit of the whole table into an empty namespace (what a first start does)."""
-    svcs, slices = cluster(services, endpoints, nodeports=nodeports)
+    svcs, slices = cluster(services, endpoints, nodeports=nodeports, mix=mix)
     with fresh_netns() as ns:
         backend = KernelBackend(ns)
         backend.run("list tables")  # open the netlink socket outside the timing
@@ -97,8 +97,8 @@ def classic_load(services: int, endpoints: int) -> float:
 def one(kind: str, services: int, endpoints: int, repeat: int) -> dict[str, Any]:
     """Run one measurement in this process and report it with this process's peak RSS."""
     out: dict[str, Any] = {"kind": kind, "services": services, "endpoints": endpoints}
-    if kind == "full":
-        runs = [full_sync(services, endpoints, nodeports=services // 5) for _ in range(repeat)]
+    if kind in ("full", "mix"):
+        runs = [full_sync(services, endpoints, nodeports=services // 5, mix=kind == "mix") for _ in range(repeat)]
         out["total"] = statistics.median(r["total"] for r in runs)
         out["compile"] = statistics.median(r["compile"] for r in runs)
     elif kind == "incremental":
@@ -115,6 +115,10 @@ def run_child(kind: str, services: int, endpoints: int, repeat: int) -> dict[str
     cmd = [sys.executable, "-m", "bench.dataplane", "--one", kind, str(services), str(endpoints), str(repeat)]
     res = subprocess.run(cmd, capture_output=True, text=True, check=True)
     return dict(json.loads(res.stdout.strip().splitlines()[-1]))
+
+
+def row(label: str, n: int, r: dict[str, Any]) -> None:
+    print(f"{label:<34}{n:>9}{r['compile']:>11.3f}{r['total']:>10.3f}{r['peak_rss_mb']:>13.0f}", flush=True)
 
 
 def main() -> int:
@@ -134,7 +138,11 @@ def main() -> int:
     for n in sizes:
         r = run_child("full", n, 10, repeat if n < 30000 else max(1, repeat - 1))
         full[n] = r["total"]
-        print(f"{'nftproxy full sync':<34}{n:>9}{r['compile']:>11.3f}{r['total']:>10.3f}{r['peak_rss_mb']:>13.0f}")
+        row("nftproxy full sync", n, r)
+    mix_n = 3000 if args.quick else 10000
+    r = run_child("mix", mix_n, 10, repeat)
+    mix_total = r["total"]
+    row("nftproxy full sync, policy mix (*)", mix_n, r)
     classic: dict[int, float] = {}
     for n in [1000, 3000]:
         r = run_child("classic", n, 10, 1)
@@ -146,7 +154,10 @@ def main() -> int:
         f"\nincremental: one Service's endpoint replaced at {inc_n} Services: "
         f"median {r['median'] * 1000:.1f} ms, p99 {r['p99'] * 1000:.1f} ms (50 rounds)"
     )
+    print("(*) 10% sessionAffinity ClientIP, 10% externalTrafficPolicy Local LoadBalancers, 5% with source ranges")
     print("\nratios (same run):")
+    if mix_n in full:
+        print(f"  policy mix / plain at {mix_n} Services: {mix_total / full[mix_n]:.2f}x")
     for n, seconds in classic.items():
         if n not in full:
             full[n] = run_child("full", n, 10, repeat)["total"]

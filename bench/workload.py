@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ipaddress import IPv4Address
+from ipaddress import IPv4Address, ip_network
 
 from nftproxy.model.types import Endpoint, EndpointPort, EndpointSlice, Service, ServicePort
 
@@ -10,13 +10,25 @@ SERVICE_BASE = int(IPv4Address("10.96.0.0"))
 POD_BASE = int(IPv4Address("10.128.0.0"))
 
 
-def service(i: int, node_port: bool = False) -> Service:
+def service(i: int, node_port: bool = False, mix: bool = False) -> Service:
+    """With ``mix``: 10% sessionAffinity, 10% externalTrafficPolicy Local LoadBalancers, 5% of
+    them with loadBalancerSourceRanges (the mix of the traffic-policy benchmark)."""
+    affinity = mix and i % 10 == 1
+    local_lb = mix and i % 10 == 2
+    ranges = mix and i % 20 == 2
     return Service(
         namespace=f"ns{i % 100}",
         name=f"svc-{i}",
-        type="NodePort" if node_port else "ClusterIP",
+        type="LoadBalancer" if local_lb else "NodePort" if node_port else "ClusterIP",
         cluster_ips=(IPv4Address(SERVICE_BASE + 1 + i),),
-        ports=(ServicePort("http", "TCP", 80, 30000 + i % 2768 if node_port else None),),
+        ports=(ServicePort("http", "TCP", 80, 30000 + i % 2768 if node_port or local_lb else None),),
+        load_balancer_ips=(IPv4Address(int(IPv4Address("198.19.0.0")) + i),) if local_lb else (),
+        external_traffic_policy="Local" if local_lb else "Cluster",
+        session_affinity_timeout=10800 if affinity else None,
+        load_balancer_source_ranges=(ip_network("198.18.0.0/24"), ip_network(f"203.0.{i % 256}.0/24"))
+        if ranges
+        else (),
+        health_check_node_port=32000 + i % 700 if local_lb else None,
     )
 
 
@@ -42,7 +54,9 @@ def endpoint_slice(i: int, endpoints: int, generation: int = 0) -> EndpointSlice
     )
 
 
-def cluster(services: int, endpoints: int, nodeports: int = 0) -> tuple[list[Service], list[EndpointSlice]]:
-    svcs = [service(i, node_port=i < nodeports) for i in range(services)]
+def cluster(
+    services: int, endpoints: int, nodeports: int = 0, mix: bool = False
+) -> tuple[list[Service], list[EndpointSlice]]:
+    svcs = [service(i, node_port=i < nodeports, mix=mix) for i in range(services)]
     slices = [endpoint_slice(i, endpoints) for i in range(services)]
     return svcs, slices

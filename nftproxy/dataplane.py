@@ -153,6 +153,18 @@ class Dataplane:
         return n_svc, n_eps, orphans + skipped
 
     # -- syncing -------------------------------------------------------------------------
+    def verify(self) -> bool:
+        """Cheap check, right after a sync, that the kernel still has our table as we left it (its
+        chains: listing them fetches no set elements). On a mismatch, forget: the next sync is a
+        full one (which reads the kernel's table back and repairs it)."""
+        if not self.in_sync:
+            return False
+        for a in self.assemblies.values():
+            if self.backend.chain_names(a.family, self.config.table) != a.chain_names():
+                self.forget()
+                return False
+        return True
+
     def forget(self) -> None:
         """Distrust what we think the kernel holds: the next sync is a full one."""
         self.in_sync = False

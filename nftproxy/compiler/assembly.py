@@ -141,6 +141,13 @@ class Assembly:
         kind, n = obj
         return skeleton.count_objects(self.family, kind, n, self.masquerade, self.pods)
 
+    def chain_names(self) -> set[str]:
+        """The chains of the table (base and per-count), without building the whole table."""
+        names = set(self.base_chains)
+        for obj in self.objects:
+            names.update(c.name for c in self._object_parts(obj)[1])
+        return names
+
     def comment(self) -> str:
         return skeleton.layout_comment(self.family, self.masquerade, self.pods)
 

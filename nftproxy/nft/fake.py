@@ -63,6 +63,10 @@ class FakeBackend:
     def delete(self, family: Family, table: str) -> bool:
         return self.tables.pop((family, table), None) is not None
 
+    def chain_names(self, family: Family, table: str) -> set[str] | None:
+        t = self.tables.get((family, table))
+        return set(t.chains) if t else None
+
     def read_elements(self, family: Family, table: str, set_name: str) -> dict[Key, Element]:
         return dict(self.tables[(family, table)].elements[set_name])
 

@@ -16,6 +16,8 @@ from nftproxy.nft.transaction import Transaction
 
 T = TypeVar("T")
 
+BULK = 256 * 1024  # scripts larger than this (thousands of elements) go through an `nft` child
+
 
 class NftError(Exception):
     """The kernel (or nft's parser) refused a transaction; nothing of it was applied."""
@@ -28,6 +30,9 @@ class Backend(Protocol):
     def read(self, family: Family, table: str) -> Table | None: ...
 
     def delete(self, family: Family, table: str) -> bool: ...
+
+    def chain_names(self, family: Family, table: str) -> set[str] | None:
+        """The table's chain names (cheap: no set elements are fetched); None if it is absent."""
 
     def read_elements(self, family: Family, table: str, set_name: str) -> dict[Key, Element]:
         """One set's or map's elements (for dynamic ones, written by the packet path)."""
@@ -97,12 +102,27 @@ class KernelBackend:
 
     def apply(self, *txs: Transaction) -> None:
         script = "".join(tx.render() for tx in txs)
-        if script:
+        if len(script) > BULK:
+            self._child(["-f", "-"], script)
+        elif script:
             self.run(script)
+
+    def _child(self, args: list[str], stdin: str | None = None) -> str:
+        """Run libnftables in a short-lived `nft` child (started from the worker thread, so in its
+        network namespace): a bulk transaction's parse needs ~3 KB per element, which a child
+        returns to the system when it exits instead of keeping it in this process."""
+
+        def go(_: Any) -> str:
+            r = subprocess.run(["nft", *args], input=stdin, capture_output=True, text=True, check=False)
+            if r.returncode != 0:
+                raise NftError(_first_error(r.stderr))
+            return r.stdout
+
+        return self._call(go)
 
     def read(self, family: Family, table: str) -> Table | None:
         try:
-            out = self.run(f"list table {family.value} {table}", json_output=True)
+            out = self._child(["-j", "list", "table", family.value, table])
         except NftError as e:
             if "No such file or directory" in str(e):
                 return None
@@ -111,6 +131,15 @@ class KernelBackend:
         terse = self.run(f"list table {family.value} {table}", terse=True)
         m = _TABLE_COMMENT.search(terse)
         return table_from_json(json.loads(out), family, table, m.group(1) if m else "")
+
+    def chain_names(self, family: Family, table: str) -> set[str] | None:
+        doc = json.loads(self.run(f"list chains {family.value}", json_output=True))
+        names = {
+            item["chain"]["name"]
+            for item in doc.get("nftables", [])
+            if "chain" in item and item["chain"].get("table") == table
+        }
+        return names or None
 
     def read_elements(self, family: Family, table: str, set_name: str) -> dict[Key, Element]:
         try:
@@ -150,12 +179,12 @@ class KernelBackend:
 
 def _first_error(err: str) -> str:
     lines = [ln for ln in str(err).splitlines() if ln.strip()]
-    for ln in lines:
-        if ln.startswith("Error:"):
+    for i, ln in enumerate(lines):
+        if "Error:" in ln:
             # nft prints the offending statement on the next line: keep it, shortened.
-            i = lines.index(ln)
+            msg = ln[ln.index("Error:") :]
             where = lines[i + 1].strip() if i + 1 < len(lines) else ""
-            return f"{ln} [{where[:160]}]" if where else ln
+            return f"{msg} [{where[:160]}]" if where else msg
     return lines[0] if lines else "nft failed"
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,9 +67,11 @@ async def initial_load(ctx: Context) -> None:
             "initial list failed (%s); retrying", rs.outcome and rs.outcome.exception()
         ),
     )
+    started = time.monotonic()
     async for attempt in retrying:
         with attempt:
             services, slices, node = await fetch()
+    listed = time.monotonic()
     if node is None:
         log.warning("Node %s not found: NodePorts wait for it", ctx.settings.node_name)
     else:
@@ -78,7 +81,13 @@ async def initial_load(ctx: Context) -> None:
         ctx.syncer.service_changed(_key(s), s)
     for s in slices:
         ctx.syncer.slice_changed(_key(s), s)
-    log.info("initial lists: %d Services, %d EndpointSlices", len(services), len(slices))
+    log.info(
+        "initial lists: %d Services, %d EndpointSlices (listed in %.1fs, parsed in %.1fs)",
+        len(services),
+        len(slices),
+        listed - started,
+        time.monotonic() - listed,
+    )
     ctx.syncer.mark_loaded()
 
 

@@ -2,8 +2,8 @@
 
 Event handlers only call ``*_changed`` (cheap: parse and queue) and wake the syncer. The syncer
 waits until the initial lists are loaded, then syncs at most once per ``min_sync_period``,
-does a full resync (compare with the kernel's table, repairing any drift) every
-``sync_period``, and retries failures with exponential backoff. Compile and commit run in a
+checks the kernel's table every ``sync_period`` (and compares every element with it hourly,
+repairing any drift), and retries failures with exponential backoff. Compile and commit run in a
 worker thread; the event loop never waits for the kernel.
 """
 
@@ -28,6 +28,11 @@ from nftproxy.operator.metrics import Metrics
 from nftproxy.operator.settings import Settings
 
 log = logging.getLogger("nftproxy.syncer")
+
+# Comparing every element with the kernel costs seconds at 10k Services: like kube-proxy's
+# nftables mode, that happens at start, after failures, and hourly; every sync_period only the
+# table's chains are checked (cheap), which catches a deleted or rebuilt table.
+FULL_SYNC_PERIOD = 3600.0
 
 Change = Service | EndpointSlice | Node | Skipped | Ignored | None
 
@@ -88,9 +93,11 @@ class Syncer:
         self.wake = asyncio.Event()
         self.changed = asyncio.Event()  # status changed (for the ProxyStatus writer)
         self.on_synced: list[Callable[[Status], Awaitable[None]]] = []  # e.g. health-check servers
-        self.full_due = True
+        self.full_due = True  # compare with the kernel's whole table (start, failures, hourly)
+        self.check_due = False  # cheap check of the table's chains (every sync_period)
         self.last_start = 0.0
         self.last_full = 0.0
+        self.last_check = 0.0
 
     # -- intake (event loop thread) ---------------------------------------------------------
     def service_changed(self, key: str, obj: Mapping[str, Any] | None) -> None:
@@ -172,12 +179,14 @@ class Syncer:
         await self.loaded.wait()
         log.info("initial lists loaded: first sync")
         while True:
-            if not self.pending and not self.full_due:
-                until_full = self.last_full + self.settings.sync_period - time.monotonic()
+            if not self.pending and not self.full_due and not self.check_due:
+                until_check = self.last_check + self.settings.sync_period - time.monotonic()
                 try:
-                    await asyncio.wait_for(self.wake.wait(), timeout=max(0.0, until_full))
+                    await asyncio.wait_for(self.wake.wait(), timeout=max(0.0, until_check))
                 except TimeoutError:
-                    self.full_due = True
+                    self.check_due = True
+                    if time.monotonic() - self.last_full >= FULL_SYNC_PERIOD:
+                        self.full_due = True
             self.wake.clear()
             delay = self.last_start + self.settings.min_sync_period - time.monotonic()
             if delay > 0:
@@ -196,11 +205,11 @@ class Syncer:
 
     async def sync_once(self) -> SyncResult:
         self.last_start = time.monotonic()
-        full = self.full_due
+        full, check = self.full_due, self.check_due
         triggers = self._apply_pending()
         loop = asyncio.get_running_loop()
         try:
-            result, stats, digest = await loop.run_in_executor(None, self._job, full)
+            result, stats, digest = await loop.run_in_executor(None, self._job, full, check)
         except Exception as e:
             self.status.failures += 1
             self.status.last_error = str(e)
@@ -214,9 +223,12 @@ class Syncer:
         now = time.time()
         for t in triggers:
             self.metrics.network_programming.observe(max(0.0, now - t))
-        if full:
+        if full or result.full:
             self.full_due = False
             self.last_full = self.last_start
+        if check or full:
+            self.check_due = False
+            self.last_check = self.last_start
         s = self.status
         s.last_success = time.monotonic()
         s.last_success_time = datetime.now(UTC)
@@ -239,18 +251,27 @@ class Syncer:
         self.metrics.sync_duration.observe(result.seconds)
         (self.metrics.full_sync_duration if result.full else self.metrics.partial_sync_duration).observe(result.seconds)
         self.metrics.last_sync.set(now)
-        log.debug("synced (%s): %d ops, %d element changes", s.last_kind, result.operations, result.element_changes)
+        (log.info if result.full else log.debug)(
+            "synced (%s): %d ops, %d element changes in %.3fs",
+            s.last_kind,
+            result.operations,
+            result.element_changes,
+            result.seconds,
+        )
         return result
 
     def _job(
-        self, full: bool
+        self, full: bool, check: bool
     ) -> tuple[SyncResult, tuple[int, int, list[Skipped], dict[int, tuple[str, int]]], str | None]:
         """Runs in a worker thread while the event loop only queues new changes."""
         if full:
             self.dp.forget()
         result = self.dp.sync()
+        if check and not result.full and not self.dp.verify():
+            log.warning("the nftproxy table was changed behind our back: repairing it (full sync)")
+            result = self.dp.sync()
         stats = (*self.dp.stats(), self.dp.health_checks())
-        digest = checksum(self.dp.tables()) if full else None
+        digest = checksum(self.dp.tables()) if full or check or result.full else None
         return result, stats, digest
 
     # -- health -----------------------------------------------------------------------------

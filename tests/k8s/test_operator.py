@@ -280,3 +280,42 @@ def test_health_check_node_port_reports_local_endpoints(env: Env) -> None:
     assert body["localEndpoints"] == 0
     # and external traffic to the LoadBalancer IP is dropped here (no local endpoint)
     assert env.probe(env.ext, "198.19.1.90", 80, 2) == {"timeout"}
+
+
+def test_session_affinity_through_the_api(env: Env) -> None:
+    ns = env.cl.namespace("affinity")
+    svc = k.service("sticky", ["10.96.1.100"], [k.port(80, "http")], namespace=ns, sessionAffinity="ClientIP")
+    svc["spec"]["sessionAffinityConfig"] = {"clientIP": {"timeoutSeconds": 60}}
+    env.cl.apply(svc, slice_for("sticky", ns, env.pods))
+    eventually(lambda: env.probe(env.node, "10.96.1.100", 80, 1) <= {"p0", "p1", "p2"}, what="sticky served")
+    seen = [r.pod for r in env.cl.lab.probe(env.node, "tcp", "10.96.1.100", 80, count=15)]
+    assert len(set(seen)) == 1, seen
+
+
+def test_topology_hints_through_the_api(env: Env) -> None:
+    env.cl.cp.kubectl("label", "node", "e2e-node", "topology.kubernetes.io/zone=zone-a", "--overwrite")
+    ns = env.cl.namespace("topology")
+    env.cl.apply(
+        k.service("close", ["10.96.1.110"], [k.port(80, "http")], namespace=ns, trafficDistribution="PreferClose")
+    )
+    sl = slice_for("close", ns, env.pods[:2])
+    sl["endpoints"][0]["hints"] = {"forZones": [{"name": "zone-a"}]}
+    sl["endpoints"][1]["hints"] = {"forZones": [{"name": "zone-b"}]}
+    env.cl.apply(sl)
+    eventually(lambda: env.probe(env.node, "10.96.1.110", 80, 12) == {"p0"}, what="only the zone-a endpoint")
+    # the node moves to zone-b: the other endpoint
+    env.cl.cp.kubectl("label", "node", "e2e-node", "topology.kubernetes.io/zone=zone-b", "--overwrite")
+    eventually(lambda: env.probe(env.node, "10.96.1.110", 80, 12) == {"p1"}, what="only the zone-b endpoint")
+    env.cl.cp.kubectl("label", "node", "e2e-node", "topology.kubernetes.io/zone-")
+
+
+def test_a_table_deleted_behind_its_back_is_repaired(env: Env) -> None:
+    ns = env.cl.namespace("repair")
+    env.cl.apply(
+        k.service("fix", ["10.96.1.120"], [k.port(80, "http")], namespace=ns), slice_for("fix", ns, env.pods[:1])
+    )
+    eventually(lambda: env.probe(env.node, "10.96.1.120", 80, 1) == {"p0"}, what="fix served")
+    subprocess.run(["ip", "netns", "exec", env.node.netns, "nft", "delete", "table", "ip", "nftproxy"], check=True)
+    assert env.probe(env.node, "10.96.1.120", 80, 1) != {"p0"}
+    # the proxy checks its table every --sync-period (5 s here) and rebuilds it
+    eventually(lambda: env.probe(env.node, "10.96.1.120", 80, 1) == {"p0"}, timeout=20, what="table repaired")
