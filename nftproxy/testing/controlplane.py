@@ -258,7 +258,8 @@ def _tail(path: Path, lines: int = 40) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Is ``pid`` running (a zombie counts as gone)?"""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -669,7 +670,7 @@ def _our_pids(d: Path, state: dict[str, Any]) -> dict[str, int]:
         argv = _cmdline(int(pid))
         if argv and Path(argv[0]).name == name and any(str(d) in a for a in argv):
             out[name] = int(pid)
-    return {n: p for n, p in out.items() if _pid_alive(p)}
+    return {n: p for n, p in out.items() if pid_alive(p)}
 
 
 def _kill_detached(pids: dict[str, int], timeout: float = 15.0) -> None:
@@ -680,11 +681,11 @@ def _kill_detached(pids: dict[str, int], timeout: float = 15.0) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout
-        while _pid_alive(pid) and time.monotonic() < deadline:
+        while pid_alive(pid) and time.monotonic() < deadline:
             time.sleep(0.1)
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pid, signal.SIGKILL)
-        while _pid_alive(pid):
+        while pid_alive(pid):
             time.sleep(0.05)
 
 

@@ -42,6 +42,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
 
+from nftproxy.testing.controlplane import pid_alive as _pid_alive
+
 __all__ = [
     "Client",
     "Host",
@@ -189,16 +191,6 @@ def list_netns() -> list[str]:
     """Names of all named network namespaces (``ip netns list``)."""
     out = _run(["ip", "netns", "list"]).stdout
     return [line.split()[0] for line in out.splitlines() if line.strip()]
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _netns_pids(netns: str) -> list[int]:
