@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from nftproxy.model.types import Endpoint, EndpointSlice, ServicePort
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Target:
     """One endpoint of one Service port: address, port, and the endpoint it came from."""
 
@@ -18,7 +18,7 @@ class Target:
     endpoint: Endpoint
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Categorized:
     cluster: list[Target]  # for traffic under a Cluster policy (topology-filtered)
     local: list[Target]  # for traffic under a Local policy: this node's endpoints

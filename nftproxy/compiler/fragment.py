@@ -19,7 +19,7 @@ REJECT = ("goto reject-chain",)
 DROP = ("drop",)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Fragment:
     key: str  # "namespace/name"
     elements: tuple[tuple[str, Element], ...]  # (set name, element)

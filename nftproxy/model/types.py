@@ -11,7 +11,7 @@ IPNetwork = IPv4Network | IPv6Network
 PROTOCOLS = ("TCP", "UDP", "SCTP")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ServicePort:
     name: str
     protocol: str  # TCP | UDP | SCTP
@@ -19,7 +19,7 @@ class ServicePort:
     node_port: int | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Service:
     namespace: str
     name: str
@@ -41,14 +41,14 @@ class Service:
         return f"{self.namespace}/{self.name}"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class EndpointPort:
     name: str
     protocol: str
     port: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Endpoint:
     address: str  # canonical text of the first address: the only one kube-proxy uses
     ready: bool
@@ -60,7 +60,7 @@ class Endpoint:
     hint_nodes: tuple[str, ...] | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class EndpointSlice:
     namespace: str
     name: str
@@ -79,7 +79,7 @@ class EndpointSlice:
         return f"{self.namespace}/{self.service_name}"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Node:
     name: str
     addresses: tuple[IPAddress, ...]  # InternalIPs first, then ExternalIPs
@@ -90,7 +90,7 @@ class Node:
         return dict(self.labels).get("topology.kubernetes.io/zone")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Skipped:
     """An object left out, and why: reported in logs, Events and ProxyStatus."""
 

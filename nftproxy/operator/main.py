@@ -68,7 +68,7 @@ async def _main(settings: Settings, backend: KernelBackend) -> None:
         f" (netns {settings.netns})" if settings.netns else "",
     )
     try:
-        await kopf.operator(standalone=True, clusterwide=True)
+        await kopf.operator(standalone=True, clusterwide=True, liveness_endpoint=settings.kopf_liveness)
     finally:
         for t in tasks:
             t.cancel()

@@ -51,6 +51,7 @@ ENV = {
     "netns": "NFTPROXY_NETNS",
     "status_period": "NFTPROXY_STATUS_PERIOD",
     "log_level": "NFTPROXY_LOG_LEVEL",
+    "kopf_liveness": "NFTPROXY_KOPF_LIVENESS",
 }
 
 
@@ -66,6 +67,7 @@ class Settings:
     status_period: float
     log_level: str
     node_ips_from_flags: bool
+    kopf_liveness: str | None = None  # e.g. http://0.0.0.0:8080/healthz: kopf's own probe endpoint
 
     @property
     def node_name(self) -> str:
@@ -93,6 +95,12 @@ def add_run_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--netns", default=env("netns") or None, help="program this named network namespace")
     p.add_argument("--status-period", type=duration, default=duration(env("status_period", "5s") or "5s"))
     p.add_argument("--log-level", default=env("log_level", "info"), choices=["debug", "info", "warning", "error"])
+    p.add_argument(
+        "--kopf-liveness",
+        default=env("kopf_liveness") or None,
+        metavar="URL",
+        help="also serve kopf's liveness endpoint (with the lastSync probe), e.g. http://0.0.0.0:8080/healthz",
+    )
 
 
 def _env_list(value: str | None) -> list[str] | None:
@@ -113,4 +121,5 @@ def settings_from_args(args: argparse.Namespace, base: ProxyConfig) -> Settings:
         status_period=args.status_period,
         log_level=args.log_level,
         node_ips_from_flags=bool(base.node_ips),
+        kopf_liveness=args.kopf_liveness,
     )

@@ -10,6 +10,8 @@ worker thread; the event loop never waits for the kernel.
 from __future__ import annotations
 
 import asyncio
+import ctypes
+import gc
 import hashlib
 import logging
 import time
@@ -58,6 +60,14 @@ class Status:
     generation: int = 0  # bumped whenever anything above changes
 
 
+def _malloc_trim() -> None:
+    """Give the heap freed after a bulk load (API lists, parse buffers) back to the system."""
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except OSError:
+        pass
+
+
 def checksum(tables: list[Table]) -> str:
     """sha256 of the programmed contents: chain and set names and every element, sorted."""
     h = hashlib.sha256()
@@ -87,6 +97,7 @@ class Syncer:
         self.metrics = metrics
         self.status = Status()
         self.pending: dict[tuple[str, str], Change] = {}
+        self.pending_counts: dict[str, int] = {}  # pending changes per kind (for the gauges)
         self.bad: dict[tuple[str, str], Skipped] = {}  # parse failures, per object
         self.node: Node | None = None
         self.loaded = asyncio.Event()  # initial lists complete
@@ -117,15 +128,15 @@ class Syncer:
             self._queue(("node", node.name), node)
 
     def _queue(self, key: tuple[str, str], value: Change) -> None:
+        if key not in self.pending:
+            self.pending_counts[key[0]] = self.pending_counts.get(key[0], 0) + 1
+            gauge = {"svc": self.metrics.service_changes_pending, "slice": self.metrics.endpoint_changes_pending}
+            if key[0] in gauge:
+                gauge[key[0]].set(self.pending_counts[key[0]])
         self.pending[key] = value
         self.metrics.last_queued.set(time.time())
-        self._pending_gauges()
         if self.loaded.is_set():
             self.wake.set()
-
-    def _pending_gauges(self) -> None:
-        self.metrics.service_changes_pending.set(sum(1 for k in self.pending if k[0] == "svc"))
-        self.metrics.endpoint_changes_pending.set(sum(1 for k in self.pending if k[0] == "slice"))
 
     def mark_loaded(self) -> None:
         """The initial lists are in: syncing may start (never from a half-empty cache)."""
@@ -135,7 +146,9 @@ class Syncer:
     # -- applying queued changes to the dataplane (event loop thread, between syncs) --------
     def _apply_pending(self) -> list[float]:
         pending, self.pending = self.pending, {}
-        self._pending_gauges()
+        self.pending_counts.clear()
+        self.metrics.service_changes_pending.set(0)
+        self.metrics.endpoint_changes_pending.set(0)
         triggers: list[float] = []
         for (kind, key), value in pending.items():
             if kind == "node":
@@ -226,6 +239,11 @@ class Syncer:
         if full or result.full:
             self.full_due = False
             self.last_full = self.last_start
+            # The caches now hold ~10^6 long-lived objects: move them out of the cyclic GC's
+            # reach, or each full collection walks them all (a pause of seconds at 10k Services).
+            gc.collect()
+            gc.freeze()
+            _malloc_trim()
         if check or full:
             self.check_due = False
             self.last_check = self.last_start

@@ -9,8 +9,10 @@ from __future__ import annotations
 import json
 import re
 import signal
+import socket
 import subprocess
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -23,6 +25,16 @@ from nftproxy.testing.netlab import Client, NetLab, Node, Pod, cleanup_stale
 from tests import k8sobjects as k
 
 pytestmark = pytest.mark.k8s
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+KOPF_LIVENESS = f"http://127.0.0.1:{_free_port()}/healthz"
+FLAGS = ("--min-sync-period", "0", "--status-period", "0.5s", "--sync-period", "5s", "--kopf-liveness", KOPF_LIVENESS)
 
 
 @dataclass
@@ -45,7 +57,7 @@ def env(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -
             node = cl.add_node("e2e-node", 1)
             pods = [lab.add_pod(node, f"p{i}", tcp=(8080,), udp=(5353,)) for i in range(3)]
             ext = lab.add_client("ext", 100, via=node)
-            cl.start_proxy(node, "--min-sync-period", "0", "--status-period", "0.5s", "--sync-period", "5s")
+            cl.start_proxy(node, *FLAGS)
             eventually(lambda: cl.proxy_status(node).get("status", {}).get("syncs"), what="first sync")
             yield Env(cl, node, pods, ext)
         finally:
@@ -216,7 +228,7 @@ def test_restart_keeps_traffic_and_adopts_the_table(env: Env) -> None:
         ["ip", "netns", "exec", env.node.netns, "nft", "-a", "list", "table", "ip", "nftproxy"],
         capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
-    env.cl.start_proxy(env.node, "--min-sync-period", "0", "--status-period", "0.5s", "--sync-period", "5s")
+    env.cl.start_proxy(env.node, *FLAGS)
     eventually(lambda: "initial lists loaded" in env.cl.proxy_log(env.node).split("stopped;")[-1], what="restarted")
     eventually(lambda: env.cl.http_get(env.node, 10256, "/healthz")[0] == 200, what="healthy again")
     after = subprocess.run(
@@ -319,3 +331,9 @@ def test_a_table_deleted_behind_its_back_is_repaired(env: Env) -> None:
     assert env.probe(env.node, "10.96.1.120", 80, 1) != {"p0"}
     # the proxy checks its table every --sync-period (5 s here) and rebuilds it
     eventually(lambda: env.probe(env.node, "10.96.1.120", 80, 1) == {"p0"}, timeout=20, what="table repaired")
+
+
+def test_kopf_liveness_probe_reports_the_last_sync(env: Env) -> None:
+    with urllib.request.urlopen(KOPF_LIVENESS, timeout=5) as r:
+        body = json.loads(r.read())
+    assert r.status == 200 and body.get("lastSync"), body
