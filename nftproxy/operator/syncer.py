@@ -10,6 +10,7 @@ worker thread; the event loop never waits for the kernel.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ctypes
 import gc
 import hashlib
@@ -62,10 +63,8 @@ class Status:
 
 def _malloc_trim() -> None:
     """Give the heap freed after a bulk load (API lists, parse buffers) back to the system."""
-    try:
+    with contextlib.suppress(OSError):
         ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except OSError:
-        pass
 
 
 def checksum(tables: list[Table]) -> str:
