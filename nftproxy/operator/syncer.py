@@ -100,6 +100,7 @@ class Syncer:
         self.bad: dict[tuple[str, str], Skipped] = {}  # parse failures, per object
         self.node: Node | None = None
         self.loaded = asyncio.Event()  # initial lists complete
+        self.first_sync = asyncio.Event()  # the table is programmed from the initial lists
         self.wake = asyncio.Event()
         self.changed = asyncio.Event()  # status changed (for the ProxyStatus writer)
         self.on_synced: list[Callable[[Status], Awaitable[None]]] = []  # e.g. health-check servers
@@ -246,6 +247,7 @@ class Syncer:
         if check or full:
             self.check_due = False
             self.last_check = self.last_start
+        self.first_sync.set()
         s = self.status
         s.last_success = time.monotonic()
         s.last_success_time = datetime.now(UTC)
