@@ -118,6 +118,26 @@ def objects(t: Two) -> list[k.Obj]:
             loadBalancerSourceRanges=["198.18.0.100/32", "192.0.2.0/24"],
         ),
         k.endpoint_slice("fw-1", "fw", [ep(a1)], HTTP),
+        # Local policies and terminating endpoints: on node1 only a2 is usable (serving and
+        # terminating; a1 terminating and not serving); node2 has b1 ready.
+        k.service(
+            "term-local",
+            ["10.96.3.18"],
+            [k.port(80, "http", node_port=30318)],
+            type="NodePort",
+            externalTrafficPolicy="Local",
+            internalTrafficPolicy="Local",
+        ),
+        k.endpoint_slice(
+            "term-local-1",
+            "term-local",
+            [
+                {**ep(a2), "conditions": {"ready": False, "serving": True, "terminating": True}},
+                {**ep(a1), "conditions": {"ready": False, "serving": False, "terminating": True}},
+                ep(b1),
+            ],
+            HTTP,
+        ),
     ]
 
 
@@ -188,3 +208,11 @@ def test_load_balancer_source_ranges(two: Two) -> None:
     assert two.pods(two.ext, "198.19.3.17", 80, count=3) == {"a1"}  # allowed source
     assert two.pods(two.ext2, "198.19.3.17", 80, count=2) == {"timeout"}  # not in the ranges: dropped
     assert two.pods(two.ext2, two.node1.ipv4, 30317, count=3) == {"a1"}  # NodePorts are not filtered (upstream)
+
+
+def test_local_policies_fall_back_to_serving_terminating_local_endpoints(two: Two) -> None:
+    # no ready endpoint on node1: its serving terminating one (a2), not the remote ready b1
+    assert two.pods(two.ext, two.node1.ipv4, 30318, count=6) == {"a2"}
+    assert two.pods(two.a1, "10.96.3.18", 80, count=6) == {"a2"}
+    # node2 has a ready one: only that
+    assert two.pods(two.ext, two.node2.ipv4, 30318, count=6) == {"b1"}
