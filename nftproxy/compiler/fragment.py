@@ -46,6 +46,47 @@ class _Out:
             self.elements.append((f"{map_name}-{n}", Element((*key, str(slot)), (t.address, str(t.port)))))
 
 
+@dataclass(frozen=True, slots=True)
+class _Names:
+    """The map, chain and object names of one kind of external frontend (IP or NodePort)."""
+
+    dispatch: str  # the verdict map finding the frontend
+    cluster_chain: str  # eTP Cluster: masquerade, then all endpoints
+    local_chain: str  # eTP Local: short-circuits, then this node's endpoints
+    short_circuit: str  # eTP Local: where pod/node traffic goes (all endpoints, no policy)
+    balance_chain: str
+    kind: str
+    endpoints: str
+    local_kind: str
+    local_endpoints: str
+
+
+EXTERNAL_IP = _Names(
+    "service-ips", "external", "external-local", "local-policy-short-circuit", "load-balance",
+    "lb", "endpoints", "local", "local-endpoints",
+)  # fmt: skip
+NODEPORT = _Names(
+    "service-nodeports", "nodeport", "nodeport-local", "nodeport-short-circuit", "nodeport-load-balance",
+    "nodeport", "nodeport-endpoints", "nodeport-local", "nodeport-local-endpoints",
+)  # fmt: skip
+
+
+def _external(
+    out: _Out, n: _Names, key: Key, comment: str, cluster: list[Target], local: list[Target], etp_local: bool
+) -> None:
+    """One external frontend (externalIP / LoadBalancer IP . port, or proto . NodePort)."""
+    if not etp_local:
+        out.add(n.dispatch, key, (f"goto {n.cluster_chain}-{len(cluster)}",), comment)
+        out.spread(n.kind, n.endpoints, key, cluster)
+        return
+    out.add(n.dispatch, key, (f"goto {n.local_chain}-{len(local)}",), comment)
+    out.objects.add((n.local_kind, len(local)))  # N = 0 too: that chain drops
+    if local:
+        out.spread(n.local_kind, n.local_endpoints, key, local)
+    out.add(n.short_circuit, key, (f"goto {n.balance_chain}-{len(cluster)}",), comment)
+    out.spread(n.kind, n.endpoints, key, cluster)
+
+
 def compile_fragment(
     svc: Service, slices: Sequence[EndpointSlice], family: Family, config: ProxyConfig
 ) -> Fragment | None:
@@ -101,26 +142,9 @@ def compile_fragment(
 
         # externalIPs, LoadBalancer IPs and the NodePort: externalTrafficPolicy
         for k in ekeys:
-            if not etp_local:
-                out.add("service-ips", k, (f"goto external-{nc}",), comment)
-                out.spread("lb", "endpoints", k, cluster)
-                continue
-            out.add("service-ips", k, (f"goto external-local-{nl}",), comment)
-            out.objects.add(("local", nl))
-            if local:
-                out.spread("local", "local-endpoints", k, local)
-            out.add("local-policy-short-circuit", k, (f"goto load-balance-{nc}",), comment)
-            out.spread("lb", "endpoints", k, cluster)
-        if np_key and not etp_local:
-            out.add("service-nodeports", np_key, (f"goto nodeport-{nc}",), comment)
-            out.spread("nodeport", "nodeport-endpoints", np_key, cluster)
-        elif np_key:
-            out.add("service-nodeports", np_key, (f"goto nodeport-local-{nl}",), comment)
-            out.objects.add(("nodeport-local", nl))
-            if local:
-                out.spread("nodeport-local", "nodeport-local-endpoints", np_key, local)
-            out.add("nodeport-short-circuit", np_key, (f"goto nodeport-load-balance-{nc}",), comment)
-            out.spread("nodeport", "nodeport-endpoints", np_key, cluster)
+            _external(out, EXTERNAL_IP, k, comment, cluster, local, etp_local)
+        if np_key:
+            _external(out, NODEPORT, np_key, comment, cluster, local, etp_local)
 
         # sessionAffinity ClientIP: record which endpoint each client got, for the Service's timeout
         if svc.session_affinity_timeout:
