@@ -1,0 +1,137 @@
+"""The syncer's decisions, with the fake backend: no sync before the initial lists, debounced
+batches, retries after a refused transaction, health, stats for ProxyStatus."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import pytest
+
+from nftproxy.compiler import ProxyConfig
+from nftproxy.dataplane import Dataplane
+from nftproxy.nft.fake import FakeBackend
+from nftproxy.nft.objects import Family
+from nftproxy.operator.metrics import Metrics
+from nftproxy.operator.settings import Settings
+from nftproxy.operator.status import render_status
+from nftproxy.operator.syncer import Syncer
+from tests import k8sobjects as k
+
+
+def settings(**kw: Any) -> Settings:
+    base: dict[str, Any] = {
+        "proxy": ProxyConfig(node_name="n1"),
+        "kubeconfig": None,
+        "min_sync_period": 0.0,
+        "sync_period": 30.0,
+        "healthz": None,
+        "metrics": None,
+        "netns": None,
+        "status_period": 1.0,
+        "log_level": "info",
+        "node_ips_from_flags": False,
+    }
+    return Settings(**{**base, **kw})
+
+
+def make(**kw: Any) -> tuple[Syncer, FakeBackend]:
+    fake = FakeBackend()
+    s = settings(**kw)
+    return Syncer(Dataplane(fake, s.proxy), s, Metrics()), fake
+
+
+def svc(name: str, ip: str) -> k.Obj:
+    return k.service(name, [ip], [k.port(80, "http")])
+
+
+def elements(fake: FakeBackend, name: str) -> set[tuple[str, ...]]:
+    return set(fake.tables[(Family.IP, "nftproxy")].elements[name])
+
+
+def test_nothing_is_synced_before_the_initial_lists_are_complete() -> None:
+    async def go() -> None:
+        syncer, fake = make()
+        task = asyncio.create_task(syncer.run())
+        syncer.service_changed("default/a", svc("a", "10.96.0.1"))
+        await asyncio.sleep(0.05)
+        assert fake.transactions == []  # a restart must never apply a half-empty table
+        syncer.mark_loaded()
+        await asyncio.wait_for(syncer.first_sync.wait(), 2)
+        assert ("10.96.0.1",) in elements(fake, "cluster-ips")
+        task.cancel()
+
+    asyncio.run(go())
+
+
+def test_changes_within_min_sync_period_are_batched() -> None:
+    async def go() -> None:
+        syncer, fake = make(min_sync_period=0.3)
+        task = asyncio.create_task(syncer.run())
+        syncer.mark_loaded()
+        await asyncio.wait_for(syncer.first_sync.wait(), 2)
+        first = len(fake.transactions)
+        for i in range(20):
+            syncer.service_changed(f"default/s{i}", svc(f"s{i}", f"10.96.1.{i + 1}"))
+            await asyncio.sleep(0.005)
+        await asyncio.sleep(0.6)
+        assert len(elements(fake, "cluster-ips")) == 20
+        assert len(fake.transactions) - first <= 4, "20 changes in 0.1 s: at most a few syncs (2 families each)"
+        task.cancel()
+
+    asyncio.run(go())
+
+
+def test_a_refused_transaction_is_retried_and_counted() -> None:
+    async def go() -> None:
+        syncer, fake = make()
+        syncer.mark_loaded()
+        await syncer.sync_once()
+        syncer.service_changed("default/a", svc("a", "10.96.0.1"))
+        fake.fail_next = "Error: Could not process rule: No buffer space available"
+        with pytest.raises(Exception, match="No buffer space"):
+            await syncer.sync_once()
+        st = render_status(syncer)
+        assert st["failures"] == 1 and "No buffer space" in st["lastError"]
+        assert st["conditions"][0]["status"] == "False"
+        await syncer.sync_with_retries()  # the next attempt compares with the kernel (full)
+        assert syncer.status.last_kind == "full" and ("10.96.0.1",) in elements(fake, "cluster-ips")
+        st = render_status(syncer)
+        assert st["lastError"] is None and st["conditions"][0]["status"] == "True"
+
+    asyncio.run(go())
+
+
+def test_health_needs_a_recent_successful_sync() -> None:
+    async def go() -> None:
+        syncer, _ = make(sync_period=10.0)
+        assert syncer.healthy() == (False, "no successful sync yet")
+        syncer.mark_loaded()
+        await syncer.sync_once()
+        assert syncer.healthy()[0]
+        assert syncer.status.last_success is not None
+        syncer.status.last_success = time.monotonic() - 30  # older than 2 x sync period + 5 s
+        ok, why = syncer.healthy()
+        assert not ok and "last successful sync 30s ago" in why
+
+    asyncio.run(go())
+
+
+def test_bad_input_is_reported_and_the_last_good_version_kept() -> None:
+    async def go() -> None:
+        syncer, fake = make()
+        syncer.mark_loaded()
+        syncer.service_changed("default/a", svc("a", "10.96.0.1"))
+        await syncer.sync_once()
+        broken = svc("a", "10.96.0.1")
+        broken["spec"]["ports"] = [{"port": 0}]
+        syncer.service_changed("default/a", broken)
+        await syncer.sync_once()
+        assert ("10.96.0.1",) in elements(fake, "cluster-ips")  # still served as it was
+        assert [str(x) for x in syncer.status.skipped] == ["Service default/a: spec.ports[0]: port 0 is not in 1-65535"]
+        syncer.service_changed("default/a", None)  # deleted: gone, and no longer reported
+        await syncer.sync_once()
+        assert ("10.96.0.1",) not in elements(fake, "cluster-ips") and syncer.status.skipped == []
+
+    asyncio.run(go())
