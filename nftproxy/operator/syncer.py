@@ -17,7 +17,7 @@ import hashlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -179,8 +179,6 @@ class Syncer:
         return triggers
 
     def _apply_node(self, node: Node) -> None:
-        from dataclasses import replace  # noqa: PLC0415
-
         config = replace(self.dp.config, node_zone=node.zone)
         if not self.settings.node_ips_from_flags:
             ips = tuple(ip for version in (4, 6) for ip in [a for a in node.addresses if a.version == version][:1])

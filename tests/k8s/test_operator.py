@@ -179,7 +179,7 @@ def test_conflicts_and_orphans_are_reported_others_keep_working(env: Env) -> Non
         return " ".join(sorted(msgs)) if len(msgs) >= 2 else None
 
     assert eventually(events, what="Events") == "ghost-abc InvalidObject second PortConflict"
-    # the others keep working, including the conflicting Service's own ClusterIP? No: it is left out whole.
+    # the first Service keeps working (the conflicting one is left out whole, ClusterIP included)
     assert env.probe(env.node, "10.96.1.50", 80, 1) == {"p0"}
     env.cl.delete("service", "first", ns)  # the conflict is gone: second takes over the externalIP
     eventually(lambda: env.probe(env.node, "10.96.1.51", 80, 1) == {"p1"}, what="second programmed")
@@ -337,3 +337,16 @@ def test_kopf_liveness_probe_reports_the_last_sync(env: Env) -> None:
     with urllib.request.urlopen(KOPF_LIVENESS, timeout=5) as r:
         body = json.loads(r.read())
     assert r.status == 200 and body.get("lastSync"), body
+
+
+def test_dual_stack_service_through_the_api(env: Env) -> None:
+    ns = env.cl.namespace("dualstack")
+    svc = k.service("ds", ["10.96.1.130", "fd00:10:96::130"], [k.port(80, "http")], namespace=ns)
+    svc["spec"].update(ipFamilies=["IPv4", "IPv6"], ipFamilyPolicy="RequireDualStack")
+    v6 = k.endpoint_slice(
+        "ds-v6", "ds", [k.endpoint(p.ipv6, node="e2e-node") for p in env.pods[:2]], [k.port(8080, "http")],
+        namespace=ns, address_type="IPv6",
+    )  # fmt: skip
+    env.cl.apply(svc, slice_for("ds", ns, env.pods[:2]), v6)
+    eventually(lambda: env.probe(env.node, "10.96.1.130", 80, 8) == {"p0", "p1"}, what="IPv4 ClusterIP")
+    eventually(lambda: env.probe(env.node, "fd00:10:96::130", 80, 8) == {"p0", "p1"}, what="IPv6 ClusterIP")
