@@ -23,8 +23,9 @@ from nftproxy.compiler.build import orphan_slices, summarize
 from nftproxy.compiler.config import ProxyConfig
 from nftproxy.compiler.fragment import compile_fragment
 from nftproxy.model.types import EndpointSlice, Service, Skipped
-from nftproxy.nft.diff import plan
+from nftproxy.nft.diff import create, plan
 from nftproxy.nft.kernel import Backend
+from nftproxy.nft.netlink import Batch, Layout, pack_element
 from nftproxy.nft.objects import Family, Table
 from nftproxy.nft.transaction import Transaction
 
@@ -63,6 +64,7 @@ class Dataplane:
         self.dirty: set[str] = set()  # Services to recompile before the next read or sync
         self.config = config
         self.assemblies = {f: Assembly(f, config) for f in Family}
+        self.bulk_elements = 20_000  # a first creation this big loads its elements by netlink
 
     # -- inputs --------------------------------------------------------------------------
     def set_config(self, config: ProxyConfig) -> None:
@@ -174,13 +176,18 @@ class Dataplane:
         self._flush()
         full = not self.in_sync
         txs: list[Transaction] = []
-        for a in self.assemblies.values():
-            if full:
-                txs.append(plan(self.backend.read(a.family, self.config.table), a.table()))
-            else:
-                txs.append(a.delta())
         try:
-            self.backend.apply(*txs)
+            if full:
+                applied = {a.family: self.backend.read(a.family, self.config.table) for a in self.assemblies.values()}
+                tables = [a.table() for a in self.assemblies.values()]
+                if all(t is None for t in applied.values()) and self._bulk_create(tables, txs):
+                    pass  # created: structure by nft, map elements by netlink
+                else:
+                    txs += [plan(applied[t.family], t) for t in tables]
+                    self.backend.apply(*txs)
+            else:
+                txs += [a.delta() for a in self.assemblies.values()]
+                self.backend.apply(*txs)
         except Exception:
             self.in_sync = False
             raise
@@ -197,6 +204,27 @@ class Dataplane:
             element_changes=sum(tx.element_changes() for tx in txs),
             seconds=time.perf_counter() - start,
         )
+
+    def _bulk_create(self, tables: list[Table], txs: list[Transaction]) -> bool:
+        """First creation of a big table: declarations, rules and the few interval-set elements in
+        one nft transaction, then every map/set element in one netlink transaction (nft's parser
+        costs ~11 µs per element, a packed batch ~4 µs). Before the second commit the table
+        holds no Service at all, as before the first: nothing is ever half-programmed."""
+        send = getattr(self.backend, "send_batch", None)
+        if send is None or sum(t.count_elements() for t in tables) < self.bulk_elements:
+            return False
+        batch = Batch()
+        for t in tables:
+            layouts = {name: Layout.for_set(t.sets[name]) for name, els in t.elements.items() if els}
+            fast = {name: lay for name, lay in layouts.items() if lay is not None}
+            tx = Transaction(t.family, t.name)
+            create(tx, t, skip_elements=frozenset(fast))
+            txs.append(tx)
+            for name, lay in fast.items():
+                batch.add(t.family.value, t.name, name, (pack_element(lay, e) for e in t.elements[name].values()))
+        self.backend.apply(*txs)
+        send(batch)
+        return True
 
     def _release_affinity(self, a: Assembly) -> None:
         """Clients stuck (sessionAffinity) to an endpoint that went away are released. Best effort,

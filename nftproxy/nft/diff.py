@@ -67,8 +67,9 @@ def plan(applied: Table | None, desired: Table) -> Transaction:
     return tx
 
 
-def create(tx: Transaction, desired: Table) -> None:
-    """Declare the whole table: sets and chains first, then rules, then elements."""
+def create(tx: Transaction, desired: Table, skip_elements: frozenset[str] = frozenset()) -> None:
+    """Declare the whole table: sets and chains first, then rules, then elements (except those
+    of ``skip_elements``, which the caller loads another way)."""
     tx.add_table(desired.comment)
     for s in desired.sets.values():
         tx.add_set(s)
@@ -78,7 +79,7 @@ def create(tx: Transaction, desired: Table) -> None:
         for rule in c.rules:
             tx.add_rule(c.name, rule)
     for name, els in desired.elements.items():
-        if els and not desired.sets[name].dynamic:
+        if els and not desired.sets[name].dynamic and name not in skip_elements:
             tx.add_elements(name, els.values())
 
 

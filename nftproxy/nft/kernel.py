@@ -10,7 +10,9 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol, TypeVar
 
+from nftproxy.nft import netlink
 from nftproxy.nft import netns as netns_mod
+from nftproxy.nft.netlink import Batch
 from nftproxy.nft.objects import Chain, Element, Family, Key, Set, Table
 from nftproxy.nft.transaction import Transaction
 
@@ -153,6 +155,17 @@ class KernelBackend:
                 is_map = "map" in item
                 return {e.key: e for e in (_element(raw, is_map) for raw in obj.get("elem", []))}
         return {}
+
+    def send_batch(self, batch: Batch) -> None:
+        """Commit a netlink element batch (one kernel transaction) in our network namespace."""
+
+        def go(_: Any) -> None:
+            try:
+                netlink.send(batch)
+            except OSError as e:
+                raise NftError(f"Error: {e.strerror or e}") from None
+
+        self._call(go)
 
     def clear_udp_conntrack(self, family: Family, entries: list[tuple[str, str, str]]) -> None:
         def go(_: Any) -> None:  # in the worker thread, so the child runs in its network namespace

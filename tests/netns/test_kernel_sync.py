@@ -13,10 +13,12 @@ import pytest
 
 from nftproxy.compiler import ProxyConfig
 from nftproxy.dataplane import Dataplane
+from nftproxy.manifests import classify
 from nftproxy.nft.kernel import KernelBackend, NftError
 from nftproxy.nft.objects import Element, Family
 from nftproxy.nft.transaction import Transaction
 from tests import k8sobjects as k
+from tests.unit.test_bad_input import GOOD
 from tests.unit.test_incremental import eps, expected, svc
 
 pytestmark = pytest.mark.netns
@@ -170,3 +172,40 @@ def test_apply_refused_by_the_kernel_exits_1_with_one_line_and_changes_nothing(n
         r.stderr
     )
     assert nft(netns, "list", "ruleset") == before
+
+
+def test_bulk_first_load_by_netlink_equals_the_nft_text_load(netns: str) -> None:
+    """Map elements sent as a packed netlink batch read back exactly as the nft-text path's:
+    verdicts, concatenations with protocol/port/slot, comments, IPv4 and IPv6."""
+
+    ports = [k.port(5353, "dns", "UDP"), k.port(8080, "web")]
+    v4 = [k.endpoint("10.244.7.2"), k.endpoint("10.244.7.3")]
+    objs = [
+        *GOOD,
+        k.service(
+            "dual", ["10.96.7.1", "fd00:10:96::7:1"], [k.port(53, "dns", "UDP"), k.port(80, "web", node_port=30700)]
+        ),
+        k.endpoint_slice("dual-4", "dual", v4, ports),
+        k.endpoint_slice("dual-6", "dual", [k.endpoint("fd00:10:244:7::2")], ports, address_type="IPv6"),
+        k.service("none", ["10.96.7.9"], [k.port(80)]),
+    ]
+    inputs = classify(objs)
+    results = {}
+    for bulk in (False, True):
+        backend = KernelBackend(netns)
+        dp = Dataplane(backend, CFG)
+        dp.bulk_elements = 1 if bulk else 10**9
+        for s in inputs.services:
+            dp.set_service(s)
+        for sl in inputs.slices:
+            dp.set_slice(sl)
+        dp.sync()
+        results[bulk] = {f: backend.read(f, "nftproxy") for f in Family}
+        assert dp.cleanup()
+        backend.close()
+    for f in Family:
+        text, fast = results[False][f], results[True][f]
+        assert text is not None and fast is not None
+        assert fast.elements == text.elements and fast.comment == text.comment and set(fast.chains) == set(text.chains)
+    fast4 = results[True][Family.IP]
+    assert fast4 is not None and ("10.96.7.1", "udp", "53") in fast4.elements["service-ips"]

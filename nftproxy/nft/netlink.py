@@ -1,0 +1,195 @@
+"""Set and map elements as a raw nfnetlink batch: the fast path for bulk loads.
+
+nft's parser costs 10-13 µs per map element on nft 1.0.6 (100k endpoint-map elements: ~1.1 s);
+the same elements packed here and sent as NEWSETELEM messages take ~0.5 s, kernel included. Only
+plain (non-interval) sets and maps whose key and data are made of fixed-size types are encoded;
+anything else stays on the nft text path.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import struct
+from collections.abc import Callable, Iterable, Sequence
+
+from nftproxy.nft.objects import Element, Set
+
+NETLINK_NETFILTER = 12
+NFNL_SUBSYS_NFTABLES = 10
+NFNL_MSG_BATCH_BEGIN, NFNL_MSG_BATCH_END = 0x10, 0x11
+NFT_MSG_NEWSETELEM, NFT_MSG_DELSETELEM = 12, 14
+NLM_F_REQUEST, NLM_F_ACK, NLM_F_CREATE = 0x1, 0x4, 0x400
+NLMSG_ERROR = 2
+NLA_F_NESTED = 0x8000
+SO_SNDBUFFORCE, SO_RCVBUFFORCE = 32, 33
+PER_MESSAGE = 500  # elements per message: a nested attribute is at most 64 KiB
+
+# Element components by their nft type: text -> bytes, each padded to 4 bytes (nft registers).
+Packer = Callable[[str], bytes]
+_PROTOS = {"tcp": 6, "udp": 17, "sctp": 132, "icmp": 1, "icmpv6": 58}
+
+
+def _ipv4(text: str) -> bytes:
+    return socket.inet_pton(socket.AF_INET, text)
+
+
+def _ipv6(text: str) -> bytes:
+    return socket.inet_pton(socket.AF_INET6, text)
+
+
+def _proto(text: str) -> bytes:
+    return bytes((_PROTOS[text] if text in _PROTOS else int(text), 0, 0, 0))
+
+
+def _service(text: str) -> bytes:
+    return struct.pack(">H", int(text)) + b"\0\0"
+
+
+def _integer(text: str) -> bytes:
+    return struct.pack("=I", int(text))  # numgen: a 32-bit register in host order
+
+
+TYPES: dict[str, Packer] = {
+    "ipv4_addr": _ipv4,
+    "ipv6_addr": _ipv6,
+    "inet_proto": _proto,
+    "inet_service": _service,
+    "ip daddr": _ipv4,
+    "ip saddr": _ipv4,
+    "ip6 daddr": _ipv6,
+    "ip6 saddr": _ipv6,
+    "meta l4proto": _proto,
+    "th dport": _service,
+}
+
+
+def _component(expr: str) -> Packer | None:
+    expr = expr.strip()
+    if expr.startswith("numgen "):
+        return _integer
+    return TYPES.get(expr)
+
+
+class Layout:
+    """How one set's elements are packed; ``None`` from ``for_set`` when it cannot be."""
+
+    def __init__(self, key: Sequence[Packer], data: Sequence[Packer] | None, verdict: bool) -> None:
+        self.key = key
+        self.data = data
+        self.verdict = verdict
+
+    @classmethod
+    def for_set(cls, s: Set) -> Layout | None:
+        if s.flags or s.dynamic or s.timeout:
+            return None
+        spec = s.spec.split(" ", 1)[1] if s.spec.startswith(("type ", "typeof ")) else ""
+        key_text, _, data_text = spec.partition(":")
+        key = [_component(p) for p in key_text.split(" . ")]
+        if not key_text or any(k is None for k in key):
+            return None
+        if not data_text:
+            return cls([k for k in key if k], None, False)
+        if data_text.strip() == "verdict":
+            return cls([k for k in key if k], None, True)
+        data = [_component(p) for p in data_text.split(" . ")]
+        if any(d is None for d in data):
+            return None
+        return cls([k for k in key if k], [d for d in data if d], False)
+
+
+def _nla(kind: int, payload: bytes) -> bytes:
+    length = 4 + len(payload)
+    return struct.pack("=HH", length, kind) + payload + b"\0" * (-length % 4)
+
+
+def _nested(kind: int, payload: bytes) -> bytes:
+    return _nla(kind | NLA_F_NESTED, payload)
+
+
+_VERDICTS = {"accept": 1, "drop": 0, "continue": -1, "return": -5}
+
+
+def _verdict(text: str) -> bytes:
+    word, _, chain = text.partition(" ")
+    if word in ("goto", "jump"):
+        code = -4 if word == "goto" else -3
+        return _nested(2, _nla(1, struct.pack(">i", code)) + _nla(2, chain.encode() + b"\0"))
+    return _nested(2, _nla(1, struct.pack(">i", _VERDICTS[word])))
+
+
+def pack_element(layout: Layout, e: Element, with_data: bool = True) -> bytes:
+    key = b"".join(p(v) for p, v in zip(layout.key, e.key, strict=True))
+    attrs = _nested(1, _nla(1, key))  # NFTA_SET_ELEM_KEY { NFTA_DATA_VALUE }
+    if with_data and e.value is not None:
+        if layout.verdict:
+            attrs += _nested(2, _verdict(e.value[0]))  # NFTA_SET_ELEM_DATA { NFTA_DATA_VERDICT }
+        elif layout.data is not None:
+            data = b"".join(p(v) for p, v in zip(layout.data, e.value, strict=True))
+            attrs += _nested(2, _nla(1, data))
+    if with_data and e.comment:
+        text = e.comment.encode()[:127] + b"\0"
+        attrs += _nla(6, struct.pack("=BB", 0, len(text)) + text)  # USERDATA: udata comment TLV
+    return _nested(1, attrs)
+
+
+def _message(kind: int, flags: int, seq: int, body: bytes, family: int, res_id: int = 0) -> bytes:
+    payload = struct.pack("=BBH", family, 0, socket.htons(res_id)) + body
+    return struct.pack("=IHHII", 16 + len(payload), kind, flags, seq, 0) + payload
+
+
+FAMILIES = {"ip": socket.AF_INET, "ip6": socket.AF_INET6}
+
+
+class Batch:
+    """Element additions and deletions (any tables), sent as ONE kernel transaction."""
+
+    def __init__(self) -> None:
+        # (family, table, kind, set name, packed elements)
+        self.messages: list[tuple[int, bytes, int, bytes, bytes]] = []
+        self.count = 0
+
+    def add(self, family: str, table: str, set_name: str, packed: Iterable[bytes], delete: bool = False) -> None:
+        items = list(packed)
+        kind = NFT_MSG_DELSETELEM if delete else NFT_MSG_NEWSETELEM
+        for i in range(0, len(items), PER_MESSAGE):
+            chunk = b"".join(items[i : i + PER_MESSAGE])
+            self.messages.append((FAMILIES[family], table.encode() + b"\0", kind, set_name.encode() + b"\0", chunk))
+        self.count += len(items)
+
+    def encode(self) -> tuple[bytes, int]:
+        """The batch (begin, messages, end) and how many acks to expect."""
+        seq = 1
+        parts = [_message(NFNL_MSG_BATCH_BEGIN, NLM_F_REQUEST, seq, b"", 0, NFNL_SUBSYS_NFTABLES)]
+        for family, table, kind, name, elements in self.messages:
+            seq += 1
+            flags = NLM_F_REQUEST | NLM_F_ACK | (NLM_F_CREATE if kind == NFT_MSG_NEWSETELEM else 0)
+            body = _nla(1, table) + _nla(2, name) + _nested(3, elements)
+            parts.append(_message((NFNL_SUBSYS_NFTABLES << 8) | kind, flags, seq, body, family))
+        seq += 1
+        parts.append(_message(NFNL_MSG_BATCH_END, NLM_F_REQUEST, seq, b"", 0, NFNL_SUBSYS_NFTABLES))
+        return b"".join(parts), len(self.messages)
+
+
+def send(batch: Batch) -> None:
+    """Commit ``batch`` (from the calling thread's network namespace); raise OSError on refusal."""
+    data, acks = batch.encode()
+    with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_NETFILTER) as s:
+        s.setsockopt(socket.SOL_SOCKET, SO_SNDBUFFORCE, max(len(data) * 2, 1 << 20))
+        s.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, 16 << 20)
+        s.bind((0, 0))
+        s.settimeout(30)
+        s.send(data)
+        seen = 0
+        while seen < acks:
+            buf = s.recv(1 << 20)
+            off = 0
+            while off + 16 <= len(buf):
+                length, kind = struct.unpack_from("=IH", buf, off)
+                if kind == NLMSG_ERROR:
+                    err = struct.unpack_from("=i", buf, off + 16)[0]
+                    if err:
+                        # the kernel aborted the whole batch
+                        raise OSError(-err, f"netlink batch refused: {os.strerror(-err)}")
+                    seen += 1
+                off += (length + 3) & ~3
