@@ -71,13 +71,54 @@ def _component(expr: str) -> Packer | None:
     return TYPES.get(expr)
 
 
+_HEADER = struct.Struct("=HH")
+
+
+def _header(length: int, kind: int) -> bytes:
+    return _HEADER.pack(length, kind)
+
+
+def _cached(packer: Packer) -> Packer:
+    """Protocols, ports, slots and Service IPs repeat a lot: pack each text once."""
+    if packer in (_ipv4, _ipv6):
+        return packer  # inet_pton is as fast as a cache lookup
+    cache: dict[str, bytes] = {}
+
+    def pack(text: str) -> bytes:
+        b = cache.get(text)
+        if b is None:
+            b = cache[text] = packer(text)
+        return b
+
+    return pack
+
+
 class Layout:
     """How one set's elements are packed; ``None`` from ``for_set`` when it cannot be."""
 
     def __init__(self, key: Sequence[Packer], data: Sequence[Packer] | None, verdict: bool) -> None:
-        self.key = key
-        self.data = data
+        self.key = [_cached(p) for p in key]
+        self.data = None if data is None else [_cached(p) for p in data]
         self.verdict = verdict
+        self._verdicts: dict[str, bytes] = {}
+
+    def pack(self, e: Element) -> bytes:
+        """The element as a nested NFTA_LIST_ELEM (hot path: ~10^5 calls per bulk load)."""
+        key = b"".join([p(v) for p, v in zip(self.key, e.key, strict=True)])
+        attrs = _header(len(key) + 8, 1 | NLA_F_NESTED) + _header(len(key) + 4, 1) + key
+        if e.value is not None:
+            if self.verdict:
+                v = self._verdicts.get(e.value[0])
+                if v is None:
+                    v = self._verdicts[e.value[0]] = _nested(2, _verdict(e.value[0]))
+                attrs += v
+            elif self.data is not None:
+                data = b"".join([p(x) for p, x in zip(self.data, e.value, strict=True)])
+                attrs += _header(len(data) + 8, 2 | NLA_F_NESTED) + _header(len(data) + 4, 1) + data
+        if e.comment:
+            text = e.comment.encode()[:127] + b"\0"
+            attrs += _nla(6, struct.pack("=BB", 0, len(text)) + text)  # USERDATA: udata comment TLV
+        return _header(len(attrs) + 4, 1 | NLA_F_NESTED) + attrs
 
     @classmethod
     def for_set(cls, s: Set) -> Layout | None:
@@ -118,19 +159,8 @@ def _verdict(text: str) -> bytes:
     return _nested(2, _nla(1, struct.pack(">i", _VERDICTS[word])))
 
 
-def pack_element(layout: Layout, e: Element, with_data: bool = True) -> bytes:
-    key = b"".join(p(v) for p, v in zip(layout.key, e.key, strict=True))
-    attrs = _nested(1, _nla(1, key))  # NFTA_SET_ELEM_KEY { NFTA_DATA_VALUE }
-    if with_data and e.value is not None:
-        if layout.verdict:
-            attrs += _nested(2, _verdict(e.value[0]))  # NFTA_SET_ELEM_DATA { NFTA_DATA_VERDICT }
-        elif layout.data is not None:
-            data = b"".join(p(v) for p, v in zip(layout.data, e.value, strict=True))
-            attrs += _nested(2, _nla(1, data))
-    if with_data and e.comment:
-        text = e.comment.encode()[:127] + b"\0"
-        attrs += _nla(6, struct.pack("=BB", 0, len(text)) + text)  # USERDATA: udata comment TLV
-    return _nested(1, attrs)
+def pack_element(layout: Layout, e: Element) -> bytes:
+    return layout.pack(e)
 
 
 def _message(kind: int, flags: int, seq: int, body: bytes, family: int, res_id: int = 0) -> bytes:
