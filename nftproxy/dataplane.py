@@ -117,6 +117,8 @@ class Dataplane:
             self._compile_dirty()
 
     def _compile_dirty(self) -> None:
+        for a in self.assemblies.values():
+            a.tracking = self.in_sync  # not in sync: the next sync is full, deltas are unused
         for key in sorted(self.dirty):
             svc = self.services.get(key)
             slices = [s for _, s in sorted(self.slices_by_service.get(key, {}).items())]

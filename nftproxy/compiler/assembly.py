@@ -67,6 +67,9 @@ class Assembly:
         # Changes since the last commit: the value / existence each had when last committed.
         self.touched: dict[tuple[str, Key], Element | None] = {}
         self.touched_objects: dict[Obj, bool] = {}
+        # False while the kernel's state is unknown (the next sync compares whole tables): then
+        # recording what each change touched would only cost time (a bulk load touches 10^5).
+        self.tracking = True
         self.lost: list[tuple[str, str, str, str, str]] = []  # set by delta(), see _lost_endpoints
 
     # -- updating ------------------------------------------------------------------------
@@ -98,12 +101,13 @@ class Assembly:
             k = (set_name, el.key)
             n = self.counts.get(k, 0)
             if n == 0:
-                self.touched.setdefault(k, None)
+                if self.tracking:
+                    self.touched.setdefault(k, None)
                 self.values[k] = el
             self.counts[k] = n + 1
         self.endpoints.update(frag.endpoints)
         for obj in self._objs(frag):
-            if self.objects[obj] == 0:
+            if self.objects[obj] == 0 and self.tracking:
                 self.touched_objects.setdefault(obj, False)
             self.objects[obj] += 1
 
@@ -115,7 +119,9 @@ class Assembly:
             k = (set_name, el.key)
             n = self.counts[k] - 1
             if n == 0:
-                self.touched.setdefault(k, self.values.pop(k))
+                old = self.values.pop(k)
+                if self.tracking:
+                    self.touched.setdefault(k, old)
                 del self.counts[k]
             else:
                 self.counts[k] = n
@@ -126,7 +132,8 @@ class Assembly:
         for obj in self._objs(frag):
             self.objects[obj] -= 1
             if self.objects[obj] == 0:
-                self.touched_objects.setdefault(obj, True)
+                if self.tracking:
+                    self.touched_objects.setdefault(obj, True)
                 del self.objects[obj]
 
     @staticmethod

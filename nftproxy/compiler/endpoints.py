@@ -5,13 +5,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from nftproxy.model.types import Endpoint, EndpointSlice, ServicePort
 
 
-@dataclass(frozen=True, slots=True)
-class Target:
-    """One endpoint of one Service port: address, port, and the endpoint it came from."""
+class Target(NamedTuple):
+    """One endpoint of one Service port: address, port, and the endpoint it came from.
+
+    A NamedTuple: ~10^5 are made per full compile, and a frozen dataclass costs twice as much."""
 
     address: str
     port: int

@@ -30,6 +30,28 @@ class Fragment:
     health_check_port: int | None = None  # healthCheckNodePort (LoadBalancer, eTP Local)
 
 
+_new = tuple.__new__
+_SLOTS: list[str] = []
+
+
+def _slots(n: int) -> list[str]:
+    """"0", "1", … shared by every element (grown on demand)."""
+    while len(_SLOTS) < n:
+        _SLOTS.append(str(len(_SLOTS)))
+    return _SLOTS
+_PORTS: dict[int, str] = {}
+
+
+def _values(chosen: list[Target]) -> list[tuple[str, str]]:
+    out = []
+    for t in chosen:
+        port = _PORTS.get(t.port)
+        if port is None:
+            port = _PORTS[t.port] = str(t.port)
+        out.append((t.address, port))
+    return out
+
+
 class _Out:
     def __init__(self) -> None:
         self.elements: list[tuple[str, Element]] = []
@@ -39,11 +61,24 @@ class _Out:
         self.elements.append((set_name, Element(key, value, comment)))
 
     def spread(self, kind: str, map_name: str, key: Key, chosen: list[Target]) -> None:
-        """Slot i of ``key`` in map ``map_name-N`` -> the i-th endpoint; needs object (kind, N)."""
+        """Slot i of ``key`` in map ``map_name-N`` -> the i-th endpoint; needs object (kind, N).
+
+        The hot loop of a full compile (one element per frontend and endpoint): strings and the
+        value tuples are shared, elements built with tuple.__new__ (a NamedTuple's __new__ is
+        a Python function)."""
         n = len(chosen)
         self.objects.add((kind, n))
-        for slot, t in enumerate(chosen):
-            self.elements.append((f"{map_name}-{n}", Element((*key, str(slot)), (t.address, str(t.port)))))
+        name = f"{map_name}-{n}"
+        values = _values(chosen)
+        slots = _slots(n)
+        append = self.elements.append
+        if len(key) == 3:
+            a, b, c = key
+            for slot in range(n):
+                append((name, _new(Element, ((a, b, c, slots[slot]), values[slot], None))))
+        else:
+            for slot in range(n):
+                append((name, _new(Element, ((*key, slots[slot]), values[slot], None))))
 
 
 @dataclass(frozen=True, slots=True)

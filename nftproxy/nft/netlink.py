@@ -101,11 +101,16 @@ class Layout:
         self.data = None if data is None else [_cached(p) for p in data]
         self.verdict = verdict
         self._verdicts: dict[str, bytes] = {}
+        self._key_headers: dict[int, bytes] = {}  # by length: the nested KEY/DATA attribute headers
+        self._data_headers: dict[int, bytes] = {}
 
     def pack(self, e: Element) -> bytes:
         """The element as a nested NFTA_LIST_ELEM (hot path: ~10^5 calls per bulk load)."""
         key = b"".join([p(v) for p, v in zip(self.key, e.key, strict=True)])
-        attrs = _header(len(key) + 8, 1 | NLA_F_NESTED) + _header(len(key) + 4, 1) + key
+        hdr = self._key_headers.get(len(key))
+        if hdr is None:
+            hdr = self._key_headers[len(key)] = _header(len(key) + 8, 1 | NLA_F_NESTED) + _header(len(key) + 4, 1)
+        attrs = hdr + key
         if e.value is not None:
             if self.verdict:
                 v = self._verdicts.get(e.value[0])
@@ -114,7 +119,12 @@ class Layout:
                 attrs += v
             elif self.data is not None:
                 data = b"".join([p(x) for p, x in zip(self.data, e.value, strict=True)])
-                attrs += _header(len(data) + 8, 2 | NLA_F_NESTED) + _header(len(data) + 4, 1) + data
+                dh = self._data_headers.get(len(data))
+                if dh is None:
+                    dh = self._data_headers[len(data)] = _header(len(data) + 8, 2 | NLA_F_NESTED) + _header(
+                        len(data) + 4, 1
+                    )
+                attrs += dh + data
         if e.comment:
             text = e.comment.encode()[:127] + b"\0"
             attrs += _nla(6, struct.pack("=BB", 0, len(text)) + text)  # USERDATA: udata comment TLV
