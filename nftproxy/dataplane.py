@@ -25,7 +25,7 @@ from nftproxy.compiler.fragment import compile_fragment
 from nftproxy.model.types import EndpointSlice, Service, Skipped
 from nftproxy.nft.diff import create, plan
 from nftproxy.nft.kernel import Backend
-from nftproxy.nft.netlink import Batch, Layout, pack_element
+from nftproxy.nft.netlink import Batch, Layout
 from nftproxy.nft.objects import Family, Table
 from nftproxy.nft.transaction import Transaction
 
@@ -223,7 +223,7 @@ class Dataplane:
             create(tx, t, skip_elements=frozenset(fast))
             txs.append(tx)
             for name, lay in fast.items():
-                batch.add(t.family.value, t.name, name, (pack_element(lay, e) for e in t.elements[name].values()))
+                batch.add(t.family.value, t.name, name, (lay.pack(e) for e in t.elements[name].values()))
         self.backend.apply(*txs)
         send(batch)
         return True

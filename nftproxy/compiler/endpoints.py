@@ -77,8 +77,3 @@ def categorize(all_targets: list[Target], node: str | None, zone: str | None) ->
     local = [t for t in mine if t.endpoint.ready] or [t for t in mine if t.endpoint.serving and t.endpoint.terminating]
     any_usable = any(t.endpoint.ready or (t.endpoint.serving and t.endpoint.terminating) for t in all_targets)
     return Categorized(cluster, local, any_usable)
-
-
-def cluster_endpoints(all_targets: list[Target]) -> list[Target]:
-    """Ready endpoints; when none is ready, the serving and terminating ones (kube-proxy's fallback)."""
-    return categorize(all_targets, None, None).cluster

@@ -35,10 +35,12 @@ _SLOTS: list[str] = []
 
 
 def _slots(n: int) -> list[str]:
-    """"0", "1", … shared by every element (grown on demand)."""
+    """Slot numbers as text ("0", "1", …), shared by every element, grown on demand."""
     while len(_SLOTS) < n:
         _SLOTS.append(str(len(_SLOTS)))
     return _SLOTS
+
+
 _PORTS: dict[int, str] = {}
 
 

@@ -73,9 +73,6 @@ class FakeBackend:
     def clear_udp_conntrack(self, family: Family, entries: list[tuple[str, str, str]]) -> None:
         self.conntrack_cleared.extend((family, *e) for e in entries)
 
-    def rules(self, family: Family, table: str, chain: str) -> list[str]:
-        return list(self.tables[(family, table)].rules[chain])
-
 
 def _refs(t: _Table) -> tuple[set[str], set[str]]:
     chains: set[str] = set()

@@ -88,20 +88,6 @@ class KernelBackend:
 
         return self._call(go)
 
-    def check(self, *txs: Transaction) -> None:
-        """Parse and validate against the kernel without committing."""
-
-        def go(ctx: Any) -> None:
-            ctx.set_dry_run(True)
-            try:
-                rc, _, err = ctx.cmd("".join(tx.render() for tx in txs))
-            finally:
-                ctx.set_dry_run(False)
-            if rc != 0:
-                raise NftError(_first_error(err))
-
-        self._call(go)
-
     def apply(self, *txs: Transaction) -> None:
         script = "".join(tx.render() for tx in txs)
         if len(script) > BULK:

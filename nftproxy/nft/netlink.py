@@ -169,10 +169,6 @@ def _verdict(text: str) -> bytes:
     return _nested(2, _nla(1, struct.pack(">i", _VERDICTS[word])))
 
 
-def pack_element(layout: Layout, e: Element) -> bytes:
-    return layout.pack(e)
-
-
 def _message(kind: int, flags: int, seq: int, body: bytes, family: int, res_id: int = 0) -> bytes:
     payload = struct.pack("=BBH", family, 0, socket.htons(res_id)) + body
     return struct.pack("=IHHII", 16 + len(payload), kind, flags, seq, 0) + payload

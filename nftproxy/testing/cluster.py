@@ -9,7 +9,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -140,7 +140,3 @@ class LocalCluster:
         out = self.lab.exec(node, sys.executable, "-c", code).stdout
         status, _, body = out.partition("\n")
         return int(status), body
-
-
-def objects_yaml(objs: Iterable[Mapping[str, Any]]) -> str:
-    return "\n---\n".join(json.dumps(o) for o in objs)
