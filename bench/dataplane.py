@@ -14,9 +14,7 @@ import statistics
 import subprocess
 import sys
 import time
-import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from ipaddress import ip_address, ip_network
 from typing import Any
 
@@ -25,6 +23,7 @@ from bench.workload import cluster, endpoint_slice
 from nftproxy.compiler import ProxyConfig
 from nftproxy.dataplane import Dataplane
 from nftproxy.nft.kernel import KernelBackend
+from nftproxy.testing.netlab import bare_netns
 
 CONFIG = ProxyConfig(
     node_name="node-1",
@@ -33,14 +32,8 @@ CONFIG = ProxyConfig(
 )
 
 
-@contextmanager
-def fresh_netns() -> Iterator[str]:
-    name = f"ntb-{uuid.uuid4().hex[:8]}"
-    subprocess.run(["ip", "netns", "add", name], check=True)
-    try:
-        yield name
-    finally:
-        subprocess.run(["ip", "netns", "del", name], check=False)
+def fresh_netns() -> AbstractContextManager[str]:
+    return bare_netns("ntb")
 
 
 def full_sync(services: int, endpoints: int, nodeports: int, mix: bool = False) -> dict[str, float]:

@@ -52,6 +52,7 @@ __all__ = [
     "Node",
     "Pod",
     "ProbeResult",
+    "bare_netns",
     "cleanup_stale",
     "list_netns",
 ]
@@ -249,6 +250,17 @@ def _teardown(procs: list[subprocess.Popen[bytes]], namespaces: list[str], tmpdi
             procs.clear()
             namespaces.clear()
             shutil.rmtree(tmpdir, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def bare_netns(prefix: str) -> Iterator[str]:
+    """An empty network namespace (no links but lo) named ``<prefix>-<random>``, deleted after."""
+    name = f"{prefix}-{os.urandom(4).hex()}"
+    subprocess.run(["ip", "netns", "add", name], check=True)
+    try:
+        yield name
+    finally:
+        subprocess.run(["ip", "netns", "del", name], check=False)
 
 
 def cleanup_stale(prefix: str = "np") -> list[str]:

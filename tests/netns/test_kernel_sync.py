@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import uuid
 from collections.abc import Iterator
 from ipaddress import ip_address, ip_network
 from pathlib import Path
@@ -17,6 +16,7 @@ from nftproxy.manifests import classify
 from nftproxy.nft.kernel import KernelBackend, NftError
 from nftproxy.nft.objects import Element, Family
 from nftproxy.nft.transaction import Transaction
+from nftproxy.testing.netlab import bare_netns
 from tests import k8sobjects as k
 from tests.unit.test_bad_input import GOOD
 from tests.unit.test_incremental import eps, expected, svc
@@ -33,12 +33,8 @@ OTHER_TABLE = """table inet firewall {
 
 @pytest.fixture
 def netns() -> Iterator[str]:
-    name = f"ntk-{uuid.uuid4().hex[:8]}"
-    subprocess.run(["ip", "netns", "add", name], check=True)
-    try:
+    with bare_netns("ntk") as name:
         yield name
-    finally:
-        subprocess.run(["ip", "netns", "del", name], check=False)
 
 
 def nft(netns: str, *args: str, stdin: str | None = None) -> str:
