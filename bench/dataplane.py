@@ -48,7 +48,7 @@ def full_sync(services: int, endpoints: int, nodeports: int, mix: bool = False) 
             dp.set_service(s)
         for sl in slices:
             dp.set_slice(sl)
-        dp.tables()  # compile
+        dp.compile()
         compiled = time.perf_counter()
         dp.sync()
         done = time.perf_counter()

@@ -10,6 +10,7 @@ to the whole desired table (full).
 from __future__ import annotations
 
 import gc
+import hashlib
 import logging
 import time
 from collections import defaultdict
@@ -21,7 +22,7 @@ from nftproxy.compiler import skeleton
 from nftproxy.compiler.assembly import Assembly
 from nftproxy.compiler.build import orphan_slices, summarize
 from nftproxy.compiler.config import ProxyConfig
-from nftproxy.compiler.fragment import compile_fragment
+from nftproxy.compiler.fragment import compile_fragment, spread_elements
 from nftproxy.model.types import EndpointSlice, Service, Skipped
 from nftproxy.nft.diff import create, plan
 from nftproxy.nft.kernel import Backend
@@ -132,6 +133,10 @@ class Dataplane:
         """Services changed and not yet compiled."""
         return len(self.dirty)
 
+    def compile(self) -> None:
+        """Compile what changed now (``sync`` and the readers below do it anyway)."""
+        self._flush()
+
     # -- reading -------------------------------------------------------------------------
     def tables(self) -> list[Table]:
         self._flush()
@@ -148,6 +153,15 @@ class Dataplane:
                     if key == frag.key:
                         addrs.update(frag.local_endpoints)
         return {port: (key, len(addrs)) for port, (key, addrs) in out.items()}
+
+    def checksum(self) -> str:
+        """sha256 of the programmed contents (chain names, every element), in a canonical order."""
+        self._flush()
+        h = hashlib.sha256()
+        for a in self.assemblies.values():
+            for line in a.content_lines():
+                h.update(line.encode())
+        return h.hexdigest()
 
     def stats(self) -> tuple[int, int, list[Skipped]]:
         """(Services programmed, endpoints programmed, objects skipped with reasons)."""
@@ -181,10 +195,12 @@ class Dataplane:
         try:
             if full:
                 applied = {a.family: self.backend.read(a.family, self.config.table) for a in self.assemblies.values()}
-                tables = [a.table() for a in self.assemblies.values()]
-                if all(t is None for t in applied.values()) and self._bulk_create(tables, txs):
+                with _gc_paused(True):  # packing allocates ~10^5 short-lived objects, no cycles
+                    created = all(t is None for t in applied.values()) and self._bulk_create(txs)
+                if created:
                     pass  # created: structure by nft, map elements by netlink
                 else:
+                    tables = [a.table() for a in self.assemblies.values()]
                     txs += [plan(applied[t.family], t) for t in tables]
                     self.backend.apply(*txs)
             else:
@@ -207,23 +223,35 @@ class Dataplane:
             seconds=time.perf_counter() - start,
         )
 
-    def _bulk_create(self, tables: list[Table], txs: list[Transaction]) -> bool:
+    def _bulk_create(self, txs: list[Transaction]) -> bool:
         """First creation of a big table: declarations, rules and the few interval-set elements in
         one nft transaction, then every map/set element in one netlink transaction (nft's parser
-        costs ~11 µs per element, a packed batch ~4 µs). Before the second commit the table
+        costs ~11 µs per element, a packed batch ~2 µs). Before the second commit the table
         holds no Service at all, as before the first: nothing is ever half-programmed."""
         send = getattr(self.backend, "send_batch", None)
-        if send is None or sum(t.count_elements() for t in tables) < self.bulk_elements:
+        assemblies = list(self.assemblies.values())
+        if send is None or sum(a.element_count() for a in assemblies) < self.bulk_elements:
             return False
         batch = Batch()
-        for t in tables:
-            layouts = {name: Layout.for_set(t.sets[name]) for name, els in t.elements.items() if els}
+        for a in assemblies:
+            t = a.table(expand=False)
+            spreads = a.spreads_by_map()
+            layouts = {name: Layout.for_set(t.sets[name]) for name in t.sets if t.elements.get(name) or name in spreads}
             fast = {name: lay for name, lay in layouts.items() if lay is not None}
             tx = Transaction(t.family, t.name)
             create(tx, t, skip_elements=frozenset(fast))
+            for name, entries in spreads.items():
+                lay = fast.get(name)
+                if lay is None:  # not packable: nft text (never the case for the maps of today)
+                    tx.add_elements(name, [e for key, values in entries for e in spread_elements(key, values)])
+                else:
+                    pack = lay.pack_spread
+                    packed = [b for key, values in entries for b in pack(key, values)]
+                    batch.add(t.family.value, t.name, name, packed)
             txs.append(tx)
             for name, lay in fast.items():
-                batch.add(t.family.value, t.name, name, (lay.pack(e) for e in t.elements[name].values()))
+                if t.elements.get(name):
+                    batch.add(t.family.value, t.name, name, (lay.pack(e) for e in t.elements[name].values()))
         self.backend.apply(*txs)
         send(batch)
         return True

@@ -15,7 +15,7 @@ from ipaddress import collapse_addresses, ip_network
 
 from nftproxy.compiler import skeleton
 from nftproxy.compiler.config import ProxyConfig
-from nftproxy.compiler.fragment import Fragment
+from nftproxy.compiler.fragment import Fragment, Slot, spread_elements
 from nftproxy.model.types import IPNetwork, Skipped
 from nftproxy.nft.objects import Chain, Element, Family, Key, Set, Table
 from nftproxy.nft.transaction import Transaction
@@ -62,10 +62,14 @@ class Assembly:
         self.owners: dict[Key, str] = {}
         self.values: dict[tuple[str, Key], Element] = {}  # (set, key) -> element
         self.counts: dict[tuple[str, Key], int] = {}  # (set, key) -> fragments holding it
+        # Endpoint map entries: (map, frontend) -> slot values. Never shared: the frontend is a
+        # claim, held by one fragment at most (no reference counts).
+        self.spreads: dict[tuple[str, Key], tuple[Slot, ...]] = {}
         self.objects: Counter[Obj] = Counter()
         self.endpoints: Counter[tuple[str, int]] = Counter()  # endpoint -> fragments using it
         # Changes since the last commit: the value / existence each had when last committed.
         self.touched: dict[tuple[str, Key], Element | None] = {}
+        self.touched_spreads: dict[tuple[str, Key], tuple[Slot, ...] | None] = {}
         self.touched_objects: dict[Obj, bool] = {}
         # False while the kernel's state is unknown (the next sync compares whole tables): then
         # recording what each change touched would only cost time (a bulk load touches 10^5).
@@ -105,6 +109,12 @@ class Assembly:
                     self.touched.setdefault(k, None)
                 self.values[k] = el
             self.counts[k] = n + 1
+        tracking = self.tracking
+        for map_name, key, values in frag.spreads:
+            k = (map_name, key)
+            if tracking:
+                self.touched_spreads.setdefault(k, None)
+            self.spreads[k] = values
         self.endpoints.update(frag.endpoints)
         for obj in self._objs(frag):
             if self.objects[obj] == 0 and self.tracking:
@@ -125,6 +135,11 @@ class Assembly:
                 del self.counts[k]
             else:
                 self.counts[k] = n
+        for map_name, key, _ in frag.spreads:
+            k = (map_name, key)
+            old_values = self.spreads.pop(k)
+            if self.tracking:
+                self.touched_spreads.setdefault(k, old_values)
         self.endpoints.subtract(frag.endpoints)
         for ep in frag.endpoints:
             if self.endpoints[ep] <= 0:
@@ -158,8 +173,30 @@ class Assembly:
     def comment(self) -> str:
         return skeleton.layout_comment(self.family, self.masquerade, self.pods)
 
-    def table(self) -> Table:
-        """The whole desired table."""
+    def element_count(self) -> int:
+        return len(self.values) + sum(len(v) for v in self.spreads.values()) + sum(map(len, self.static.values()))
+
+    def spreads_by_map(self) -> dict[str, list[tuple[Key, tuple[Slot, ...]]]]:
+        out: dict[str, list[tuple[Key, tuple[Slot, ...]]]] = {}
+        for (map_name, key), values in self.spreads.items():
+            group = out.get(map_name)
+            if group is None:
+                group = out[map_name] = []
+            group.append((key, values))
+        return out
+
+    def content_lines(self) -> list[str]:
+        """The table's contents as sorted lines (for a checksum), endpoint maps unexpanded."""
+        lines = [f"table {self.family.value} {self.config.table} {self.comment()}\n"]
+        lines += sorted(f"chain {name}\n" for name in self.chain_names())
+        els = [f"{name} {el.render()}\n" for name, els in self.static.items() for el in els.values()]
+        els += [f"{name} {el.render()}\n" for (name, _), el in self.values.items()]
+        els += [f"{name} {' . '.join(key)} : {values}\n" for (name, key), values in self.spreads.items()]
+        return lines + sorted(els)
+
+    def table(self, expand: bool = True) -> Table:
+        """The whole desired table (``expand=False``: without the endpoint maps' elements, which
+        ``spreads`` holds; a bulk load packs them from there)."""
         sets = dict(self.base_sets)
         chains = dict(self.base_chains)
         for obj in sorted(self.objects):
@@ -171,6 +208,11 @@ class Assembly:
             elements[name].update(els)
         for (set_name, key), el in self.values.items():
             elements[set_name][key] = el
+        if expand:
+            for (map_name, key), values in self.spreads.items():
+                target = elements[map_name]
+                for el in spread_elements(key, values):
+                    target[el.key] = el
         return Table(self.family, self.config.table, self.comment(), chains, sets, elements)
 
     def delta(self) -> Transaction:
@@ -198,6 +240,20 @@ class Assembly:
                 deletes.setdefault(set_name, []).append(key)
             if now is not None:
                 adds.setdefault(set_name, []).append(now)
+        for (map_name, key), before_values in self.touched_spreads.items():
+            now_values = self.spreads.get((map_name, key))
+            if now_values == before_values:
+                continue
+            old_els = set(spread_elements(key, before_values or ()))
+            new_els = list(spread_elements(key, now_values or ()))
+            if map_name not in dropped_sets:
+                keep = set(new_els)
+                gone = sorted(e.key for e in old_els if e not in keep)
+                if gone:
+                    deletes.setdefault(map_name, []).extend(gone)
+            new = [e for e in new_els if e not in old_els]
+            if new:
+                adds.setdefault(map_name, []).extend(new)
         self.lost = self._lost_endpoints()
         for set_name, keys in deletes.items():
             tx.delete_elements(set_name, keys)
@@ -215,22 +271,17 @@ class Assembly:
 
     def _lost_endpoints(self) -> list[tuple[str, str, str, str, str]]:
         """Endpoints a frontend stops using in this delta: (frontend IP or "" for a NodePort, proto,
-        port, endpoint IP, endpoint port). Every slot of a frontend whose endpoint count changes is
-        touched, so touched old values minus touched new values are exactly what it lost."""
-        old: dict[tuple[str, str, str], set[tuple[str, str]]] = {}
-        new: dict[tuple[str, str, str], set[tuple[str, str]]] = {}
-        for (set_name, key), before in self.touched.items():
-            if set_name.startswith(("endpoints-", "local-endpoints-")):
-                frontend = (key[0], key[1], key[2])
-            elif set_name.startswith(("nodeport-endpoints-", "nodeport-local-endpoints-")):
-                frontend = ("", key[0], key[1])
-            else:
-                continue
-            now = self.values.get((set_name, key))
-            if before is not None and before.value:
-                old.setdefault(frontend, set()).add((before.value[0], before.value[1]))
-            if now is not None and now.value:
-                new.setdefault(frontend, set()).add((now.value[0], now.value[1]))
+        port, endpoint IP, endpoint port): every endpoint map entry it had at the last commit,
+        minus those it has now."""
+        old: dict[tuple[str, str, str], set[Slot]] = {}
+        new: dict[tuple[str, str, str], set[Slot]] = {}
+        for (map_name, key), before in self.touched_spreads.items():
+            frontend = ("", key[0], key[1]) if map_name.startswith("nodeport-") else (key[0], key[1], key[2])
+            now = self.spreads.get((map_name, key))
+            if before:
+                old.setdefault(frontend, set()).update(before)
+            if now:
+                new.setdefault(frontend, set()).update(now)
         return sorted((*f, *ep) for f, eps in old.items() for ep in eps - new.get(f, set()))
 
     @property
@@ -247,4 +298,5 @@ class Assembly:
     def commit(self) -> None:
         """The kernel now holds this state (after a successful delta or full sync)."""
         self.touched.clear()
+        self.touched_spreads.clear()
         self.touched_objects.clear()

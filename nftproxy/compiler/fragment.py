@@ -6,7 +6,7 @@ recompute one Service alone and send just the difference.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from ipaddress import collapse_addresses
 
@@ -19,10 +19,17 @@ REJECT = ("goto reject-chain",)
 DROP = ("drop",)
 
 
+Slot = tuple[str, str]  # endpoint address, port (an endpoint map's value)
+# (map name, frontend key, value of slot 0, 1, …): the N elements ``key . i : value[i]`` of an
+# endpoint map, kept as one entry (an endpoint map holds ~80% of a table's elements).
+Spread = tuple[str, Key, tuple[Slot, ...]]
+
+
 @dataclass(frozen=True, slots=True)
 class Fragment:
     key: str  # "namespace/name"
     elements: tuple[tuple[str, Element], ...]  # (set name, element)
+    spreads: tuple[Spread, ...]  # endpoint map entries, keyed by a frontend the Service claims
     claims: tuple[Key, ...]  # Service IP . proto . port and proto . NodePort keys it owns
     objects: frozenset[tuple[str, int]]  # (kind, N) per-count maps/chains it needs
     endpoints: frozenset[tuple[str, int]]  # endpoint address:port pairs in use
@@ -30,57 +37,50 @@ class Fragment:
     health_check_port: int | None = None  # healthCheckNodePort (LoadBalancer, eTP Local)
 
 
-_new = tuple.__new__
 _SLOTS: list[str] = []
 
 
-def _slots(n: int) -> list[str]:
+def slot_names(n: int) -> list[str]:
     """Slot numbers as text ("0", "1", …), shared by every element, grown on demand."""
     while len(_SLOTS) < n:
         _SLOTS.append(str(len(_SLOTS)))
     return _SLOTS
 
 
+def spread_elements(key: Key, values: tuple[Slot, ...]) -> Iterator[Element]:
+    """The map elements one spread stands for."""
+    slots = slot_names(len(values))
+    for i, value in enumerate(values):
+        yield Element((*key, slots[i]), value)
+
+
 _PORTS: dict[int, str] = {}
 
 
-def _values(chosen: list[Target]) -> list[tuple[str, str]]:
+def _values(chosen: list[Target]) -> tuple[Slot, ...]:
     out = []
     for t in chosen:
         port = _PORTS.get(t.port)
         if port is None:
             port = _PORTS[t.port] = str(t.port)
         out.append((t.address, port))
-    return out
+    return tuple(out)
 
 
 class _Out:
     def __init__(self) -> None:
         self.elements: list[tuple[str, Element]] = []
+        self.spreads: list[Spread] = []
         self.objects: set[tuple[str, int]] = set()
 
     def add(self, set_name: str, key: Key, value: tuple[str, ...] | None = None, comment: str | None = None) -> None:
         self.elements.append((set_name, Element(key, value, comment)))
 
     def spread(self, kind: str, map_name: str, key: Key, chosen: list[Target]) -> None:
-        """Slot i of ``key`` in map ``map_name-N`` -> the i-th endpoint; needs object (kind, N).
-
-        The hot loop of a full compile (one element per frontend and endpoint): strings and the
-        value tuples are shared, elements built with tuple.__new__ (a NamedTuple's __new__ is
-        a Python function)."""
+        """Slot i of ``key`` in map ``map_name-N`` -> the i-th endpoint; needs object (kind, N)."""
         n = len(chosen)
         self.objects.add((kind, n))
-        name = f"{map_name}-{n}"
-        values = _values(chosen)
-        slots = _slots(n)
-        append = self.elements.append
-        if len(key) == 3:
-            a, b, c = key
-            for slot in range(n):
-                append((name, _new(Element, ((a, b, c, slots[slot]), values[slot], None))))
-        else:
-            for slot in range(n):
-                append((name, _new(Element, ((*key, slots[slot]), values[slot], None))))
+        self.spreads.append((f"{map_name}-{n}", key, _values(chosen)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,6 +209,7 @@ def compile_fragment(
     return Fragment(
         svc.key,
         tuple(out.elements),
+        tuple(out.spreads),
         tuple(claims),
         frozenset(out.objects),
         frozenset(used),

@@ -8,6 +8,7 @@ anything else stays on the nft text path.
 
 from __future__ import annotations
 
+import functools
 import os
 import socket
 import struct
@@ -30,12 +31,8 @@ Packer = Callable[[str], bytes]
 _PROTOS = {"tcp": 6, "udp": 17, "sctp": 132, "icmp": 1, "icmpv6": 58}
 
 
-def _ipv4(text: str) -> bytes:
-    return socket.inet_pton(socket.AF_INET, text)
-
-
-def _ipv6(text: str) -> bytes:
-    return socket.inet_pton(socket.AF_INET6, text)
+_ipv4: Packer = functools.partial(socket.inet_pton, socket.AF_INET)
+_ipv6: Packer = functools.partial(socket.inet_pton, socket.AF_INET6)
 
 
 def _proto(text: str) -> bytes:
@@ -78,19 +75,21 @@ def _header(length: int, kind: int) -> bytes:
     return _HEADER.pack(length, kind)
 
 
+class _Cache(dict[str, bytes]):
+    def __init__(self, packer: Packer) -> None:
+        super().__init__()
+        self.packer = packer
+
+    def __missing__(self, text: str) -> bytes:
+        b = self[text] = self.packer(text)
+        return b
+
+
 def _cached(packer: Packer) -> Packer:
     """Protocols, ports, slots and Service IPs repeat a lot: pack each text once."""
     if packer in (_ipv4, _ipv6):
         return packer  # inet_pton is as fast as a cache lookup
-    cache: dict[str, bytes] = {}
-
-    def pack(text: str) -> bytes:
-        b = cache.get(text)
-        if b is None:
-            b = cache[text] = packer(text)
-        return b
-
-    return pack
+    return _Cache(packer).__getitem__
 
 
 class Layout:
@@ -103,6 +102,8 @@ class Layout:
         self._verdicts: dict[str, bytes] = {}
         self._key_headers: dict[int, bytes] = {}  # by length: the nested KEY/DATA attribute headers
         self._data_headers: dict[int, bytes] = {}
+        self._slots: list[bytes] = []
+        self._spread_hdrs: dict[tuple[int, int], tuple[bytes, bytes]] = {}
 
     def pack(self, e: Element) -> bytes:
         """The element as a nested NFTA_LIST_ELEM (hot path: ~10^5 calls per bulk load)."""
@@ -129,6 +130,44 @@ class Layout:
             text = e.comment.encode()[:127] + b"\0"
             attrs += _nla(6, struct.pack("=BB", 0, len(text)) + text)  # USERDATA: udata comment TLV
         return _header(len(attrs) + 4, 1 | NLA_F_NESTED) + attrs
+
+    def pack_spread(self, key: Sequence[str], values: Sequence[Sequence[str]]) -> list[bytes]:
+        """Elements ``key . i : values[i]`` (i = 0, 1, …; the key's last part is the slot number),
+        without building them: the key prefix is packed once, the headers (fixed sizes) once per
+        map. The hot path of a bulk load (~10^5 elements at 10k Services)."""
+        if self.data is None or self.verdict or len(key) + 1 != len(self.key) or not values:
+            if not values:
+                return []
+            raise ValueError("pack_spread needs a data map keyed by the frontend and a slot")
+        prefix = b"".join([p(v) for p, v in zip(self.key, key, strict=False)])
+        slots = self._slot_bytes(len(values))
+        packers = self.data
+        first = b"".join([p(x) for p, x in zip(packers, values[0], strict=True)])
+        head, mid = self._spread_headers(len(prefix) + len(slots[0]), len(first))
+        if len(packers) == 2:
+            d0, d1 = packers
+            return [head + prefix + slots[i] + mid + d0(a) + d1(b) for i, (a, b) in enumerate(values)]
+        return [
+            head + prefix + slots[i] + mid + b"".join([p(x) for p, x in zip(packers, v, strict=True)])
+            for i, v in enumerate(values)
+        ]
+
+    def _slot_bytes(self, n: int) -> list[bytes]:
+        have = self._slots
+        while len(have) < n:
+            have.append(self.key[-1](str(len(have))))
+        return have
+
+    def _spread_headers(self, klen: int, dlen: int) -> tuple[bytes, bytes]:
+        """The element's, its key's and its data's attribute headers (sizes: key, data)."""
+        got = self._spread_hdrs.get((klen, dlen))
+        if got is None:
+            head = (
+                _header(klen + dlen + 20, 1 | NLA_F_NESTED) + _header(klen + 8, 1 | NLA_F_NESTED) + _header(klen + 4, 1)
+            )
+            mid = _header(dlen + 8, 2 | NLA_F_NESTED) + _header(dlen + 4, 1)
+            got = self._spread_hdrs[(klen, dlen)] = (head, mid)
+        return got
 
     @classmethod
     def for_set(cls, s: Set) -> Layout | None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, cast
 
 import kubernetes
@@ -24,26 +24,27 @@ def api_client(kubeconfig: str | None) -> Any:
     return kubernetes.client.ApiClient(cfg)
 
 
-def _pages(call: Callable[..., Any]) -> list[dict[str, Any]]:
-    items: list[dict[str, Any]] = []
+def pages(call: Callable[..., Any], limit: int = 500) -> Iterator[list[dict[str, Any]]]:
+    """A consistent list, page by page: the caller parses each page and lets it go, so the raw
+    objects of the whole list (~10 KB each decoded) are never all in memory at once."""
     token = None
     while True:
-        kwargs: dict[str, Any] = {"limit": 500, "_preload_content": False, "_request_timeout": 30}
+        kwargs: dict[str, Any] = {"limit": limit, "_preload_content": False, "_request_timeout": 30}
         if token:
             kwargs["_continue"] = token
         page = json.loads(call(**kwargs).data)
-        items += page.get("items") or []
+        yield page.get("items") or []
         token = (page.get("metadata") or {}).get("continue")
         if not token:
-            return items
+            return
 
 
-def list_services(api: Any) -> list[dict[str, Any]]:
-    return _pages(kubernetes.client.CoreV1Api(api).list_service_for_all_namespaces)
+def service_pages(api: Any) -> Iterator[list[dict[str, Any]]]:
+    return pages(kubernetes.client.CoreV1Api(api).list_service_for_all_namespaces)
 
 
-def list_endpoint_slices(api: Any) -> list[dict[str, Any]]:
-    return _pages(kubernetes.client.DiscoveryV1Api(api).list_endpoint_slice_for_all_namespaces)
+def endpoint_slice_pages(api: Any) -> Iterator[list[dict[str, Any]]]:
+    return pages(kubernetes.client.DiscoveryV1Api(api).list_endpoint_slice_for_all_namespaces)
 
 
 def read_node(api: Any, name: str) -> dict[str, Any] | None:

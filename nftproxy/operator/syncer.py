@@ -13,7 +13,6 @@ import asyncio
 import contextlib
 import ctypes
 import gc
-import hashlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -26,7 +25,6 @@ import tenacity
 from nftproxy.dataplane import Dataplane, SyncResult
 from nftproxy.model.parse import Ignored, parse_endpoint_slice, parse_node, parse_service
 from nftproxy.model.types import EndpointSlice, Node, Service, Skipped
-from nftproxy.nft.objects import Table
 from nftproxy.operator.metrics import Metrics
 from nftproxy.operator.settings import Settings
 
@@ -67,19 +65,6 @@ def _malloc_trim() -> None:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
-def checksum(tables: list[Table]) -> str:
-    """sha256 of the programmed contents: chain and set names and every element, sorted."""
-    h = hashlib.sha256()
-    for t in tables:
-        h.update(f"{t.family.value} {t.name} {t.comment}\n".encode())
-        for name in sorted(t.chains):
-            h.update(f"chain {name}\n".encode())
-        for name in sorted(t.elements):
-            for line in sorted(e.render() for e in t.elements[name].values()):
-                h.update(f"{name} {line}\n".encode())
-    return h.hexdigest()
-
-
 def _trigger_epoch(text: str | None) -> float | None:
     if not text:
         return None
@@ -98,6 +83,7 @@ class Syncer:
         self.pending: dict[tuple[str, str], Change] = {}
         self.pending_counts: dict[str, int] = {}  # pending changes per kind (for the gauges)
         self.bad: dict[tuple[str, str], Skipped] = {}  # parse failures, per object
+        self.versions: dict[tuple[str, str], str] = {}  # resourceVersion last queued, per object
         self.node: Node | None = None
         self.loaded = asyncio.Event()  # initial lists complete
         self.first_sync = asyncio.Event()  # the table is programmed from the initial lists
@@ -112,15 +98,32 @@ class Syncer:
 
     # -- intake (event loop thread) ---------------------------------------------------------
     def service_changed(self, key: str, obj: Mapping[str, Any] | None) -> None:
+        if self._seen(("svc", key), obj):
+            return
         value = None if obj is None else parse_service(obj, self.settings.proxy.service_proxy_name)
         self.metrics.service_changes.inc()
         self._queue(("svc", key), value)
 
     def slice_changed(self, key: str, obj: Mapping[str, Any] | None) -> None:
+        if self._seen(("slice", key), obj):
+            return
         log.debug("slice event %s", key)
         value = None if obj is None else parse_endpoint_slice(obj)
         self.metrics.endpoint_changes.inc()
         self._queue(("slice", key), value)
+
+    def _seen(self, key: tuple[str, str], obj: Mapping[str, Any] | None) -> bool:
+        """Is ``obj`` the version already queued? (kopf replays every object when its watches
+        start, right after our own initial list: 20k no-op parses and syncs at 10k Services.)"""
+        if obj is None:
+            self.versions.pop(key, None)
+            return False
+        version = (obj.get("metadata") or {}).get("resourceVersion")
+        if version and self.versions.get(key) == version:
+            return True
+        if version:
+            self.versions[key] = version
+        return False
 
     def node_changed(self, obj: Mapping[str, Any]) -> None:
         node = parse_node(obj)
@@ -289,7 +292,7 @@ class Syncer:
             log.warning("the nftproxy table was changed behind our back: repairing it (full sync)")
             result = self.dp.sync()
         stats = (*self.dp.stats(), self.dp.health_checks())
-        digest = checksum(self.dp.tables()) if full or check or result.full else None
+        digest = self.dp.checksum() if full or check or result.full else None
         return result, stats, digest
 
     # -- health -----------------------------------------------------------------------------
