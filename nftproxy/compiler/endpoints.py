@@ -40,8 +40,13 @@ def targets(port: ServicePort, slices: Iterable[EndpointSlice]) -> list[Target]:
         if number is None:
             continue
         for ep in s.endpoints:
-            found.setdefault((ep.address, number), Target(ep.address, number, ep))
+            k = (ep.address, number)
+            if k not in found:
+                found[k] = _new(Target, (ep.address, number, ep))  # NamedTuple.__new__ is Python
     return [found[k] for k in sorted(found)]
+
+
+_new = tuple.__new__
 
 
 def topology_mode(all_targets: list[Target], node: str | None, zone: str | None) -> str:
@@ -70,7 +75,10 @@ def _available(e: Endpoint, mode: str, node: str | None, zone: str | None) -> bo
 
 def categorize(all_targets: list[Target], node: str | None, zone: str | None) -> Categorized:
     mode = topology_mode(all_targets, node, zone)
-    cluster = [t for t in all_targets if t.endpoint.ready and _available(t.endpoint, mode, node, zone)]
+    if mode:
+        cluster = [t for t in all_targets if t.endpoint.ready and _available(t.endpoint, mode, node, zone)]
+    else:
+        cluster = [t for t in all_targets if t.endpoint.ready]
     if not cluster:  # none ready anywhere: the serving terminating ones
         cluster = [t for t in all_targets if t.endpoint.serving and t.endpoint.terminating]
     mine = [t for t in all_targets if node is not None and t.endpoint.node_name == node]
