@@ -138,10 +138,14 @@ def compile_fragment(
     lb_ips = [str(ip) for ip in svc.load_balancer_ips if ip.version == version]
     externals = [str(ip) for ip in dict.fromkeys((*svc.external_ips, *svc.load_balancer_ips)) if ip.version == version]
     externals = [ip for ip in externals if ip != cluster_ip]
-    ranges = [
-        str(r.network_address) if r.prefixlen == r.max_prefixlen else str(r)
-        for r in collapse_addresses([r for r in svc.load_balancer_source_ranges if r.version == version])  # type: ignore[type-var]
-    ]
+    ranges = (
+        [
+            str(r.network_address) if r.prefixlen == r.max_prefixlen else str(r)
+            for r in collapse_addresses([r for r in svc.load_balancer_source_ranges if r.version == version])  # type: ignore[type-var]
+        ]
+        if svc.load_balancer_source_ranges
+        else []
+    )
     itp_local = svc.internal_traffic_policy == "Local"
     etp_local = svc.external_traffic_policy == "Local" and (bool(externals) or svc.type != "ClusterIP")
 
@@ -200,10 +204,11 @@ def compile_fragment(
                 for r in ranges:
                     out.add("firewall-allow", (*k, r))
 
+        node = config.node_name
         for t in (*cluster, *local):
             used.add((t.address, t.port))
             # Hairpin (a pod reaching itself) only happens for endpoints on this node.
-            if config.node_name is None or t.endpoint.node_name in (None, config.node_name):
+            if node is None or t.endpoint.node_name is None or t.endpoint.node_name == node:
                 out.add("hairpin-endpoints", (t.address, t.address))
         local_addrs.update(t.address for t in local)
     return Fragment(
