@@ -161,8 +161,7 @@ def test_echo_servers_are_children_of_the_lab(cluster: Cluster) -> None:
 
 
 def _server_pids_in(netns: str) -> list[int]:
-    out = subprocess.run(["ip", "netns", "pids", netns], capture_output=True, text=True,
-                         check=True).stdout
+    out = subprocess.run(["ip", "netns", "pids", netns], capture_output=True, text=True, check=True).stdout
     return [int(p) for p in out.split()]
 
 
