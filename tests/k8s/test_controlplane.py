@@ -217,3 +217,23 @@ def test_cli_up_and_down(tmp_path: Path) -> None:
     assert down.returncode == 0, down.stderr
     assert not d.exists()
     assert _processes_mentioning(str(d)) == []
+
+
+def test_our_initial_list_reads_every_object_page_by_page(control_plane: ControlPlane) -> None:
+    """nftproxy's own initial list (``kube.pages``) follows the API's continue tokens: a list
+    longer than one page arrives whole, in pages (parsed one at a time, not all at once)."""
+    import functools  # noqa: PLC0415
+
+    from nftproxy.operator import kube  # noqa: PLC0415
+
+    cp = control_plane
+    ns = _unique("pages")
+    cp.kubectl("create", "namespace", ns)
+    docs = [SERVICE_YAML.format(ns=ns).replace("name: web", f"name: web{i}") for i in range(5)]
+    cp.kubectl("apply", "-f", "-", input="---\n".join(docs))
+    api = kube.api_client(str(cp.kubeconfig))
+    call = functools.partial(client.CoreV1Api(api).list_namespaced_service, ns)
+    pages = list(kube.pages(call, limit=2))
+    assert [len(p) for p in pages] == [2, 2, 1]
+    assert sorted(s["metadata"]["name"] for p in pages for s in p) == [f"web{i}" for i in range(5)]
+    cp.kubectl("delete", "namespace", ns, "--wait=false")

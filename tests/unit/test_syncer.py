@@ -135,3 +135,32 @@ def test_bad_input_is_reported_and_the_last_good_version_kept() -> None:
         assert ("10.96.0.1",) not in elements(fake, "cluster-ips") and syncer.status.skipped == []
 
     asyncio.run(go())
+
+
+def test_a_replayed_version_is_not_queued_again() -> None:
+    """kopf replays every object when its watches start, right after our own initial list: the
+    versions already queued cost neither a parse nor a sync; a new version or a delete does."""
+
+    async def go() -> None:
+        syncer, fake = make()
+        syncer.mark_loaded()
+        a = svc("a", "10.96.0.1")
+        a["metadata"]["resourceVersion"] = "7"
+        syncer.service_changed("default/a", a)
+        await syncer.sync_once()
+        syncs = syncer.status.syncs
+        syncer.wake.clear()
+        syncer.service_changed("default/a", a)  # the replay
+        assert syncer.pending == {} and not syncer.wake.is_set()
+        moved = svc("a", "10.96.0.2")
+        moved["metadata"]["resourceVersion"] = "8"
+        syncer.service_changed("default/a", moved)
+        assert list(syncer.pending) == [("svc", "default/a")]
+        await syncer.sync_once()
+        assert elements(fake, "cluster-ips") == {("10.96.0.2",)} and syncer.status.syncs == syncs + 1
+        syncer.service_changed("default/a", None)
+        syncer.service_changed("default/a", moved)  # re-created with the version we saw last
+        await syncer.sync_once()
+        assert elements(fake, "cluster-ips") == {("10.96.0.2",)}
+
+    asyncio.run(go())
