@@ -204,13 +204,15 @@ def compile_fragment(
                 for r in ranges:
                     out.add("firewall-allow", (*k, r))
 
+        both = cluster + local if local else cluster
+        used.update([(t.address, t.port) for t in both])
+        # Hairpin (a pod reaching itself) only happens for endpoints on this node.
         node = config.node_name
-        for t in (*cluster, *local):
-            used.add((t.address, t.port))
-            # Hairpin (a pod reaching itself) only happens for endpoints on this node.
+        for t in both:
             if node is None or t.endpoint.node_name is None or t.endpoint.node_name == node:
                 out.add("hairpin-endpoints", (t.address, t.address))
-        local_addrs.update(t.address for t in local)
+        if local:
+            local_addrs.update([t.address for t in local])
     return Fragment(
         svc.key,
         tuple(out.elements),

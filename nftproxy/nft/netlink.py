@@ -104,6 +104,7 @@ class Layout:
         self._data_headers: dict[int, bytes] = {}
         self._slots: list[bytes] = []
         self._spread_hdrs: dict[tuple[int, int], tuple[bytes, bytes]] = {}
+        self._spread_fixed: tuple[bytes, bytes] | None = None
 
     def pack(self, e: Element) -> bytes:
         """The element as a nested NFTA_LIST_ELEM (hot path: ~10^5 calls per bulk load)."""
@@ -142,14 +143,18 @@ class Layout:
         prefix = b"".join([p(v) for p, v in zip(self.key, key, strict=False)])
         slots = self._slot_bytes(len(values))
         packers = self.data
-        first = b"".join([p(x) for p, x in zip(packers, values[0], strict=True)])
-        head, mid = self._spread_headers(len(prefix) + len(slots[0]), len(first))
+        fixed = self._spread_fixed
+        if fixed is None:  # every part has a fixed size (Layout.for_set): the headers never change
+            first = b"".join([p(x) for p, x in zip(packers, values[0], strict=True)])
+            fixed = self._spread_fixed = self._spread_headers(len(prefix) + len(slots[0]), len(first))
+        head, mid = fixed
+        head += prefix
+        join = b"".join
         if len(packers) == 2:
             d0, d1 = packers
-            return [head + prefix + slots[i] + mid + d0(a) + d1(b) for i, (a, b) in enumerate(values)]
+            return [join((head, slots[i], mid, d0(a), d1(b))) for i, (a, b) in enumerate(values)]
         return [
-            head + prefix + slots[i] + mid + b"".join([p(x) for p, x in zip(packers, v, strict=True)])
-            for i, v in enumerate(values)
+            join((head, slots[i], mid, *[p(x) for p, x in zip(packers, v, strict=True)])) for i, v in enumerate(values)
         ]
 
     def _slot_bytes(self, n: int) -> list[bytes]:
