@@ -41,6 +41,21 @@ def _ctx() -> Context:
     return CTX
 
 
+class NoDiffBase(kopf.DiffBaseStorage):
+    """Our handlers are all ``on.event``: kopf never compares or stores a diff-base for them, yet it
+    builds one per event by deep-copying the object (~60 µs per EndpointSlice, a quarter of its
+    per-event cost when it replays 20k objects at start). Nothing is stored: objects stay as is."""
+
+    def build(self, *, body: kopf.Body, extra_fields: Any = None) -> Any:
+        return {}
+
+    def fetch(self, *, body: kopf.Body) -> Any:
+        return None
+
+    def store(self, *, body: kopf.Body, patch: kopf.Patch, essence: Any) -> None:
+        return None
+
+
 @kopf.on.startup()
 async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.peering.standalone = True
@@ -55,6 +70,7 @@ async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.queueing.idle_timeout = 0.2
     # kopf's own initial list, page by page like ours (one 10k-Service list is ~150 MB decoded).
     settings.watching.chunk_size = 500
+    settings.persistence.diffbase_storage = NoDiffBase()
     ctx = _ctx()
     await initial_load(ctx)
     # kopf starts its watches when this returns, and first replays its own full list (~1 ms per
