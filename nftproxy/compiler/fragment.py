@@ -37,6 +37,16 @@ class Fragment:
     health_check_port: int | None = None  # healthCheckNodePort (LoadBalancer, eTP Local)
 
 
+COMMENT_MAX = 127  # nft refuses comments over 128 characters (a whole transaction fails)
+
+
+def _short(text: str) -> str:
+    """A comment nft accepts; long names keep their start and end (namespace … :port)."""
+    if len(text) <= COMMENT_MAX:
+        return text
+    return text[:60] + "..." + text[-(COMMENT_MAX - 63) :]
+
+
 _SLOTS: list[str] = []
 
 
@@ -156,7 +166,7 @@ def compile_fragment(
     local_addrs: set[str] = set()
     for port in svc.ports:
         proto = port.protocol.lower()
-        comment = f"{svc.key}:{port.name}" if port.name else svc.key
+        comment = _short(f"{svc.key}:{port.name}" if port.name else svc.key)
         ckey = (cluster_ip, proto, str(port.port))
         ekeys = [(ip, proto, str(port.port)) for ip in externals]
         np_key = (proto, str(port.node_port)) if port.node_port else None

@@ -24,7 +24,8 @@ NLM_F_REQUEST, NLM_F_ACK, NLM_F_CREATE = 0x1, 0x4, 0x400
 NLMSG_ERROR = 2
 NLA_F_NESTED = 0x8000
 SO_SNDBUFFORCE, SO_RCVBUFFORCE = 32, 33
-PER_MESSAGE = 500  # elements per message: a nested attribute is at most 64 KiB
+# Bytes of elements per message: their nested list attribute has a 16-bit length (64 KiB).
+MESSAGE_BYTES = 60_000
 
 # Element components by their nft type: text -> bytes, each padded to 4 bytes (nft registers).
 Packer = Callable[[str], bytes]
@@ -230,12 +231,26 @@ class Batch:
         self.count = 0
 
     def add(self, family: str, table: str, set_name: str, packed: Iterable[bytes], delete: bool = False) -> None:
-        items = list(packed)
         kind = NFT_MSG_DELSETELEM if delete else NFT_MSG_NEWSETELEM
-        for i in range(0, len(items), PER_MESSAGE):
-            chunk = b"".join(items[i : i + PER_MESSAGE])
-            self.messages.append((FAMILIES[family], table.encode() + b"\0", kind, set_name.encode() + b"\0", chunk))
+        header = (FAMILIES[family], table.encode() + b"\0", kind, set_name.encode() + b"\0")
+        items = packed if isinstance(packed, list) else list(packed)
         self.count += len(items)
+        sizes = set(map(len, items))
+        if len(sizes) == 1:  # endpoint maps: fixed-size elements, cut by count
+            per = max(1, MESSAGE_BYTES // sizes.pop())
+            for i in range(0, len(items), per):
+                self.messages.append((*header, b"".join(items[i : i + per])))
+            return
+        chunk: list[bytes] = []
+        size = 0
+        for item in items:
+            if size + len(item) > MESSAGE_BYTES and chunk:
+                self.messages.append((*header, b"".join(chunk)))
+                chunk, size = [], 0
+            chunk.append(item)
+            size += len(item)
+        if chunk:
+            self.messages.append((*header, b"".join(chunk)))
 
     def encode(self) -> tuple[bytes, int]:
         """The batch (begin, messages, end) and how many acks to expect."""

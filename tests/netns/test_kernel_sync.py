@@ -14,7 +14,7 @@ from nftproxy.compiler import ProxyConfig
 from nftproxy.dataplane import Dataplane
 from nftproxy.manifests import classify
 from nftproxy.nft.kernel import KernelBackend, NftError
-from nftproxy.nft.objects import Element, Family
+from nftproxy.nft.objects import Element, Family, Table
 from nftproxy.nft.transaction import Transaction
 from nftproxy.testing.netlab import bare_netns
 from tests import k8sobjects as k
@@ -185,6 +185,38 @@ def test_bulk_first_load_by_netlink_equals_the_nft_text_load(netns: str) -> None
         k.endpoint_slice("dual-6", "dual", [k.endpoint("fd00:10:244:7::2")], ports, address_type="IPv6"),
         k.service("none", ["10.96.7.9"], [k.port(80)]),
     ]
+    results = _load_text_then_bulk(netns, objs)
+    for f in Family:
+        text, fast = results[False][f], results[True][f]
+        assert text is not None and fast is not None
+        assert fast.elements == text.elements and fast.comment == text.comment and set(fast.chains) == set(text.chains)
+    fast4 = results[True][Family.IP]
+    assert fast4 is not None and ("10.96.7.1", "udp", "53") in fast4.elements["service-ips"]
+
+
+def test_bulk_load_of_long_named_services_splits_its_messages_by_size(netns: str) -> None:
+    """Names of 63 characters make ~200-byte elements (their comment): the netlink messages are
+    cut by size (a nested attribute holds at most 64 KiB), and everything reads back as by nft."""
+    ns = "n" * 63
+    ports = [k.port(80, "p" * 15), k.port(443, "q" * 15)]
+    objs: list[k.Obj] = []
+    for i in range(400):
+        name = f"s{i:04d}" + "x" * 58
+        objs.append(k.service(name, [f"10.96.{i // 250}.{i % 250 + 1}"], ports, namespace=ns))
+        if i % 2:  # the other half has no endpoints: reject verdicts, commented too
+            eps = [k.endpoint(f"10.244.{i // 250}.{i % 250 + 1}")]
+            objs.append(k.endpoint_slice(f"{name[:57]}-abcde", name, eps, ports, namespace=ns))
+    results = _load_text_then_bulk(netns, objs)
+    text, fast = results[False][Family.IP], results[True][Family.IP]
+    assert text is not None and fast is not None
+    assert sum(len(v) for v in text.elements.values()) > 1500
+    assert fast.elements == text.elements
+    some = next(iter(fast.elements["no-endpoint-services"].values()))
+    assert some.comment is not None and len(some.comment) == 127, "the longest comment the kernel keeps"
+
+
+def _load_text_then_bulk(netns: str, objs: list[k.Obj]) -> dict[bool, dict[Family, Table | None]]:
+    """Load ``objs`` into an empty table by nft text, then by the bulk netlink path; read back."""
     inputs = classify(objs)
     results = {}
     for bulk in (False, True):
@@ -199,9 +231,4 @@ def test_bulk_first_load_by_netlink_equals_the_nft_text_load(netns: str) -> None
         results[bulk] = {f: backend.read(f, "nftproxy") for f in Family}
         assert dp.cleanup()
         backend.close()
-    for f in Family:
-        text, fast = results[False][f], results[True][f]
-        assert text is not None and fast is not None
-        assert fast.elements == text.elements and fast.comment == text.comment and set(fast.chains) == set(text.chains)
-    fast4 = results[True][Family.IP]
-    assert fast4 is not None and ("10.96.7.1", "udp", "53") in fast4.elements["service-ips"]
+    return results

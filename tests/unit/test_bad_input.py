@@ -103,3 +103,19 @@ def test_service_proxy_name_selects_labelled_services() -> None:
     ]
     inputs = classify(objs, proxy_name="nftproxy")
     assert [s.name for s in inputs.services] == ["mine"]
+
+
+def test_longest_names_give_comments_nft_accepts() -> None:
+    """namespace/name:port of valid Kubernetes names can reach 143 characters; nft refuses a
+    comment over 128 (the whole transaction with it). Comments are cut in the middle."""
+    ns, name = "n" * 63, "s" * 63
+    objs = [
+        k.service(name, ["10.96.0.1"], [k.port(80, "p" * 15)], namespace=ns),
+        k.service("short", ["10.96.0.2"], [k.port(80, "http")]),
+    ]
+    inputs = classify(objs)
+    ip = compile_tables(inputs.services, inputs.slices, ProxyConfig()).tables[0]
+    long_one = ip.elements["no-endpoint-services"][("10.96.0.1", "tcp", "80")].comment
+    assert long_one is not None and len(long_one) == 127
+    assert long_one == f"{ns[:60]}...{('/' + name)[-48:]}:{'p' * 15}"
+    assert ip.elements["no-endpoint-services"][("10.96.0.2", "tcp", "80")].comment == "default/short:http"
