@@ -3,7 +3,7 @@ topology rules (hints for this node / this zone) and terminating-endpoint fallba
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -27,13 +27,20 @@ class Categorized:
     any_usable: bool  # a usable endpoint exists anywhere (no local one -> drop, none -> reject)
 
 
-def targets(port: ServicePort, slices: Iterable[EndpointSlice]) -> list[Target]:
+def targets(port: ServicePort, slices: Sequence[EndpointSlice]) -> list[Target]:
     """Endpoints of ``port`` from the Service's slices (of one family), matched by port name.
 
     The EndpointSlice controller resolves named targetPorts per slice, so the slice's port with the
     Service port's name (and protocol) gives this slice's endpoint port. Duplicates (an endpoint
     listed by two slices) count once.
     """
+    if len(slices) == 1:  # the common case: one slice, one port number (sorted by address)
+        s = slices[0]
+        number = next((p.port for p in s.ports if p.name == port.name and p.protocol == port.protocol), None)
+        if number is None:
+            return []
+        first = {ep.address: ep for ep in reversed(s.endpoints)}  # the first of duplicates wins
+        return [_new(Target, (a, number, first[a])) for a in sorted(first)]
     found: dict[tuple[str, int], Target] = {}
     for s in slices:
         number = next((p.port for p in s.ports if p.name == port.name and p.protocol == port.protocol), None)
@@ -49,18 +56,16 @@ def targets(port: ServicePort, slices: Iterable[EndpointSlice]) -> list[Target]:
 _new = tuple.__new__
 
 
-def topology_mode(all_targets: list[Target], node: str | None, zone: str | None) -> str:
+def topology_mode(ready: list[Target], node: str | None, zone: str | None) -> str:
     """ "node", "zone" or "" (no filtering), from the ready endpoints' hints, as kube-proxy.
 
     Hints are used only when every ready endpoint has them and at least one is for us; otherwise
     they are ignored (all endpoints), so traffic never blackholes on missing or unusable hints.
     """
-    ready = [t.endpoint for t in all_targets if t.endpoint.ready]
-    if not ready:
-        return ""
-    if all(e.hint_nodes for e in ready) and any(node in (e.hint_nodes or ()) for e in ready):
+    eps = [t.endpoint for t in ready]
+    if all(e.hint_nodes for e in eps) and any(node in (e.hint_nodes or ()) for e in eps):
         return "node"
-    if all(e.hint_zones for e in ready) and zone and any(zone in (e.hint_zones or ()) for e in ready):
+    if all(e.hint_zones for e in eps) and zone and any(zone in (e.hint_zones or ()) for e in eps):
         return "zone"
     return ""
 
@@ -74,14 +79,19 @@ def _available(e: Endpoint, mode: str, node: str | None, zone: str | None) -> bo
 
 
 def categorize(all_targets: list[Target], node: str | None, zone: str | None) -> Categorized:
-    mode = topology_mode(all_targets, node, zone)
-    if mode:
-        cluster = [t for t in all_targets if t.endpoint.ready and _available(t.endpoint, mode, node, zone)]
-    else:
-        cluster = [t for t in all_targets if t.endpoint.ready]
-    if not cluster:  # none ready anywhere: the serving terminating ones
+    ready = [t for t in all_targets if t.endpoint.ready]
+    if ready:
+        e = ready[0].endpoint  # hints count only when every ready endpoint has them
+        mode = topology_mode(ready, node, zone) if e.hint_nodes or e.hint_zones else ""
+        cluster = [t for t in ready if _available(t.endpoint, mode, node, zone)] if mode else ready
+    else:  # none ready anywhere: the serving terminating ones
         cluster = [t for t in all_targets if t.endpoint.serving and t.endpoint.terminating]
-    mine = [t for t in all_targets if node is not None and t.endpoint.node_name == node]
-    local = [t for t in mine if t.endpoint.ready] or [t for t in mine if t.endpoint.serving and t.endpoint.terminating]
-    any_usable = any(t.endpoint.ready or (t.endpoint.serving and t.endpoint.terminating) for t in all_targets)
-    return Categorized(cluster, local, any_usable)
+    local: list[Target] = []
+    if node is not None:
+        mine = [t for t in all_targets if t.endpoint.node_name == node]
+        if mine:
+            local = [t for t in mine if t.endpoint.ready] or [
+                t for t in mine if t.endpoint.serving and t.endpoint.terminating
+            ]
+    # usable anywhere: a ready endpoint, or (none ready) a serving terminating one
+    return Categorized(cluster, local, bool(ready) or bool(cluster))

@@ -37,6 +37,7 @@ class Fragment:
     health_check_port: int | None = None  # healthCheckNodePort (LoadBalancer, eTP Local)
 
 
+_new = tuple.__new__
 COMMENT_MAX = 127  # nft refuses comments over 128 characters (a whole transaction fails)
 
 
@@ -84,7 +85,7 @@ class _Out:
         self.objects: set[tuple[str, int]] = set()
 
     def add(self, set_name: str, key: Key, value: tuple[str, ...] | None = None, comment: str | None = None) -> None:
-        self.elements.append((set_name, Element(key, value, comment)))
+        self.elements.append((set_name, _new(Element, (key, value, comment))))  # NamedTuple.__new__ is Python
 
     def spread(self, kind: str, map_name: str, key: Key, chosen: list[Target]) -> None:
         """Slot i of ``key`` in map ``map_name-N`` -> the i-th endpoint; needs object (kind, N)."""
@@ -145,9 +146,14 @@ def compile_fragment(
     cluster_ip = str(cluster_ips[0])
     atype = "IPv4" if version == 4 else "IPv6"
     mine = [s for s in slices if s.address_type == atype]
-    lb_ips = [str(ip) for ip in svc.load_balancer_ips if ip.version == version]
-    externals = [str(ip) for ip in dict.fromkeys((*svc.external_ips, *svc.load_balancer_ips)) if ip.version == version]
-    externals = [ip for ip in externals if ip != cluster_ip]
+    lb_ips: list[str] = []
+    externals: list[str] = []
+    if svc.external_ips or svc.load_balancer_ips:
+        lb_ips = [str(ip) for ip in svc.load_balancer_ips if ip.version == version]
+        externals = [
+            str(ip) for ip in dict.fromkeys((*svc.external_ips, *svc.load_balancer_ips)) if ip.version == version
+        ]
+        externals = [ip for ip in externals if ip != cluster_ip]
     ranges = (
         [
             str(r.network_address) if r.prefixlen == r.max_prefixlen else str(r)
