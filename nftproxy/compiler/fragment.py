@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from ipaddress import collapse_addresses
+from typing import NamedTuple
 
 from nftproxy.compiler.config import ProxyConfig
 from nftproxy.compiler.endpoints import Target, categorize, targets
@@ -25,8 +26,10 @@ Slot = tuple[str, str]  # endpoint address, port (an endpoint map's value)
 Spread = tuple[str, Key, tuple[Slot, ...]]
 
 
-@dataclass(frozen=True, slots=True)
-class Fragment:
+class Fragment(NamedTuple):
+    """Immutable; a NamedTuple rather than a frozen dataclass: 10^4 are built per full compile,
+    and a frozen dataclass's __init__ sets each field through object.__setattr__."""
+
     key: str  # "namespace/name"
     elements: tuple[tuple[str, Element], ...]  # (set name, element)
     spreads: tuple[Spread, ...]  # endpoint map entries, keyed by a frontend the Service claims
@@ -65,17 +68,13 @@ def spread_elements(key: Key, values: tuple[Slot, ...]) -> Iterator[Element]:
         yield Element((*key, slots[i]), value)
 
 
-_PORTS: dict[int, str] = {}
+class _PortText(dict[int, str]):
+    def __missing__(self, port: int) -> str:
+        text = self[port] = str(port)
+        return text
 
 
-def _values(chosen: list[Target]) -> tuple[Slot, ...]:
-    out = []
-    for t in chosen:
-        port = _PORTS.get(t.port)
-        if port is None:
-            port = _PORTS[t.port] = str(t.port)
-        out.append((t.address, port))
-    return tuple(out)
+_PORTS = _PortText()  # port number -> its text, shared by every element
 
 
 class _Out:
@@ -83,6 +82,7 @@ class _Out:
         self.elements: list[tuple[str, Element]] = []
         self.spreads: list[Spread] = []
         self.objects: set[tuple[str, int]] = set()
+        self._values: tuple[list[Target], tuple[Slot, ...]] | None = None  # the last list's values
 
     def add(self, set_name: str, key: Key, value: tuple[str, ...] | None = None, comment: str | None = None) -> None:
         self.elements.append((set_name, _new(Element, (key, value, comment))))  # NamedTuple.__new__ is Python
@@ -91,7 +91,14 @@ class _Out:
         """Slot i of ``key`` in map ``map_name-N`` -> the i-th endpoint; needs object (kind, N)."""
         n = len(chosen)
         self.objects.add((kind, n))
-        self.spreads.append((f"{map_name}-{n}", key, _values(chosen)))
+        last = self._values
+        if last is not None and last[0] is chosen:  # ClusterIP, NodePort, external IPs: same list
+            values = last[1]
+        else:
+            ports = _PORTS
+            values = tuple([(t.address, ports[t.port]) for t in chosen])
+            self._values = (chosen, values)
+        self.spreads.append((f"{map_name}-{n}", key, values))
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,18 +231,20 @@ def compile_fragment(
         used.update([(t.address, t.port) for t in both])
         # Hairpin (a pod reaching itself) only happens for endpoints on this node.
         node = config.node_name
-        for t in both:
-            if node is None or t.endpoint.node_name is None or t.endpoint.node_name == node:
-                out.add("hairpin-endpoints", (t.address, t.address))
+        for a in [t.address for t in both if node is None or t.endpoint.node_name in (None, node)]:
+            out.add("hairpin-endpoints", (a, a))
         if local:
             local_addrs.update([t.address for t in local])
-    return Fragment(
-        svc.key,
-        tuple(out.elements),
-        tuple(out.spreads),
-        tuple(claims),
-        frozenset(out.objects),
-        frozenset(used),
-        frozenset(local_addrs),
-        svc.health_check_node_port if svc.type == "LoadBalancer" and etp_local else None,
+    return _new(
+        Fragment,
+        (
+            svc.key,
+            tuple(out.elements),
+            tuple(out.spreads),
+            tuple(claims),
+            frozenset(out.objects),
+            frozenset(used),
+            frozenset(local_addrs),
+            svc.health_check_node_port if svc.type == "LoadBalancer" and etp_local else None,
+        ),
     )
