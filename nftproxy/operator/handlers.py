@@ -10,9 +10,9 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable, Coroutine, Iterator
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 import kopf
 import tenacity
@@ -23,6 +23,7 @@ from nftproxy.operator.status import StatusWriter
 from nftproxy.operator.syncer import Syncer
 
 log = logging.getLogger("nftproxy.handlers")
+T = TypeVar("T")
 
 
 @dataclass
@@ -31,6 +32,8 @@ class Context:
     syncer: Syncer
     writer: StatusWriter
     api: Any
+    events_during_relist: set[tuple[str, str]] | None = None  # kopf events seen while we list
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
 
 CTX: Context | None = None  # set by operator.main before kopf starts
@@ -73,6 +76,7 @@ async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.persistence.diffbase_storage = NoDiffBase()
     ctx = _ctx()
     await initial_load(ctx)
+    ctx.tasks.append(asyncio.create_task(relist_periodically(ctx), name="relist"))
     # kopf starts its watches when this returns, and first replays its own full list (~1 ms per
     # object): let the first sync run before that, not competing with it for the interpreter.
     with contextlib.suppress(TimeoutError):
@@ -80,43 +84,15 @@ async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
 
 
 async def initial_load(ctx: Context) -> None:
-    """List everything before the first sync: a restart never applies a half-empty table.
-
-    Each page is parsed into the caches as it arrives (the raw objects of a 10k-Service list
-    would be ~150 MB at once). A retried list starts over; what only a failed attempt saw is
-    forgotten again."""
+    """List everything before the first sync: a restart never applies a half-empty table."""
     loop = asyncio.get_running_loop()
-    queued: set[tuple[str, str]] = set()
-
-    async def feed(kind: str, pages: Iterator[list[dict[str, Any]]]) -> int:
-        changed = ctx.syncer.service_changed if kind == "svc" else ctx.syncer.slice_changed
-        n = 0
-        while (page := await loop.run_in_executor(None, next, pages, None)) is not None:
-            for obj in page:
-                key = _key(obj)
-                seen.add((kind, key))
-                changed(key, obj)
-            n += len(page)
-        return n
-
-    retrying = tenacity.AsyncRetrying(
-        wait=tenacity.wait_exponential(multiplier=0.5, max=10),
-        before_sleep=lambda rs: log.warning(
-            "initial list failed (%s); retrying", rs.outcome and rs.outcome.exception()
-        ),
-    )
     started = time.monotonic()
-    async for attempt in retrying:
-        with attempt:
-            seen: set[tuple[str, str]] = set()
-            try:
-                n_services = await feed("svc", kube.service_pages(ctx.api))
-                n_slices = await feed("slice", kube.endpoint_slice_pages(ctx.api))
-                node = await loop.run_in_executor(None, kube.read_node, ctx.api, ctx.settings.node_name)
-            finally:
-                queued |= seen
-    for kind, key in sorted(queued - seen):  # listed by a failed attempt only: gone since
-        (ctx.syncer.service_changed if kind == "svc" else ctx.syncer.slice_changed)(key, None)
+    n_services, n_slices = await relist(ctx)
+
+    async def read_node() -> dict[str, Any] | None:
+        return await loop.run_in_executor(None, kube.read_node, ctx.api, ctx.settings.node_name)
+
+    node = await _retrying("reading the Node", read_node)
     if node is None:
         log.warning("Node %s not found: NodePorts wait for it", ctx.settings.node_name)
     else:
@@ -126,6 +102,75 @@ async def initial_load(ctx: Context) -> None:
     ctx.syncer.mark_loaded()
 
 
+async def relist(ctx: Context) -> tuple[int, int]:
+    """Our own list of every Service and EndpointSlice, fed to the syncer; (Services, slices).
+
+    Each page is parsed as it arrives (the raw objects of a 10k-Service list would be ~150 MB at
+    once); versions already held are skipped. Besides the initial load, this runs every
+    RELIST_PERIOD: kopf never reports an object deleted while its watch was away (after "410
+    Gone" it lists again and replays only what exists), so whatever we hold that the list lacks
+    is deleted, unless kopf delivered an event for it during the list (newer than the list). A
+    retried list starts over; what only a failed attempt saw is forgotten again."""
+    loop = asyncio.get_running_loop()
+    held = ctx.syncer.held()
+    queued: set[tuple[str, str]] = set()
+    seen: set[tuple[str, str]] = set()
+    events = ctx.events_during_relist = set()
+
+    def changed(kind: str) -> Any:
+        return ctx.syncer.service_changed if kind == "svc" else ctx.syncer.slice_changed
+
+    async def feed(kind: str, pages: Iterator[list[dict[str, Any]]]) -> int:
+        n = 0
+        while (page := await loop.run_in_executor(None, next, pages, None)) is not None:
+            for obj in page:
+                ref = (kind, _key(obj))
+                seen.add(ref)
+                if ref not in events:  # else kopf's event is newer than this list
+                    changed(kind)(ref[1], obj)
+            n += len(page)
+        return n
+
+    async def attempt() -> tuple[int, int]:
+        seen.clear()
+        try:
+            n_services = await feed("svc", kube.service_pages(ctx.api))
+            return n_services, await feed("slice", kube.endpoint_slice_pages(ctx.api))
+        finally:
+            queued.update(seen)
+
+    try:
+        counts = await _retrying("listing Services and EndpointSlices", attempt)
+        for kind, key in sorted((held | queued) - seen - events):
+            what = "Service" if kind == "svc" else "EndpointSlice"
+            log.info("%s %s is gone (not in the list): deleting it", what, key)
+            changed(kind)(key, None)
+        return counts
+    finally:
+        ctx.events_during_relist = None
+
+
+RELIST_PERIOD = 3600.0  # like the hourly full sync: repairs what a long watch outage missed
+
+
+async def relist_periodically(ctx: Context) -> None:
+    while True:
+        await asyncio.sleep(RELIST_PERIOD)
+        try:
+            await relist(ctx)
+        except Exception as e:  # never fatal: the watches go on, and the next period retries
+            log.warning("periodic list failed: %s", e)
+
+
+async def _retrying(what: str, call: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    retrying = tenacity.AsyncRetrying(
+        wait=tenacity.wait_exponential(multiplier=0.5, max=10),
+        before_sleep=lambda rs: log.warning("%s failed (%s); retrying", what, rs.outcome and rs.outcome.exception()),
+    )
+    result: T = await retrying(call)
+    return result
+
+
 def _key(obj: Any) -> str:
     meta = obj["metadata"]
     return f"{meta.get('namespace')}/{meta.get('name')}"
@@ -133,12 +178,18 @@ def _key(obj: Any) -> str:
 
 @kopf.on.event("", "v1", "services")
 async def service_event(type: str | None, body: kopf.Body, **_: Any) -> None:
-    _ctx().syncer.service_changed(_key(body), None if type == "DELETED" else body)
+    ctx = _ctx()
+    if ctx.events_during_relist is not None:
+        ctx.events_during_relist.add(("svc", _key(body)))
+    ctx.syncer.service_changed(_key(body), None if type == "DELETED" else body)
 
 
 @kopf.on.event("discovery.k8s.io", "v1", "endpointslices")
 async def slice_event(type: str | None, body: kopf.Body, **_: Any) -> None:
-    _ctx().syncer.slice_changed(_key(body), None if type == "DELETED" else body)
+    ctx = _ctx()
+    if ctx.events_during_relist is not None:
+        ctx.events_during_relist.add(("slice", _key(body)))
+    ctx.syncer.slice_changed(_key(body), None if type == "DELETED" else body)
 
 
 def _is_my_node(name: str, **_: Any) -> bool:

@@ -70,6 +70,7 @@ async def _main(settings: Settings, backend: KernelBackend) -> None:
     try:
         await kopf.operator(standalone=True, clusterwide=True, liveness_endpoint=settings.kopf_liveness)
     finally:
+        tasks += handlers.CTX.tasks  # started by the startup handler (the periodic list)
         for t in tasks:
             t.cancel()
         for t in tasks:

@@ -112,6 +112,10 @@ class Syncer:
         self.metrics.endpoint_changes.inc()
         self._queue(("slice", key), value)
 
+    def held(self) -> set[tuple[str, str]]:
+        """(kind, key) of every Service and EndpointSlice held (as last listed or watched)."""
+        return set(self.versions)
+
     def _seen(self, key: tuple[str, str], obj: Mapping[str, Any] | None) -> bool:
         """Is ``obj`` the version already queued? (kopf replays every object when its watches
         start, right after our own initial list: 20k no-op parses and syncs at 10k Services.)"""
