@@ -22,15 +22,34 @@ from nftproxy.compiler import skeleton
 from nftproxy.compiler.assembly import Assembly
 from nftproxy.compiler.build import orphan_slices, summarize
 from nftproxy.compiler.config import ProxyConfig
-from nftproxy.compiler.fragment import compile_fragment, spread_elements
+from nftproxy.compiler.fragment import Slot, compile_fragment, spread_elements
 from nftproxy.model.types import EndpointSlice, Service, Skipped
 from nftproxy.nft.diff import create, plan
 from nftproxy.nft.kernel import Backend
 from nftproxy.nft.netlink import Batch, Layout
-from nftproxy.nft.objects import Family, Table
+from nftproxy.nft.objects import Family, Key, Set, Table
 from nftproxy.nft.transaction import Transaction
 
 log = logging.getLogger("nftproxy.dataplane")
+
+
+def _spreads_of(a: Assembly, keys: list[str]) -> dict[str, list[tuple[Key, tuple[Slot, ...]]]]:
+    """The endpoint map entries of these Services' fragments, by map."""
+    out: dict[str, list[tuple[Key, tuple[Slot, ...]]]] = {}
+    for key in keys:
+        frag = a.fragments.get(key)
+        if frag is not None:
+            for map_name, k, values in frag.spreads:
+                out.setdefault(map_name, []).append((k, values))
+    return out
+
+
+def _set_of(a: Assembly, name: str) -> Set:
+    for obj in a.objects:
+        for s in a.object_parts(obj)[0]:
+            if s.name == name:
+                return s
+    raise KeyError(name)
 
 
 @contextmanager
@@ -71,6 +90,9 @@ class Dataplane:
         self.config = config
         self.assemblies = {f: Assembly(f, config) for f in Family}
         self.bulk_elements = 20_000  # a first creation this big loads its elements by netlink
+        self.stream_services = 2_000  # … and from this many Services, compiles while it loads
+        self.stream_chunks = 8
+        self.batched = 0  # elements the last sync sent by netlink
 
     # -- inputs --------------------------------------------------------------------------
     def set_config(self, config: ProxyConfig) -> None:
@@ -123,15 +145,19 @@ class Dataplane:
             self._compile_dirty()
 
     def _compile_dirty(self) -> None:
+        self._compile(sorted(self.dirty))
+
+    def _compile(self, keys: list[str]) -> None:
+        """Compile these dirty Services (in this order: the first by name claims a frontend)."""
         for a in self.assemblies.values():
             a.tracking = self.in_sync  # not in sync: the next sync is full, deltas are unused
-        for key in sorted(self.dirty):
+        for key in keys:
             svc = self.services.get(key)
             slices = [s for _, s in sorted(self.slices_by_service.get(key, {}).items())]
             for a in self.assemblies.values():
                 frag = None if svc is None else compile_fragment(svc, slices, a.family, self.config)
                 a.put(key, frag)
-        self.dirty.clear()
+        self.dirty.difference_update(keys)
 
     @property
     def pending(self) -> int:
@@ -194,21 +220,23 @@ class Dataplane:
 
     def sync(self) -> SyncResult:
         start = time.perf_counter()
-        self._flush()
         full = not self.in_sync
         txs: list[Transaction] = []
+        self.batched = 0
         try:
             if full:
                 applied = {a.family: self.backend.read(a.family, self.config.table) for a in self.assemblies.values()}
-                with _gc_paused(True):  # packing allocates ~10^5 short-lived objects, no cycles
-                    created = all(t is None for t in applied.values()) and self._bulk_create(txs)
-                if created:
-                    pass  # created: structure by nft, map elements by netlink
-                else:
-                    tables = [a.table() for a in self.assemblies.values()]
-                    txs += [plan(applied[t.family], t) for t in tables]
-                    self.backend.apply(*txs)
+                absent = all(t is None for t in applied.values())
+                if not (absent and self._stream_create(txs)):
+                    self._flush()
+                    with _gc_paused(True):  # packing allocates ~10^5 short-lived objects, no cycles
+                        created = absent and self._bulk_create(txs)
+                    if not created:
+                        tables = [a.table() for a in self.assemblies.values()]
+                        txs += [plan(applied[t.family], t) for t in tables]
+                        self.backend.apply(*txs)
             else:
+                self._flush()
                 txs += [a.delta() for a in self.assemblies.values()]
                 self.backend.apply(*txs)
         except Exception:
@@ -224,7 +252,7 @@ class Dataplane:
         return SyncResult(
             full=full,
             operations=sum(len(tx) for tx in txs),
-            element_changes=sum(tx.element_changes() for tx in txs),
+            element_changes=sum(tx.element_changes() for tx in txs) + self.batched,
             seconds=time.perf_counter() - start,
         )
 
@@ -259,7 +287,86 @@ class Dataplane:
                     batch.add(t.family.value, t.name, name, (lay.pack(e) for e in t.elements[name].values()))
         self.backend.apply(*txs)
         send(batch)
+        self.batched = batch.count
         return True
+
+    def _stream_create(self, txs: list[Transaction]) -> bool:
+        """First creation of a big table with nothing compiled yet: compile it in chunks, and
+        while the kernel loads one chunk's endpoint map elements (the worker thread, no GIL held
+        in the kernel), compile the next. Endpoint maps are only reached through the dispatch
+        maps (`service-ips`, `service-nodeports`, …), whose elements all go in the last commit:
+        until then the table holds no Service at all, as before it existed."""
+        apply_async = getattr(self.backend, "apply_async", None)
+        send_async = getattr(self.backend, "send_batch_async", None)
+        assemblies = list(self.assemblies.values())
+        if apply_async is None or send_async is None or len(self.dirty) < self.stream_services:
+            return False
+        if any(a.fragments or a.conflicts for a in assemblies):
+            return False  # only from scratch: every put below is an addition
+        keys = sorted(self.dirty)
+        size = -(-len(keys) // max(1, self.stream_chunks))
+        declared: dict[Family, set[tuple[str, int]] | None] = {a.family: None for a in assemblies}
+        layouts: dict[tuple[Family, str], Layout | None] = {}
+        pending = []
+        with _gc_paused(True, freeze=True):
+            for i in range(0, len(keys), size):
+                part = keys[i : i + size]
+                self._compile(part)
+                batch = Batch()
+                step = [self._declare(a, declared) for a in assemblies]
+                for a in assemblies:
+                    t = a.family, self.config.table
+                    for map_name, entries in _spreads_of(a, part).items():
+                        if (a.family, map_name) not in layouts:
+                            layouts[(a.family, map_name)] = Layout.for_set(_set_of(a, map_name))
+                        lay = layouts[(a.family, map_name)]
+                        if lay is None:
+                            raise RuntimeError(f"map {map_name} cannot be packed")  # never: all maps are
+                        batch.add(t[0].value, t[1], map_name, [b for k, v in entries for b in lay.pack_spread(k, v)])
+                txs += step
+                pending += [apply_async(*step), send_async(batch)]
+                self.batched += batch.count
+            # The last commits: interval-set elements by nft, then every other element by netlink.
+            last = Batch()
+            final = []
+            for a in assemblies:
+                table = a.table(expand=False)
+                tx = Transaction(a.family, table.name)
+                for name, els in table.elements.items():
+                    if not els or table.sets[name].dynamic:
+                        continue
+                    lay = Layout.for_set(table.sets[name])
+                    if lay is None:
+                        tx.add_elements(name, els.values())
+                    else:
+                        last.add(a.family.value, table.name, name, [lay.pack(e) for e in els.values()])
+                final.append(tx)
+            txs += final
+            pending += [apply_async(*final), send_async(last)]
+            self.batched += last.count
+        for future in pending:
+            future.result()  # in order: the first failure is raised (the next sync is a full one)
+        return True
+
+    def _declare(self, a: Assembly, declared: dict[Family, set[tuple[str, int]] | None]) -> Transaction:
+        """The table (first call) and the per-count objects not declared yet."""
+        tx = Transaction(a.family, self.config.table)
+        done = declared[a.family]
+        if done is None:
+            create(tx, a.table(expand=False), skip_elements=frozenset(a.base_sets) | frozenset(a.static))
+            declared[a.family] = set(a.objects)
+            return tx
+        for obj in sorted(set(a.objects) - done):
+            sets, chains = a.object_parts(obj)
+            for st in sets:
+                tx.add_set(st)
+            for c in chains:
+                tx.add_chain(c)
+            for c in chains:
+                for rule in c.rules:
+                    tx.add_rule(c.name, rule)
+            done.add(obj)
+        return tx
 
     def _release_affinity(self, a: Assembly) -> None:
         """Clients stuck (sessionAffinity) to an endpoint that went away are released. Best effort,

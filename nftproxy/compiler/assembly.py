@@ -159,7 +159,7 @@ class Assembly:
     def skipped(self) -> list[Skipped]:
         return [c.skipped for _, c in sorted(self.conflicts.items())]
 
-    def _object_parts(self, obj: Obj) -> tuple[list[Set], list[Chain]]:
+    def object_parts(self, obj: Obj) -> tuple[list[Set], list[Chain]]:
         kind, n = obj
         return skeleton.count_objects(self.family, kind, n, self.masquerade, self.pods)
 
@@ -167,7 +167,7 @@ class Assembly:
         """The chains of the table (base and per-count), without building the whole table."""
         names = set(self.base_chains)
         for obj in self.objects:
-            names.update(c.name for c in self._object_parts(obj)[1])
+            names.update(c.name for c in self.object_parts(obj)[1])
         return names
 
     def comment(self) -> str:
@@ -200,7 +200,7 @@ class Assembly:
         sets = dict(self.base_sets)
         chains = dict(self.base_chains)
         for obj in sorted(self.objects):
-            ss, cs = self._object_parts(obj)
+            ss, cs = self.object_parts(obj)
             sets.update((s.name, s) for s in ss)
             chains.update((c.name, c) for c in cs)
         elements: dict[str, dict[Key, Element]] = {name: {} for name in sets}
@@ -220,9 +220,9 @@ class Assembly:
         tx = Transaction(self.family, self.config.table)
         created = [o for o, existed in self.touched_objects.items() if not existed and o in self.objects]
         removed = [o for o, existed in self.touched_objects.items() if existed and o not in self.objects]
-        dropped_sets = {s.name for o in removed for s in self._object_parts(o)[0]}
+        dropped_sets = {s.name for o in removed for s in self.object_parts(o)[0]}
         for obj in sorted(created):
-            ss, cs = self._object_parts(obj)
+            ss, cs = self.object_parts(obj)
             for s in ss:
                 tx.add_set(s)
             for c in cs:
@@ -260,7 +260,7 @@ class Assembly:
         for set_name, els in adds.items():
             tx.add_elements(set_name, els)
         for obj in sorted(removed):
-            ss, cs = self._object_parts(obj)
+            ss, cs = self.object_parts(obj)
             for c in cs:
                 tx.flush_chain(c.name)
             for s in ss:

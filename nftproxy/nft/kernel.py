@@ -7,7 +7,7 @@ import re
 import subprocess
 import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Protocol, TypeVar
 
 from nftproxy.nft import netlink
@@ -43,6 +43,13 @@ class Backend(Protocol):
         """Delete UDP conntrack entries DNATed from frontend (IP or "" for a NodePort) . port to an endpoint."""
 
 
+def _run_child(args: list[str], stdin: str | None) -> str:
+    r = subprocess.run(["nft", *args], input=stdin, capture_output=True, text=True, check=False)
+    if r.returncode != 0:
+        raise NftError(_first_error(r.stderr))
+    return r.stdout
+
+
 class KernelBackend:
     """libnftables through Debian's ``nftables`` Python module.
 
@@ -59,7 +66,11 @@ class KernelBackend:
         self._pool.shutdown(wait=True)
 
     def _call(self, fn: Callable[[Any], T]) -> T:
-        return self._pool.submit(self._in_worker, fn).result()
+        return self._submit(fn).result()
+
+    def _submit(self, fn: Callable[[Any], T]) -> Future[T]:
+        """Queue ``fn`` for the worker thread: calls run one at a time, in submission order."""
+        return self._pool.submit(self._in_worker, fn)
 
     def _in_worker(self, fn: Callable[[Any], T]) -> T:
         ctx = getattr(self._local, "ctx", None)
@@ -89,24 +100,28 @@ class KernelBackend:
         return self._call(go)
 
     def apply(self, *txs: Transaction) -> None:
+        self.apply_async(*txs).result()
+
+    def apply_async(self, *txs: Transaction) -> Future[None]:
+        """Like ``apply``, queued: the kernel works while the caller goes on (FIFO with the rest)."""
         script = "".join(tx.render() for tx in txs)
-        if len(script) > BULK:
-            self._child(["-f", "-"], script)
-        elif script:
-            self.run(script)
+
+        def go(ctx: Any) -> None:
+            if len(script) > BULK:
+                _run_child(["-f", "-"], script)
+            elif script:
+                rc, _, err = ctx.cmd(script)
+                if rc != 0:
+                    raise NftError(_first_error(err))
+
+        return self._submit(go)
 
     def _child(self, args: list[str], stdin: str | None = None) -> str:
         """Run libnftables in a short-lived `nft` child (started from the worker thread, so in its
         network namespace): a bulk transaction's parse needs ~3 KB per element, which a child
         returns to the system when it exits instead of keeping it in this process."""
 
-        def go(_: Any) -> str:
-            r = subprocess.run(["nft", *args], input=stdin, capture_output=True, text=True, check=False)
-            if r.returncode != 0:
-                raise NftError(_first_error(r.stderr))
-            return r.stdout
-
-        return self._call(go)
+        return self._call(lambda _: _run_child(args, stdin))
 
     def read(self, family: Family, table: str) -> Table | None:
         try:
@@ -144,14 +159,16 @@ class KernelBackend:
 
     def send_batch(self, batch: Batch) -> None:
         """Commit a netlink element batch (one kernel transaction) in our network namespace."""
+        self.send_batch_async(batch).result()
 
+    def send_batch_async(self, batch: Batch) -> Future[None]:
         def go(_: Any) -> None:
             try:
                 netlink.send(batch)
             except OSError as e:
                 raise NftError(f"Error: {e.strerror or e}") from None
 
-        self._call(go)
+        return self._submit(go)
 
     def clear_udp_conntrack(self, family: Family, entries: list[tuple[str, str, str]]) -> None:
         def go(_: Any) -> None:  # in the worker thread, so the child runs in its network namespace

@@ -216,19 +216,29 @@ def test_bulk_load_of_long_named_services_splits_its_messages_by_size(netns: str
 
 
 def _load_text_then_bulk(netns: str, objs: list[k.Obj]) -> dict[bool, dict[Family, Table | None]]:
-    """Load ``objs`` into an empty table by nft text, then by the bulk netlink path; read back."""
+    """Load ``objs`` into an empty table by nft text (False), then by the bulk netlink paths
+    (True: all compiled first; "stream": compiled in 3 chunks while the kernel loads); read back.
+    Both bulk paths must read back the same."""
     inputs = classify(objs)
-    results = {}
-    for bulk in (False, True):
+    results: dict[object, dict[Family, Table | None]] = {}
+    for mode in (False, True, "stream"):
         backend = KernelBackend(netns)
         dp = Dataplane(backend, CFG)
-        dp.bulk_elements = 1 if bulk else 10**9
+        dp.bulk_elements = 10**9 if mode is False else 1
+        dp.stream_services = 1 if mode == "stream" else 10**9
+        dp.stream_chunks = 3
         for s in inputs.services:
             dp.set_service(s)
         for sl in inputs.slices:
             dp.set_slice(sl)
-        dp.sync()
-        results[bulk] = {f: backend.read(f, "nftproxy") for f in Family}
+        result = dp.sync()
+        assert result.full and (mode is False or result.element_changes >= dp.batched > 0)
+        assert dp.sync().operations == 0, "what was loaded is exactly what is desired"
+        results[mode] = {f: backend.read(f, "nftproxy") for f in Family}
         assert dp.cleanup()
         backend.close()
-    return results
+    for f in Family:
+        bulk, stream = results[True][f], results["stream"][f]
+        assert bulk is not None and stream is not None
+        assert stream.elements == bulk.elements and set(stream.chains) == set(bulk.chains)
+    return {False: results[False], True: results[True]}
