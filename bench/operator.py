@@ -5,7 +5,8 @@ Run: ``.venv/bin/python -m bench.operator [--sizes 1000,10000] [--rounds 30]``.
   the kernel's map (seen by `nft monitor`), p50/p99 in steady state (from --settle seconds after
   start), with --min-sync-period 0 and 1s, at each size; and the latency of one write made 1 s
   after the first sync, while kopf still replays its own initial list of every object;
-* start-to-synced: `nftproxy run` started (table deleted first) until the table is in the kernel;
+* start-to-synced: `nftproxy run` started (table deleted first) until its first sync is committed
+  (the probed Service in `service-ips`: a first load makes every Service reachable in its last commit);
 * operator RSS after syncing (VmRSS, and VmHWM: the peak).
 The node is a network namespace created and deleted here; the API is on loopback.
 """
@@ -27,7 +28,7 @@ from ipaddress import IPv4Address
 from pathlib import Path
 from typing import Any, cast
 
-from nftproxy.nft.kernel import KernelBackend
+from nftproxy.nft.kernel import KernelBackend, NftError
 from nftproxy.nft.objects import Family
 from nftproxy.operator import kube
 from nftproxy.testing.controlplane import ControlPlane
@@ -105,8 +106,9 @@ class Node:
                 "status": {"addresses": [{"type": "InternalIP", "address": "198.18.0.1"}]}}  # fmt: skip
         cp.kubectl("apply", "-f", "-", input=json.dumps(node))
 
-    def start(self, min_sync: str) -> float:
-        """Start `nftproxy run`; return seconds until its first table is in the kernel."""
+    def start(self, min_sync: str, probe_vip: str) -> float:
+        """Start `nftproxy run`; return seconds until its first sync is committed: the probed
+        Service is in `service-ips` (every dispatch element is in the last commit of a load)."""
         for family in Family:
             self.nft.delete(family, "nftproxy")
         t0 = time.perf_counter()
@@ -117,11 +119,14 @@ class Node:
              "--status-period", "10s", "--log-level", os.environ.get("NFTPROXY_BENCH_LOG", "warning")],
             stdout=self.log.open("ab"), stderr=subprocess.STDOUT,
         )  # fmt: skip
-        while "table ip nftproxy" not in self.nft.run("list tables"):  # the first sync is one transaction
+        while True:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"nftproxy exited: {self.log.read_text()[-2000:]}")
-            time.sleep(0.01)
-        return time.perf_counter() - t0
+            try:
+                self.nft.run(f"get element ip nftproxy service-ips {{ {probe_vip} . tcp . 80 }}")
+                return time.perf_counter() - t0
+            except NftError:
+                time.sleep(0.01)
 
     def _read_monitor(self) -> None:
         assert self.monitor.stdout
@@ -210,7 +215,7 @@ def main() -> int:
                 print(f"  (created {n} Services + EndpointSlices in {time.perf_counter() - t0:.0f}s)", flush=True)
                 for min_sync in ("0", "1s"):
                     t0 = time.perf_counter()
-                    start = node.start(min_sync)
+                    start = node.start(min_sync, cluster_ip(probe))
                     time.sleep(1.0)
                     at_start = latency(api, node, probe, 1)[0]
                     time.sleep(max(0.0, t0 + args.settle - time.perf_counter()))
