@@ -22,6 +22,7 @@ from bench.classic import classic_script
 from bench.workload import cluster, endpoint_slice
 from nftproxy.compiler import ProxyConfig
 from nftproxy.dataplane import Dataplane
+from nftproxy.model.types import EndpointSlice, Service
 from nftproxy.nft.fake import FakeBackend
 from nftproxy.nft.kernel import KernelBackend
 from nftproxy.testing.netlab import bare_netns
@@ -31,6 +32,13 @@ CONFIG = ProxyConfig(
     node_ips=(ip_address("198.18.0.1"),),
     cluster_cidrs=(ip_network("10.128.0.0/10"),),
 )
+
+
+def feed(dp: Dataplane, svcs: list[Service], slices: list[EndpointSlice]) -> None:
+    for s in svcs:
+        dp.set_service(s)
+    for sl in slices:
+        dp.set_slice(sl)
 
 
 def fresh_netns() -> AbstractContextManager[str]:
@@ -46,10 +54,7 @@ def full_sync(services: int, endpoints: int, nodeports: int, mix: bool = False) 
     svcs, slices = cluster(services, endpoints, nodeports=nodeports, mix=mix)
     alone = Dataplane(FakeBackend(), CONFIG)
     start = time.perf_counter()
-    for s in svcs:
-        alone.set_service(s)
-    for sl in slices:
-        alone.set_slice(sl)
+    feed(alone, svcs, slices)
     alone.compile()
     compiled = time.perf_counter() - start
     del alone
@@ -58,10 +63,7 @@ def full_sync(services: int, endpoints: int, nodeports: int, mix: bool = False) 
         backend.run("list tables")  # open the netlink socket outside the timing
         start = time.perf_counter()
         dp = Dataplane(backend, CONFIG)
-        for s in svcs:
-            dp.set_service(s)
-        for sl in slices:
-            dp.set_slice(sl)
+        feed(dp, svcs, slices)
         dp.sync()
         done = time.perf_counter()
         backend.close()
@@ -75,10 +77,7 @@ def incremental(services: int, endpoints: int, rounds: int) -> list[float]:
     with fresh_netns() as ns:
         backend = KernelBackend(ns)
         dp = Dataplane(backend, CONFIG)
-        for s in svcs:
-            dp.set_service(s)
-        for sl in slices:
-            dp.set_slice(sl)
+        feed(dp, svcs, slices)
         dp.sync()
         for r in range(rounds):
             i = (r * 7919) % services

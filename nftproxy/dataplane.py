@@ -90,7 +90,7 @@ class Dataplane:
         self.config = config
         self.assemblies = {f: Assembly(f, config) for f in Family}
         self.bulk_elements = 20_000  # a first creation this big loads its elements by netlink
-        self.stream_services = 2_000  # … and from this many Services, compiles while it loads
+        self.stream_services = 2_000  # … and from this many Services (from scratch), in chunks
         self.stream_chunks = 8
         self.batched = 0  # elements the last sync sent by netlink
 
@@ -226,15 +226,11 @@ class Dataplane:
         try:
             if full:
                 applied = {a.family: self.backend.read(a.family, self.config.table) for a in self.assemblies.values()}
-                absent = all(t is None for t in applied.values())
-                if not (absent and self._stream_create(txs)):
+                if not (all(t is None for t in applied.values()) and self._bulk_create(txs)):
                     self._flush()
-                    with _gc_paused(True):  # packing allocates ~10^5 short-lived objects, no cycles
-                        created = absent and self._bulk_create(txs)
-                    if not created:
-                        tables = [a.table() for a in self.assemblies.values()]
-                        txs += [plan(applied[t.family], t) for t in tables]
-                        self.backend.apply(*txs)
+                    tables = [a.table() for a in self.assemblies.values()]
+                    txs += [plan(applied[t.family], t) for t in tables]
+                    self.backend.apply(*txs)
             else:
                 self._flush()
                 txs += [a.delta() for a in self.assemblies.values()]
@@ -257,72 +253,49 @@ class Dataplane:
         )
 
     def _bulk_create(self, txs: list[Transaction]) -> bool:
-        """First creation of a big table: declarations, rules and the few interval-set elements in
-        one nft transaction, then every map/set element in one netlink transaction (nft's parser
-        costs ~11 µs per element, a packed batch ~2 µs). Before the second commit the table
-        holds no Service at all, as before the first: nothing is ever half-programmed."""
-        send = getattr(self.backend, "send_batch", None)
-        assemblies = list(self.assemblies.values())
-        if send is None or sum(a.element_count() for a in assemblies) < self.bulk_elements:
-            return False
-        batch = Batch()
-        for a in assemblies:
-            t = a.table(expand=False)
-            spreads = a.spreads_by_map()
-            layouts = {name: Layout.for_set(t.sets[name]) for name in t.sets if t.elements.get(name) or name in spreads}
-            fast = {name: lay for name, lay in layouts.items() if lay is not None}
-            tx = Transaction(t.family, t.name)
-            create(tx, t, skip_elements=frozenset(fast))
-            for name, entries in spreads.items():
-                lay = fast.get(name)
-                if lay is None:  # not packable: nft text (never the case for the maps of today)
-                    tx.add_elements(name, [e for key, values in entries for e in spread_elements(key, values)])
-                else:
-                    pack = lay.pack_spread
-                    packed = [b for key, values in entries for b in pack(key, values)]
-                    batch.add(t.family.value, t.name, name, packed)
-            txs.append(tx)
-            for name, lay in fast.items():
-                if t.elements.get(name):
-                    batch.add(t.family.value, t.name, name, (lay.pack(e) for e in t.elements[name].values()))
-        self.backend.apply(*txs)
-        send(batch)
-        self.batched = batch.count
-        return True
+        """First creation of a big table (none in the kernel): declarations and rules by nft, set
+        and map elements by netlink (nft's parser costs ~11 µs per element, a packed batch ~2 µs).
 
-    def _stream_create(self, txs: list[Transaction]) -> bool:
-        """First creation of a big table with nothing compiled yet: compile it in chunks, and
-        while the kernel loads one chunk's endpoint map elements (the worker thread, no GIL held
-        in the kernel), compile the next. Endpoint maps are only reached through the dispatch
-        maps (`service-ips`, `service-nodeports`, …), whose elements all go in the last commit:
-        until then the table holds no Service at all, as before it existed."""
+        From scratch with many Services, the compile runs in chunks: while the backend's worker
+        commits one chunk's endpoint-map elements (the kernel holds no GIL), the next compiles.
+        Endpoint maps are only reached through the dispatch maps (`service-ips`,
+        `service-nodeports`, `no-endpoint-*`, …), whose elements all go in the last commit: until
+        then the table holds no Service at all, as before it existed."""
         apply_async = getattr(self.backend, "apply_async", None)
         send_async = getattr(self.backend, "send_batch_async", None)
-        assemblies = list(self.assemblies.values())
-        if apply_async is None or send_async is None or len(self.dirty) < self.stream_services:
+        if apply_async is None or send_async is None:
             return False
-        if any(a.fragments or a.conflicts for a in assemblies):
-            return False  # only from scratch: every put below is an addition
-        keys = sorted(self.dirty)
-        size = -(-len(keys) // max(1, self.stream_chunks))
+        assemblies = list(self.assemblies.values())
+        fresh = not any(a.fragments or a.conflicts for a in assemblies)  # every put is an addition
+        chunked = fresh and len(self.dirty) >= self.stream_services
+        if chunked:
+            keys = sorted(self.dirty)
+            size = -(-len(keys) // max(1, self.stream_chunks))
+            chunks = [keys[i : i + size] for i in range(0, len(keys), size)]
+        else:
+            self._flush()
+            if sum(a.element_count() for a in assemblies) < self.bulk_elements:
+                return False
+            chunks = [sorted({key for a in assemblies for key in a.fragments})]
         declared: dict[Family, set[tuple[str, int]] | None] = {a.family: None for a in assemblies}
         layouts: dict[tuple[Family, str], Layout | None] = {}
         pending = []
-        with _gc_paused(True, freeze=True):
-            for i in range(0, len(keys), size):
-                part = keys[i : i + size]
-                self._compile(part)
+        with _gc_paused(True, freeze=chunked):  # packing allocates ~10^5 objects, no cycles
+            for part in chunks:
+                if chunked:
+                    self._compile(part)
                 batch = Batch()
                 step = [self._declare(a, declared) for a in assemblies]
-                for a in assemblies:
-                    t = a.family, self.config.table
+                for a, tx in zip(assemblies, step, strict=True):
                     for map_name, entries in _spreads_of(a, part).items():
                         if (a.family, map_name) not in layouts:
                             layouts[(a.family, map_name)] = Layout.for_set(_set_of(a, map_name))
                         lay = layouts[(a.family, map_name)]
-                        if lay is None:
-                            raise RuntimeError(f"map {map_name} cannot be packed")  # never: all maps are
-                        batch.add(t[0].value, t[1], map_name, [b for k, v in entries for b in lay.pack_spread(k, v)])
+                        if lay is None:  # not packable: nft text (never the case for the maps of today)
+                            tx.add_elements(map_name, [e for k, v in entries for e in spread_elements(k, v)])
+                        else:
+                            packed = [b for k, v in entries for b in lay.pack_spread(k, v)]
+                            batch.add(a.family.value, self.config.table, map_name, packed)
                 txs += step
                 pending += [apply_async(*step), send_async(batch)]
                 self.batched += batch.count
@@ -355,17 +328,9 @@ class Dataplane:
         if done is None:
             create(tx, a.table(expand=False), skip_elements=frozenset(a.base_sets) | frozenset(a.static))
             declared[a.family] = set(a.objects)
-            return tx
-        for obj in sorted(set(a.objects) - done):
-            sets, chains = a.object_parts(obj)
-            for st in sets:
-                tx.add_set(st)
-            for c in chains:
-                tx.add_chain(c)
-            for c in chains:
-                for rule in c.rules:
-                    tx.add_rule(c.name, rule)
-            done.add(obj)
+        else:
+            a.declare(tx, sorted(set(a.objects) - done))
+            done.update(a.objects)
         return tx
 
     def _release_affinity(self, a: Assembly) -> None:

@@ -176,14 +176,18 @@ class Assembly:
     def element_count(self) -> int:
         return len(self.values) + sum(len(v) for v in self.spreads.values()) + sum(map(len, self.static.values()))
 
-    def spreads_by_map(self) -> dict[str, list[tuple[Key, tuple[Slot, ...]]]]:
-        out: dict[str, list[tuple[Key, tuple[Slot, ...]]]] = {}
-        for (map_name, key), values in self.spreads.items():
-            group = out.get(map_name)
-            if group is None:
-                group = out[map_name] = []
-            group.append((key, values))
-        return out
+    def declare(self, tx: Transaction, objs: list[Obj]) -> None:
+        """Declare these per-count objects: their maps, their chains, then the chains' rules
+        (with nft 1.0.6 a rule binding a `typeof … th dport` map must come with its map)."""
+        for obj in objs:
+            sets, chains = self.object_parts(obj)
+            for st in sets:
+                tx.add_set(st)
+            for c in chains:
+                tx.add_chain(c)
+            for c in chains:
+                for rule in c.rules:
+                    tx.add_rule(c.name, rule)
 
     def content_lines(self) -> list[str]:
         """The table's contents as sorted lines (for a checksum), endpoint maps unexpanded."""
@@ -221,15 +225,7 @@ class Assembly:
         created = [o for o, existed in self.touched_objects.items() if not existed and o in self.objects]
         removed = [o for o, existed in self.touched_objects.items() if existed and o not in self.objects]
         dropped_sets = {s.name for o in removed for s in self.object_parts(o)[0]}
-        for obj in sorted(created):
-            ss, cs = self.object_parts(obj)
-            for s in ss:
-                tx.add_set(s)
-            for c in cs:
-                tx.add_chain(c)
-            for c in cs:
-                for rule in c.rules:
-                    tx.add_rule(c.name, rule)
+        self.declare(tx, sorted(created))
         deletes: dict[str, list[Key]] = {}
         adds: dict[str, list[Element]] = {}
         for (set_name, key), before in self.touched.items():

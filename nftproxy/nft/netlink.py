@@ -104,7 +104,6 @@ class Layout:
         self._key_headers: dict[int, bytes] = {}  # by length: the nested KEY/DATA attribute headers
         self._data_headers: dict[int, bytes] = {}
         self._slots: list[bytes] = []
-        self._spread_hdrs: dict[tuple[int, int], tuple[bytes, bytes]] = {}
         self._spread_fixed: tuple[bytes, bytes] | None = None
 
     def pack(self, e: Element) -> bytes:
@@ -147,7 +146,7 @@ class Layout:
         fixed = self._spread_fixed
         if fixed is None:  # every part has a fixed size (Layout.for_set): the headers never change
             first = b"".join([p(x) for p, x in zip(packers, values[0], strict=True)])
-            fixed = self._spread_fixed = self._spread_headers(len(prefix) + len(slots[0]), len(first))
+            fixed = self._spread_fixed = Layout._spread_headers(len(prefix) + len(slots[0]), len(first))
         head, mid = fixed
         head += prefix
         join = b"".join
@@ -164,16 +163,11 @@ class Layout:
             have.append(self.key[-1](str(len(have))))
         return have
 
-    def _spread_headers(self, klen: int, dlen: int) -> tuple[bytes, bytes]:
+    @staticmethod
+    def _spread_headers(klen: int, dlen: int) -> tuple[bytes, bytes]:
         """The element's, its key's and its data's attribute headers (sizes: key, data)."""
-        got = self._spread_hdrs.get((klen, dlen))
-        if got is None:
-            head = (
-                _header(klen + dlen + 20, 1 | NLA_F_NESTED) + _header(klen + 8, 1 | NLA_F_NESTED) + _header(klen + 4, 1)
-            )
-            mid = _header(dlen + 8, 2 | NLA_F_NESTED) + _header(dlen + 4, 1)
-            got = self._spread_hdrs[(klen, dlen)] = (head, mid)
-        return got
+        head = _header(klen + dlen + 20, 1 | NLA_F_NESTED) + _header(klen + 8, 1 | NLA_F_NESTED) + _header(klen + 4, 1)
+        return head, _header(dlen + 8, 2 | NLA_F_NESTED) + _header(dlen + 4, 1)
 
     @classmethod
     def for_set(cls, s: Set) -> Layout | None:
