@@ -2,13 +2,13 @@
 .PHONY: demo demo-down demo-apply k8s-tools test bench install lint
 
 demo: install k8s-tools
-	.venv/bin/python -m nftproxy.testing.demo
+	.venv/bin/python -m testkit.demo
 
 demo-down: install
-	.venv/bin/python -m nftproxy.testing.demo --down
+	.venv/bin/python -m testkit.demo --down
 
 demo-apply: install
-	.venv/bin/python -m nftproxy.testing.demo_apply
+	.venv/bin/python -m testkit.demo_apply
 
 k8s-tools:
 	bash hack/k8s-tools.sh
@@ -23,5 +23,5 @@ install:
 	bash hack/install.sh
 
 lint: install
-	.venv/bin/ruff check nftproxy tests bench
+	.venv/bin/ruff check nftproxy testkit tests bench
 	.venv/bin/mypy

@@ -31,7 +31,7 @@ from typing import Any, cast
 from nftproxy.nft.kernel import KernelBackend, NftError
 from nftproxy.nft.objects import Family
 from nftproxy.operator import kube
-from nftproxy.testing.controlplane import ControlPlane
+from testkit.controlplane import ControlPlane
 
 NS = "bench"
 # The probed Service has its own endpoint count, so its map (endpoints-3) holds only its elements:

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Builds the Kubernetes tools that nftproxy's k8s tests and demo use, from the Go module proxy:
-#   kube-apiserver, kubectl  (k8s.io/kubernetes, pinned below)
+#   kube-apiserver, kubectl, kube-controller-manager, kube-scheduler, kubelet, kube-proxy
+#                            (k8s.io/kubernetes, pinned below; kube-proxy is the reference we are
+#                            compared with, the others make the real cluster)
 #   helm                     (helm.sh/helm/v3, pinned below)
 # into ${NFTPROXY_CACHE:-$HOME/.cache/nftproxy}/bin. etcd comes from Debian's etcd-server
 # (hack/install.sh). Idempotent: each binary carries a version stamp, a second run prints "cached".
@@ -38,9 +40,12 @@ exec 9>"$CACHE/.k8s-tools.lock"
 flock 9
 log "go: $("$GO" version); cache: $CACHE"
 
-# ---------------------------------------------------------------- kube-apiserver + kubectl
-if fresh kube-apiserver "$K8S_VERSION" && fresh kubectl "$K8S_VERSION"; then
-  log "kube-apiserver, kubectl $K8S_VERSION: cached"
+# ---------------------------------------------------------------- k8s.io/kubernetes commands
+K8S_CMDS=(kube-apiserver kubectl kube-controller-manager kube-scheduler kubelet kube-proxy)
+missing=()
+for c in "${K8S_CMDS[@]}"; do fresh "$c" "$K8S_VERSION" || missing+=("$c"); done
+if [ ${#missing[@]} -eq 0 ]; then
+  log "${K8S_CMDS[*]} $K8S_VERSION: cached"
 else
   staging_version=v0.${K8S_VERSION#v1.}          # v1.34.12 -> v0.34.12
   work=$CACHE/build/kubernetes-$K8S_VERSION
@@ -80,8 +85,12 @@ else
     rm -f go.mod.new
   fi
 
+  pkgs=()
+  for c in "${missing[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/$c"); done
   log "[2/3] resolving dependencies (${#staging[@]} staging modules -> $staging_version)"
-  "$GO" get "k8s.io/kubernetes/cmd/kube-apiserver@$K8S_VERSION" "k8s.io/kubernetes/cmd/kubectl@$K8S_VERSION"
+  gets=()
+  for p in "${pkgs[@]}"; do gets+=("$p@$K8S_VERSION"); done
+  "$GO" get "${gets[@]}"
 
   # Same version stamps as Kubernetes' own hack/lib/version.sh, so `kubectl version` and
   # /version report the release rather than v0.0.0-master.
@@ -92,14 +101,14 @@ else
     ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
   done
 
-  log "[3/3] compiling kube-apiserver and kubectl (the slow part: ~5-10 min on 2 cores the first time)"
+  log "[3/3] compiling ${missing[*]} (the slow part: ~5-15 min on 2 cores the first time)"
   out=$(mktemp -d "$CACHE/build/out.XXXXXX")
-  "$GO" build -trimpath -ldflags "$ldflags" -o "$out/" \
-    k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kubectl
-  install_bin "$out/kube-apiserver" kube-apiserver "$K8S_VERSION"
-  install_bin "$out/kubectl" kubectl "$K8S_VERSION"
+  "$GO" build -trimpath -ldflags "$ldflags" -o "$out/" "${pkgs[@]}"
+  for c in "${missing[@]}"; do
+    install_bin "$out/$c" "$c" "$K8S_VERSION"
+    log "built $BIN/$c ($K8S_VERSION)"
+  done
   rmdir "$out"
-  log "built $BIN/kube-apiserver and $BIN/kubectl ($K8S_VERSION)"
 fi
 
 # ---------------------------------------------------------------- helm
@@ -116,7 +125,7 @@ else
   log "built $BIN/helm ($HELM_VERSION)"
 fi
 
-for b in kube-apiserver kubectl helm; do
+for b in "${K8S_CMDS[@]}" helm; do
   [ -x "$BIN/$b" ] || { echo "k8s-tools: $BIN/$b missing after build" >&2; exit 1; }
 done
-log "ready: $BIN (kube-apiserver/kubectl $K8S_VERSION, helm $HELM_VERSION)"
+log "ready: $BIN (${K8S_CMDS[*]} $K8S_VERSION, helm $HELM_VERSION)"

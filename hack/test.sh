@@ -5,7 +5,7 @@ cd "$(dirname "$0")/.."
 bash hack/install.sh
 bash hack/k8s-tools.sh
 echo "==> ruff"
-.venv/bin/ruff check nftproxy tests bench
+.venv/bin/ruff check nftproxy testkit tests bench
 echo "==> mypy (strict)"
 .venv/bin/mypy
 echo "==> pytest"

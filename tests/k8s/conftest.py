@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from nftproxy.testing.controlplane import ControlPlane, ControlPlaneError
+from testkit.controlplane import ControlPlane, ControlPlaneError
 
 
 @pytest.fixture(scope="session")

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from nftproxy.testing.controlplane import ControlPlane, ControlPlaneError
+from testkit.controlplane import ControlPlane, ControlPlaneError
 from tests.k8s.helmchart import CHART, REPO, Helm, Release, find, install
 
 k8s = pytest.mark.k8s

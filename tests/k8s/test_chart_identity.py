@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from nftproxy.testing.cluster import LocalCluster, eventually
-from nftproxy.testing.controlplane import ControlPlane
-from nftproxy.testing.netlab import NetLab, cleanup_stale
+from testkit.cluster import LocalCluster, eventually
+from testkit.controlplane import ControlPlane
+from testkit.netlab import NetLab, cleanup_stale
 from tests import k8sobjects as k
 from tests.k8s.helmchart import Helm, Release, install
 

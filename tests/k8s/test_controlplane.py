@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client, config  # the client kopf and nftproxy use
 
-from nftproxy.testing.controlplane import (
+from testkit.controlplane import (
     SERVICE_CLUSTER_IP_RANGE,
     ControlPlane,
     ControlPlaneError,
@@ -184,7 +184,7 @@ def test_stop_after_failed_start_leaves_no_process(tmp_path: Path) -> None:
 
 def test_cli_up_and_down(tmp_path: Path) -> None:
     d = tmp_path / "demo"
-    cli = [sys.executable, "-m", "nftproxy.testing.controlplane"]
+    cli = [sys.executable, "-m", "testkit.controlplane"]
     up = subprocess.run([*cli, "up", "--dir", str(d)], capture_output=True, text=True, timeout=180, check=False)
     try:
         assert up.returncode == 0, up.stderr

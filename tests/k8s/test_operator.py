@@ -19,9 +19,9 @@ from typing import Any
 
 import pytest
 
-from nftproxy.testing.cluster import LocalCluster, eventually
-from nftproxy.testing.controlplane import ControlPlane
-from nftproxy.testing.netlab import Client, NetLab, Node, Pod, cleanup_stale
+from testkit.cluster import LocalCluster, eventually
+from testkit.controlplane import ControlPlane
+from testkit.netlab import Client, NetLab, Node, Pod, cleanup_stale
 from tests import k8sobjects as k
 
 pytestmark = pytest.mark.k8s

@@ -14,7 +14,7 @@ from nftproxy.compiler import ProxyConfig
 from nftproxy.dataplane import Dataplane
 from nftproxy.model.types import Endpoint, EndpointPort, EndpointSlice, Service, ServicePort
 from nftproxy.nft.kernel import KernelBackend
-from nftproxy.testing.netlab import Client, NetLab, Node, Pod, cleanup_stale
+from testkit.netlab import Client, NetLab, Node, Pod, cleanup_stale
 
 pytestmark = pytest.mark.netns
 

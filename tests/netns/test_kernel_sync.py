@@ -16,7 +16,7 @@ from nftproxy.manifests import classify
 from nftproxy.nft.kernel import KernelBackend, NftError
 from nftproxy.nft.objects import Element, Family, Table
 from nftproxy.nft.transaction import Transaction
-from nftproxy.testing.netlab import bare_netns
+from testkit.netlab import bare_netns
 from tests import k8sobjects as k
 from tests.unit.test_bad_input import GOOD
 from tests.unit.test_incremental import eps, expected, svc

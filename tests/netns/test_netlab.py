@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from nftproxy.testing.netlab import (
+from testkit.netlab import (
     Client,
     NetLab,
     NetLabError,

@@ -1,7 +1,7 @@
 """Services proven with real packets: `nftproxy apply` programs real node namespaces, real
 clients connect, and the backend pod reports who answered and which source address it saw.
 
-Topology (nftproxy.testing.netlab): node1 runs pods a, b, t1, t2; node2 runs pod c; an external
+Topology (testkit.netlab): node1 runs pods a, b, t1, t2; node2 runs pod c; an external
 client sits on the node network. Both nodes run `nftproxy apply` with the same objects.
 """
 
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from nftproxy.testing.netlab import Client, NetLab, Node, Pod, ProbeResult, cleanup_stale
+from testkit.netlab import Client, NetLab, Node, Pod, ProbeResult, cleanup_stale
 from tests import k8sobjects as k
 
 pytestmark = pytest.mark.netns

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from nftproxy.testing.netlab import Client, NetLab, Node, Pod, cleanup_stale
+from testkit.netlab import Client, NetLab, Node, Pod, cleanup_stale
 from tests import k8sobjects as k
 
 pytestmark = pytest.mark.netns

@@ -15,7 +15,7 @@ from nftproxy.model.types import Endpoint, EndpointPort, EndpointSlice, Service,
 from nftproxy.nft.fake import FakeBackend
 from nftproxy.nft.kernel import KernelBackend
 from nftproxy.nft.objects import Family
-from nftproxy.testing.netlab import Client, NetLab, Node, Pod, cleanup_stale
+from testkit.netlab import Client, NetLab, Node, Pod, cleanup_stale
 
 pytestmark = pytest.mark.netns
 

@@ -13,8 +13,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
-from nftproxy.testing.controlplane import ControlPlane
-from nftproxy.testing.netlab import NetLab, Node
+from testkit.controlplane import ControlPlane
+from testkit.netlab import NetLab, Node
 
 ROOT = Path(__file__).resolve().parents[2]
 CRD = ROOT / "crds" / "proxystatus.yaml"

@@ -16,9 +16,9 @@ import sys
 import time
 from pathlib import Path
 
-from nftproxy.testing.cluster import LocalCluster, eventually
-from nftproxy.testing.controlplane import ControlPlane
-from nftproxy.testing.netlab import Client, NetLab, Node, Pod, cleanup_stale
+from testkit.cluster import LocalCluster, eventually
+from testkit.controlplane import ControlPlane
+from testkit.netlab import Client, NetLab, Node, Pod, cleanup_stale
 
 ROOT = Path(__file__).resolve().parents[2]
 WORK = ROOT / ".demo"
