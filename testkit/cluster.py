@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 from testkit.controlplane import ControlPlane
 from testkit.netlab import NetLab, Node
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 CRD = ROOT / "crds" / "proxystatus.yaml"
 T = TypeVar("T")
 

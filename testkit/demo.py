@@ -20,7 +20,7 @@ from testkit.cluster import LocalCluster, eventually
 from testkit.controlplane import ControlPlane
 from testkit.netlab import Client, NetLab, Node, Pod, cleanup_stale
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 WORK = ROOT / ".demo"
 EXAMPLE = ROOT / "examples" / "demo.yaml"
 START = time.monotonic()

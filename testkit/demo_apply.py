@@ -12,7 +12,7 @@ from pathlib import Path
 
 from testkit.netlab import NetLab, cleanup_stale
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "demo.yaml"
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "demo.yaml"
 FLAGS = ["--node-name", "node-1", "--cluster-cidr", "10.244.0.0/16,fd00:10:244::/48"]
 
 
