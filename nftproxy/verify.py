@@ -292,7 +292,7 @@ def _compare_table(desired: Table, applied: Table | None) -> list[Difference | s
         )
     # Per-count maps and chains (endpoints-3, cluster-3 …) follow from the elements: their
     # differences are reported only when no element difference explains them.
-    objects: list[str] = []
+    objects: list[Difference | str] = []
     for what, want_names, have_names in (
         ("chains", set(desired.chains), set(applied.chains)),
         ("sets/maps", set(desired.sets), set(applied.sets)),
