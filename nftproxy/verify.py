@@ -200,7 +200,7 @@ def _describe_texts(fe: Key, name: str, want: _View | None, have: _View | None) 
                 f"{svc} stale {words} on {where} ({set_name}): kernel {_elements(h_set)}, want {_elements(w_set)}"
             )
     if want.comment != have.comment and not out:
-        out.append(f"{svc}: {where} has the comment {have.comment!r} in the kernel, want {want.comment!r}")
+        out.append(f"{svc}: {where} is Service {have.comment}'s in the kernel (element comment), want {want.comment}")
     return out
 
 

@@ -76,6 +76,12 @@ def _cidr(value: Any, what: str) -> IPNetwork:
         raise _Invalid(f"{what}: invalid CIDR {value!r}") from None
 
 
+def _opt_str(value: Any, what: str) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    raise _Invalid(f"{what} is not a string: {value!r}")
+
+
 def _port(value: Any, what: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 65535:
         raise _Invalid(f"{what}: port {value!r} is not in 1-65535")
@@ -246,8 +252,8 @@ def _slice(obj: Mapping[str, Any], ns: str, name: str) -> EndpointSlice | Ignore
                 ready=ready,
                 serving=serving,
                 terminating=bool(cond.get("terminating")),
-                node_name=e.get("nodeName"),
-                zone=e.get("zone"),
+                node_name=_opt_str(e.get("nodeName"), f"endpoints[{i}].nodeName"),
+                zone=_opt_str(e.get("zone"), f"endpoints[{i}].zone"),
                 hint_zones=None if zones is None else tuple(str(_map(z, "zone").get("name", "")) for z in zones),
                 hint_nodes=None if nodes is None else tuple(str(_map(n, "node").get("name", "")) for n in nodes),
             )
@@ -260,7 +266,7 @@ def _slice(obj: Mapping[str, Any], ns: str, name: str) -> EndpointSlice | Ignore
         address_type=str(atype),
         ports=tuple(ports),
         endpoints=tuple(endpoints),
-        trigger_time=annotations.get(TRIGGER_TIME),
+        trigger_time=_opt_str(annotations.get(TRIGGER_TIME), f"annotation {TRIGGER_TIME}"),
     )
 
 
@@ -271,8 +277,8 @@ def parse_node(obj: Mapping[str, Any]) -> Node | Skipped:
         by_type: dict[str, list[IPAddress]] = {"InternalIP": [], "ExternalIP": []}
         for a in _list(status.get("addresses"), "status.addresses"):
             a = _map(a, "status.addresses[]")
-            if a.get("type") in by_type:
-                by_type[str(a["type"])].append(_ip(a.get("address"), "status.addresses"))
+            if isinstance(a.get("type"), str) and a["type"] in by_type:
+                by_type[a["type"]].append(_ip(a.get("address"), "status.addresses"))
         labels = _map(_map(obj.get("metadata"), "metadata").get("labels"), "metadata.labels")
         return Node(
             name=name,
