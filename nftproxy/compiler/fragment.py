@@ -41,6 +41,9 @@ class Fragment(NamedTuple):
     endpoints: frozenset[tuple[str, int]]  # endpoint address:port pairs in use
     local_endpoints: frozenset[str] = frozenset()  # this node's usable endpoint addresses
     health_check_port: int | None = None  # healthCheckNodePort (LoadBalancer, eTP Local)
+    # UDP frontends -> IPs of their serving endpoints: conntrack entries of a frontend DNATed to
+    # any other address are stale (kube-proxy's CleanStaleEntries; none serving: left alone).
+    udp_serving: tuple[tuple[Key, frozenset[str]], ...] = ()
 
 
 COMMENT_MAX = 127  # nft refuses comments over 128 characters (a whole transaction fails)
@@ -95,6 +98,7 @@ class _Out:
         self.claims: list[Key] = []
         self.used: set[tuple[str, int]] = set()
         self.local: set[str] = set()
+        self.udp_serving: list[tuple[Key, frozenset[str]]] = []
 
     def add(self, set_name: str, key: Key, value: tuple[str, ...] | None = None, comment: str | None = None) -> None:
         self.elements.append((set_name, Element(key, value, comment)))
@@ -262,6 +266,14 @@ def _hairpin(out: _Out, cat: Categorized, node: str | None) -> None:
     out.local.update([t.address for t in cat.local])
 
 
+def _udp_serving(out: _Out, p: _Port, found: list[Target]) -> None:
+    """Which endpoint IPs still serve this UDP port, for every frontend of it (see Fragment)."""
+    serving = frozenset([t.address for t in found if t.endpoint.serving])
+    if serving:
+        for k in (p.cluster, *p.externals, *([p.node_port] if p.node_port else [])):
+            out.udp_serving.append((k, serving))
+
+
 def compile_fragment(
     svc: Service, slices: Sequence[EndpointSlice], family: Family, config: ProxyConfig
 ) -> Fragment | None:
@@ -276,7 +288,10 @@ def compile_fragment(
     for port in svc.ports:
         p = _port_keys(svc, fe, port)
         out.claims += [p.cluster, *p.externals, *([p.node_port] if p.node_port else [])]
-        cat = categorize(targets(port, mine), config.node_name, config.node_zone)
+        found = targets(port, mine)
+        if p.proto == "udp":
+            _udp_serving(out, p, found)
+        cat = categorize(found, config.node_name, config.node_zone)
         if not cat.any_usable:
             _no_endpoints(out, p)
             continue
@@ -300,4 +315,5 @@ def compile_fragment(
         frozenset(out.used),
         frozenset(out.local),
         svc.health_check_node_port if svc.type == "LoadBalancer" and fe.etp_local else None,
+        tuple(out.udp_serving),
     )
