@@ -83,6 +83,10 @@ class Dataplane:
     def slices(self) -> dict[str, EndpointSlice]:
         return self.inputs.slices
 
+    @property
+    def ignored(self) -> set[str]:
+        return self.inputs.ignored
+
     def set_config(self, config: ProxyConfig) -> None:
         if config == self.config:
             return

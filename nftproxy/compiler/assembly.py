@@ -40,12 +40,23 @@ class Assembly:
         self.claims.drop(key)
         if old is not None:
             self.claims.release(old)
-        if fragment is not None and self.claims.take(fragment):
-            self.store.add(fragment)
-        if old is not None:
-            for waiting in self.claims.waiting():  # a frontend may be free now
-                if self.claims.take(waiting):
-                    self.store.add(waiting)
+        changed = old is not None
+        if fragment is not None:
+            changed = self._take(fragment) or changed
+        while changed:  # a frontend may be free now, or taken from a Service that held others
+            changed = False
+            for waiting in self.claims.waiting():
+                changed = self._take(waiting) or changed
+
+    def _take(self, frag: Fragment) -> bool:
+        """Program ``frag`` if its claims allow; True if another Service was left out for it."""
+        evicted = self.claims.take(frag)
+        if evicted is None:
+            return False
+        for other in evicted:
+            self.store.remove(other.key)
+        self.store.add(frag)
+        return bool(evicted)
 
     @property
     def tracking(self) -> bool:
