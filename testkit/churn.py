@@ -408,9 +408,14 @@ class Churn:
                 continue
             self.result.restarts.append(time.monotonic() - t0)
 
-    def outage(self, o: Outage, churn_start: float) -> None:
-        if self.stopping.wait(max(0.0, churn_start + o.at - time.monotonic())):
-            return
+    def run_outages(self, churn_start: float) -> None:
+        """The planned outages one after the other (each at its time, or when the previous ends)."""
+        for o in self.result.outages:
+            if self.stopping.wait(max(0.0, churn_start + o.at - time.monotonic())):
+                return
+            self.outage(o)
+
+    def outage(self, o: Outage) -> None:
         stop, start = (
             (self.cp.stop_apiserver, self.cp.start_apiserver)
             if o.what == "apiserver"
@@ -468,10 +473,9 @@ class Churn:
         faults = []
         if plan.crash_every:
             faults.append(threading.Thread(target=self.crasher, daemon=True))
-        for what, at, seconds in plan.outages:
-            o = Outage(what, at, seconds)
-            res.outages.append(o)
-            faults.append(threading.Thread(target=self.outage, args=(o, churn_start), daemon=True))
+        res.outages = [Outage(what, at, seconds) for what, at, seconds in plan.outages]
+        if res.outages:
+            faults.append(threading.Thread(target=self.run_outages, args=(churn_start,), daemon=True))
         for t in faults:
             t.start()
         try:

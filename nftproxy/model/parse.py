@@ -254,8 +254,8 @@ def _slice(obj: Mapping[str, Any], ns: str, name: str) -> EndpointSlice | Ignore
                 terminating=bool(cond.get("terminating")),
                 node_name=_opt_str(e.get("nodeName"), f"endpoints[{i}].nodeName"),
                 zone=_opt_str(e.get("zone"), f"endpoints[{i}].zone"),
-                hint_zones=None if zones is None else tuple(str(_map(z, "zone").get("name", "")) for z in zones),
-                hint_nodes=None if nodes is None else tuple(str(_map(n, "node").get("name", "")) for n in nodes),
+                hint_zones=None if zones is None else _hint_names(zones, "zone"),
+                hint_nodes=None if nodes is None else _hint_names(nodes, "node"),
             )
         )
     annotations = _map(meta.get("annotations"), "metadata.annotations")
@@ -268,6 +268,10 @@ def _slice(obj: Mapping[str, Any], ns: str, name: str) -> EndpointSlice | Ignore
         endpoints=tuple(endpoints),
         trigger_time=_opt_str(annotations.get(TRIGGER_TIME), f"annotation {TRIGGER_TIME}"),
     )
+
+
+def _hint_names(raw: Any, what: str) -> tuple[str, ...]:
+    return tuple(str(_map(h, what).get("name", "")) for h in _list(raw, f"hints for {what}s"))
 
 
 def parse_node(obj: Mapping[str, Any]) -> Node | Skipped:
