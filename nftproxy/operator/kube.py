@@ -24,27 +24,34 @@ def api_client(kubeconfig: str | None) -> Any:
     return kubernetes.client.ApiClient(cfg)
 
 
-def pages(call: Callable[..., Any], limit: int = 500) -> Iterator[list[dict[str, Any]]]:
+def pages(
+    call: Callable[..., Any], limit: int = 500, on_version: Callable[[str], None] | None = None
+) -> Iterator[list[dict[str, Any]]]:
     """A consistent list, page by page: the caller parses each page and lets it go, so the raw
-    objects of the whole list (~10 KB each decoded) are never all in memory at once."""
+    objects of the whole list (~10 KB each decoded) are never all in memory at once.
+    ``on_version`` gets the list's resourceVersion (one snapshot for every page): a watch
+    started there sees every change made after the list, and nothing before."""
     token = None
     while True:
         kwargs: dict[str, Any] = {"limit": limit, "_preload_content": False, "_request_timeout": 30}
         if token:
             kwargs["_continue"] = token
         page = json.loads(call(**kwargs).data)
+        meta = page.get("metadata") or {}
+        if on_version is not None and not token and meta.get("resourceVersion"):
+            on_version(str(meta["resourceVersion"]))
         yield page.get("items") or []
-        token = (page.get("metadata") or {}).get("continue")
+        token = meta.get("continue")
         if not token:
             return
 
 
-def service_pages(api: Any) -> Iterator[list[dict[str, Any]]]:
-    return pages(kubernetes.client.CoreV1Api(api).list_service_for_all_namespaces)
+def service_pages(api: Any, on_version: Callable[[str], None] | None = None) -> Iterator[list[dict[str, Any]]]:
+    return pages(kubernetes.client.CoreV1Api(api).list_service_for_all_namespaces, on_version=on_version)
 
 
-def endpoint_slice_pages(api: Any) -> Iterator[list[dict[str, Any]]]:
-    return pages(kubernetes.client.DiscoveryV1Api(api).list_endpoint_slice_for_all_namespaces)
+def endpoint_slice_pages(api: Any, on_version: Callable[[str], None] | None = None) -> Iterator[list[dict[str, Any]]]:
+    return pages(kubernetes.client.DiscoveryV1Api(api).list_endpoint_slice_for_all_namespaces, on_version=on_version)
 
 
 def read_node(api: Any, name: str) -> dict[str, Any] | None:
