@@ -119,9 +119,10 @@ class FlakyBackend(FakeBackend):
 
 
 def test_a_sync_refused_twice_is_retried_with_exponential_backoff() -> None:
-    """The kernel refuses two syncs in a row, then accepts: tenacity retries after 0.5 s, then
-    after 1 s (wait_exponential, multiplier 0.5), the failures are counted and reported, and the
-    third attempt (a full sync: the kernel may hold anything after a failure) programs the change."""
+    """A refused sync is reported; then the kernel refuses two more in a row, and accepts:
+    tenacity retries after 0.5 s, then after 1 s (wait_exponential, multiplier 0.5), the failures
+    are counted, and the third attempt (a full sync: the kernel may hold anything after a
+    failure) programs the change."""
 
     async def go() -> None:
         backend = FlakyBackend()
@@ -130,18 +131,23 @@ def test_a_sync_refused_twice_is_retried_with_exponential_backoff() -> None:
         syncer.mark_loaded()
         await syncer.sync_once()
         syncer.service_changed("default/a", svc("a", "10.96.0.1"))
-        backend.fails = 2
+        backend.fails = 3
+        with pytest.raises(NftError, match="No buffer space"):
+            await syncer.sync_once()  # reported while it lasts
+        st = render_status(syncer)
+        assert st["failures"] == 1 and "No buffer space" in st["lastError"]
+        assert st["conditions"][0]["status"] == "False"
         await asyncio.wait_for(syncer.sync_with_retries(), 20)
-        assert backend.refused == 2 and syncer.status.failures == 2
+        assert backend.refused == 3 and syncer.status.failures == 3
         starts = list(syncer.sync_starts)[-3:]
         gaps = [b - a for a, b in itertools.pairwise(starts)]
         assert gaps[0] >= 0.5 and gaps[1] >= 1.0, gaps  # 0.5 s, then twice that
         assert gaps[0] < 0.5 + 2.0 and gaps[1] < 1.0 + 2.0, gaps  # not the 30 s cap, not stuck
         assert syncer.status.last_kind == "full" and ("10.96.0.1",) in elements(backend, "cluster-ips")
         st = render_status(syncer)
-        assert st["failures"] == 2 and st["lastError"] is None and st["conditions"][0]["status"] == "True"
+        assert st["failures"] == 3 and st["lastError"] is None and st["conditions"][0]["status"] == "True"
         text = generate_latest(syncer.metrics.registry).decode()
-        assert "nftproxy_sync_proxy_rules_nftables_sync_failures_total 2.0" in text
+        assert "nftproxy_sync_proxy_rules_nftables_sync_failures_total 3.0" in text
 
     asyncio.run(go())
 
