@@ -174,6 +174,23 @@ async def relist_periodically(ctx: Context) -> None:
             log.warning("periodic list failed: %s", e)
 
 
+def relist_soon(ctx: Context, why: str) -> None:
+    """Our own list now (unless one runs): kopf relists after "410 Gone" (a watch away too long,
+    e.g. across an etcd outage) and replays only what exists, so deletions made meanwhile would
+    otherwise wait for the hourly list (found by tests/resilience's outage run)."""
+    if any(t.get_name() == "relist-now" and not t.done() for t in ctx.tasks):
+        return
+    log.info("%s: listing to find deletions it does not report", why)
+
+    async def go() -> None:
+        try:
+            await relist(ctx)
+        except Exception as e:
+            log.warning("list after kopf's relist failed: %s", e)
+
+    ctx.tasks.append(asyncio.create_task(go(), name="relist-now"))
+
+
 async def _retrying(what: str, call: Callable[[], Coroutine[Any, Any, T]]) -> T:
     retrying = tenacity.AsyncRetrying(
         wait=tenacity.wait_exponential(multiplier=0.5, max=10),
@@ -263,6 +280,8 @@ def watch_from_our_lists(ctx: Context) -> Callable[[], None]:
             return
         async for chunk in original(**kwargs):
             yield chunk
+        if kwargs["resource"].plural in ("services", "endpointslices"):
+            relist_soon(ctx, f"kopf listed {kwargs['resource'].plural} again")
 
     fetching.fetch_objs = fetch_objs
 
