@@ -92,6 +92,7 @@ class Result:
     sync_failures: int = 0
     rss_start_mb: float = 0.0
     rss_end_mb: float = 0.0
+    rss_samples: list[tuple[float, float]] = field(default_factory=list)  # (seconds into churn, MB)
     restarts: list[float] = field(default_factory=list)  # SIGKILL -> /healthz 200 again, seconds
     outages: list[Outage] = field(default_factory=list)
     converge_seconds: float | None = None
@@ -101,6 +102,13 @@ class Result:
     @property
     def rss_growth(self) -> float:
         return (self.rss_end_mb - self.rss_start_mb) / self.rss_start_mb if self.rss_start_mb else 0.0
+
+    def second_half_growth(self) -> float | None:
+        """RSS growth from the middle of the churn to its end (warm-up excluded), in percent."""
+        if len(self.rss_samples) < 4:
+            return None
+        mid = self.rss_samples[len(self.rss_samples) // 2][1]
+        return round((self.rss_samples[-1][1] - mid) / mid * 100, 1) if mid else None
 
     def pct(self, p: float) -> float | None:
         if not self.latencies:
@@ -129,6 +137,8 @@ class Result:
             "rss_start_mb": round(self.rss_start_mb, 1),
             "rss_end_mb": round(self.rss_end_mb, 1),
             "rss_growth_pct": round(self.rss_growth * 100, 1),
+            "rss_mb_every_30s": [round(mb) for _, mb in self.rss_samples[::3]],
+            "rss_growth_second_half_pct": self.second_half_growth(),
             "restarts_to_healthy_s": [round(x, 2) for x in self.restarts],
             "outages": [
                 {
@@ -384,8 +394,14 @@ class Churn:
         interval = 1.0 / plan.rate
         start = time.monotonic()
         next_at = start
+        next_sample = start
         try:
             while time.monotonic() - start < plan.duration or not until():
+                now = time.monotonic()
+                if now >= next_sample and self.node.name in self.cl.proxies:
+                    with contextlib.suppress(OSError):  # the process may be restarting
+                        res.rss_samples.append((now - start, self.rss_mb()))
+                    next_sample += 10.0
                 busy = {f for f in busy if not f.done()}
                 if len(busy) >= 6:
                     res.writes_skipped += 1
