@@ -9,7 +9,7 @@ from ipaddress import ip_address, ip_network
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from nftproxy.cli import with_node_ips
@@ -28,6 +28,10 @@ CONFIGS = [
     ProxyConfig(node_name="n2", node_ips=(ip_address("198.18.0.2"),), service_proxy_name="nftproxy"),
     ProxyConfig(),
 ]
+
+
+def _ipv6_affinity(tables: Any) -> bool:
+    return any(t.family == Family.IP6 and any(c.startswith("affinity-record-") for c in t.chains) for t in tables)
 
 
 def _expected_name(obj: Any) -> str:
@@ -122,6 +126,7 @@ def test_compile_never_raises_and_compiles_every_valid_service(objs: list[Any], 
 @given(objs=objects, cfg=st.sampled_from(CONFIGS))
 def test_every_compiled_table_is_accepted_by_the_kernel(dry_run: DryRun, objs: list[Any], cfg: ProxyConfig) -> None:
     desired, _, _ = _compiled(objs, cfg)
+    assume(not _ipv6_affinity(desired.tables))  # known: test_ipv6_session_affinity_is_accepted_by_nft
     script = "".join(plan(None, t).render() for t in desired.tables)
     rc, err = dry_run.check(script)
     assert rc == 0, f"the kernel refused a compiled table: {err.strip()[:2000]}"
@@ -216,3 +221,32 @@ def test_every_field_missing_or_of_any_type(
         hash(r)
     others = [o for o in (GOOD_SERVICE, GOOD_SLICE, GOOD_NODE) if o is not base]
     _compiled([obj, *others], cfg)
+
+
+@pytest.mark.netns
+@pytest.mark.xfail(
+    strict=True,
+    reason="compiler/skeleton.py (lead's): the IPv6 affinity-record rule (`update @affinity { ip6 saddr . ct "
+    "original ip6 daddr . meta l4proto . ct original proto-dst : ip6 daddr . tcp dport }`) makes nft 1.0.6 "
+    "abort (netlink_linearize.c:799: Assertion `dreg < ctx->reg_low'): in `nftproxy run` (libnftables "
+    "in-process) the whole proxy dies, for every Service, and again after each restart",
+)
+def test_ipv6_session_affinity_is_accepted_by_nft(dry_run: DryRun) -> None:
+    """Found by the long kernel fuzz run (bench/fuzz.py): it aborted the test process itself."""
+    svc = {
+        "kind": "Service",
+        "metadata": {"name": "web6", "namespace": "default"},
+        "spec": {"clusterIPs": ["fd00:10:96::10"], "ports": [{"name": "http", "port": 80}],
+                 "sessionAffinity": "ClientIP"},
+    }  # fmt: skip
+    sl = {
+        "kind": "EndpointSlice",
+        "metadata": {"name": "web6-1", "namespace": "default", "labels": {"kubernetes.io/service-name": "web6"}},
+        "addressType": "IPv6",
+        "ports": [{"name": "http", "port": 8080}],
+        "endpoints": [{"addresses": ["fd00:10:244:1::2"]}],
+    }
+    desired, services, _ = _compiled([svc, sl], CONFIGS[0])
+    assert services and _ipv6_affinity(desired.tables)
+    rc, err = dry_run.check("".join(plan(None, t).render() for t in desired.tables))
+    assert rc == 0, err.strip()[-500:]
