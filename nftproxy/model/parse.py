@@ -68,7 +68,7 @@ def _ip(value: Any, what: str) -> IPAddress:
     if type(value) is str:
         try:  # inet_pton takes exactly canonical dotted-quad IPv4 (no leading zeros, no spaces)
             return IPv4Address(inet_pton(AF_INET, value))
-        except OSError:
+        except (OSError, ValueError):  # ValueError: an embedded NUL character
             pass
     return _ip_slow(value, what)
 
@@ -92,7 +92,7 @@ def _endpoint_address(value: Any, version: int, what: str) -> str:
         try:
             inet_pton(AF_INET, value)
             return value
-        except OSError:
+        except (OSError, ValueError):  # ValueError: an embedded NUL character
             pass
     addr = _ip_slow(value, what)
     if addr.version != version:

@@ -36,6 +36,7 @@ def garbage() -> st.SearchStrategy[Any]:
         st.integers(-(2**40), 2**40),
         st.floats(allow_nan=True),
         st.text(max_size=6),
+        st.sampled_from(["\x00", "10.96.0.1\x00", "80\x00", "\ud7ff", "-1"]),  # NUL: inet_pton raises ValueError
         st.lists(st.integers(), max_size=2),
         st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
     )
