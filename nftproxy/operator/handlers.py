@@ -132,8 +132,12 @@ async def relist(ctx: Context, initial: bool = False) -> tuple[int, int]:
         return (lambda v: ctx.list_versions.__setitem__(plural, v)) if initial else None
 
     async def feed(kind: str, pages: Iterator[list[dict[str, Any]]]) -> int:
+        """Pages are fetched (and JSON-decoded) in a worker thread, the next one while this
+        one is parsed here."""
         n = 0
-        while (page := await loop.run_in_executor(None, next, pages, None)) is not None:
+        fetch = loop.run_in_executor(None, next, pages, None)
+        while (page := await fetch) is not None:
+            fetch = loop.run_in_executor(None, next, pages, None)
             for obj in page:
                 ref = (kind, _key(obj))
                 seen.add(ref)
@@ -146,8 +150,15 @@ async def relist(ctx: Context, initial: bool = False) -> tuple[int, int]:
         seen.clear()
         try:
             ctx.list_versions.clear()
-            n_services = await feed("svc", kube.service_pages(ctx.api, version("services")))
-            return n_services, await feed("slice", kube.endpoint_slice_pages(ctx.api, version("endpointslices")))
+            try:
+                async with asyncio.TaskGroup() as tg:  # both lists at once: the apiserver works meanwhile
+                    svc_pages = kube.service_pages(ctx.api, version("services"))
+                    slice_pages = kube.endpoint_slice_pages(ctx.api, version("endpointslices"))
+                    services = tg.create_task(feed("svc", svc_pages))
+                    slices = tg.create_task(feed("slice", slice_pages))
+            except ExceptionGroup as eg:
+                raise eg.exceptions[0] from None  # the first failure, as a plain exception for the retry
+            return services.result(), slices.result()
         finally:
             queued.update(seen)
 
