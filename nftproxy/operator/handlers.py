@@ -7,6 +7,7 @@ no state on objects, and kopf runs standalone (no peering objects).
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
@@ -91,15 +92,24 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
 
 
 async def initial_load(ctx: Context) -> None:
-    """List everything before the first sync: a restart never applies a half-empty table."""
+    """List everything before the first sync: a restart never applies a half-empty table.
+
+    The cyclic GC is off meanwhile: ~10^6 objects are decoded and parsed, all alive until
+    synced, and each collection would walk them again (~30% of the list's time at 10k)."""
     loop = asyncio.get_running_loop()
     started = time.monotonic()
-    n_services, n_slices = await relist(ctx, initial=True)
 
     async def read_node() -> dict[str, Any] | None:
         return await loop.run_in_executor(None, kube.read_node, ctx.api, ctx.settings.node_name)
 
-    node = await _retrying("reading the Node", read_node)
+    gc.disable()
+    try:
+        node_task = asyncio.create_task(_retrying("reading the Node", read_node))
+        n_services, n_slices = await relist(ctx, initial=True)
+        node = await node_task
+    finally:
+        gc.freeze()
+        gc.enable()
     if node is None:
         log.warning("Node %s not found: NodePorts wait for it", ctx.settings.node_name)
     else:
