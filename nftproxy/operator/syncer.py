@@ -144,17 +144,20 @@ class Syncer:
     def _queue(self, key: tuple[str, str], value: Change) -> None:
         if key not in self.pending:
             self.pending_counts[key[0]] = self.pending_counts.get(key[0], 0) + 1
-            gauge = {"svc": self.metrics.service_changes_pending, "slice": self.metrics.endpoint_changes_pending}
-            if key[0] in gauge:
-                gauge[key[0]].set(self.pending_counts[key[0]])
         self.pending[key] = value
-        self.metrics.last_queued.set(time.time())
-        if self.loaded.is_set():
+        if self.loaded.is_set():  # during the initial lists (10^4 objects) once, at the end
+            self._pending_metrics()
             self.wake.set()
+
+    def _pending_metrics(self) -> None:
+        self.metrics.service_changes_pending.set(self.pending_counts.get("svc", 0))
+        self.metrics.endpoint_changes_pending.set(self.pending_counts.get("slice", 0))
+        self.metrics.last_queued.set(time.time())
 
     def mark_loaded(self) -> None:
         """The initial lists are in: syncing may start (never from a half-empty cache)."""
         self.loaded.set()
+        self._pending_metrics()
         self.wake.set()
 
     # -- applying queued changes to the dataplane (event loop thread, between syncs) --------
