@@ -152,11 +152,16 @@ def _add_run_parser(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from nftproxy.operator.main import run  # noqa: PLC0415  (kopf is heavy: only for `run`)
+    from nftproxy.operator import kube  # noqa: PLC0415
     from nftproxy.operator.settings import settings_from_args  # noqa: PLC0415
 
     args.node_ip = args.node_ip or None
-    return run(settings_from_args(args, config_from_args(args)))
+    settings = settings_from_args(args, config_from_args(args))
+    api = kube.api_client(settings.kubeconfig)
+    prefetched = kube.prefetch_lists(api)  # the initial lists load while kopf imports (~0.4 s)
+    from nftproxy.operator.main import run  # noqa: PLC0415  (kopf is heavy: only for `run`)
+
+    return run(settings, api, prefetched)
 
 
 def cmd_verify(args: argparse.Namespace) -> int:

@@ -39,6 +39,7 @@ class Context:
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
     # resourceVersion of our initial list, per resource: kopf's watch starts there (no list of its own)
     list_versions: dict[str, str] = field(default_factory=dict)
+    prefetched: dict[str, kube.Prefetch] = field(default_factory=dict)  # initial lists started early
 
 
 def memo_for(ctx: Context) -> kopf.Memo:
@@ -160,14 +161,23 @@ async def relist(ctx: Context, initial: bool = False) -> tuple[int, int]:
         seen.clear()
         try:
             ctx.list_versions.clear()
+            # the lists started at process start (first attempt only), else lists of our own
+            pre = {k: ctx.prefetched.pop(k) for k in list(ctx.prefetched)} if initial else {}
+            svc_pages = pre["svc"].pages() if "svc" in pre else kube.service_pages(ctx.api, version("services"))
+            slice_pages = (
+                pre["slice"].pages()
+                if "slice" in pre
+                else kube.endpoint_slice_pages(ctx.api, version("endpointslices"))
+            )
             try:
                 async with asyncio.TaskGroup() as tg:  # both lists at once: the apiserver works meanwhile
-                    svc_pages = kube.service_pages(ctx.api, version("services"))
-                    slice_pages = kube.endpoint_slice_pages(ctx.api, version("endpointslices"))
                     services = tg.create_task(feed("svc", svc_pages))
                     slices = tg.create_task(feed("slice", slice_pages))
             except ExceptionGroup as eg:
                 raise eg.exceptions[0] from None  # the first failure, as a plain exception for the retry
+            for kind, plural in (("svc", "services"), ("slice", "endpointslices")):
+                if kind in pre and pre[kind].version is not None:
+                    ctx.list_versions[plural] = str(pre[kind].version)
             return services.result(), slices.result()
         finally:
             queued.update(seen)
