@@ -329,13 +329,19 @@ def _endpoint(e: Any, i: int, version: int) -> Endpoint:
             zones = tuple(str(_map(z, "zone").get("name", "")) for z in raw)
         if (raw := hints.get("forNodes")) is not None:
             nodes = tuple(str(_map(n, "node").get("name", "")) for n in raw)
+    node_name = e.get("nodeName")
+    if node_name is not None and type(node_name) is not str:  # the message is made only then
+        node_name = _opt_str(node_name, f"endpoints[{i}].nodeName")
+    zone = e.get("zone")
+    if zone is not None and type(zone) is not str:
+        zone = _opt_str(zone, f"endpoints[{i}].zone")
     return Endpoint(
         address,
         ready,
         ready if serving is None else bool(serving),
         bool(cond.get("terminating")),
-        _opt_str(e.get("nodeName"), f"endpoints[{i}].nodeName"),
-        _opt_str(e.get("zone"), f"endpoints[{i}].zone"),
+        node_name,
+        zone,
         zones,
         nodes,
     )
