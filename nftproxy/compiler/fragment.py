@@ -36,7 +36,7 @@ class Fragment(NamedTuple):
     claims: tuple[Key, ...]  # Service IP . proto . port and proto . NodePort keys it owns
     objects: frozenset[tuple[str, int]]  # (kind, N) per-count maps/chains it needs
     endpoints: frozenset[tuple[str, int]]  # endpoint address:port pairs in use
-    local_endpoints: frozenset[str] = frozenset()  # this node's usable endpoint addresses
+    local_endpoints: frozenset[str] = frozenset()  # this node's READY endpoint addresses (health check)
     health_check_port: int | None = None  # healthCheckNodePort (LoadBalancer, eTP Local)
 
 
@@ -184,7 +184,7 @@ def compile_fragment(
         ekeys = [(ip, proto, str(port.port)) for ip in externals]
         np_key = (proto, str(port.node_port)) if port.node_port else None
         claims += [ckey, *ekeys, *([np_key] if np_key else [])]
-        cat = categorize(targets(port, mine), config.node_name, config.node_zone)
+        cat = categorize(targets(port, mine, config.node_name), config.node_name, config.node_zone)
         if not cat.any_usable:
             for k in (ckey, *ekeys):
                 out.add("no-endpoint-services", k, REJECT, comment)
@@ -233,8 +233,8 @@ def compile_fragment(
         node = config.node_name
         for a in [t.address for t in both if node is None or t.endpoint.node_name in (None, node)]:
             out.add("hairpin-endpoints", (a, a))
-        if local:
-            local_addrs.update([t.address for t in local])
+        if local:  # the health check counts ready ones only (not the terminating fallback)
+            local_addrs.update([t.address for t in local if t.endpoint.ready])
     return _new(
         Fragment,
         (

@@ -236,7 +236,7 @@ def _slice(obj: Mapping[str, Any], ns: str, name: str) -> EndpointSlice | Ignore
             raise _Invalid(f"endpoints[{i}]: {addr} is not an {atype} address")
         cond = _map(e.get("conditions"), f"endpoints[{i}].conditions")
         ready = cond.get("ready") is not False
-        serving = ready if cond.get("serving") is None else bool(cond.get("serving"))
+        serving = cond.get("serving") is not False  # nil means true (API docs, kube-proxy)
         hints = _map(e.get("hints"), f"endpoints[{i}].hints")
         zones = hints.get("forZones")
         nodes = hints.get("forNodes")
