@@ -144,7 +144,8 @@ def wait_synced(
     quiet: float = 0.5,
 ) -> float:
     """Wait until a proxy serving ``<prefix>_sync_proxy_rules_*`` metrics has synced every change
-    queued so far: its last sync is after ``since`` (a time.time()), no change is pending, and its
+    queued so far: its last sync (of any IP family) is after ``since`` (a time.time()), each family
+    synced after its last queued change, no change is pending, and its
     sync count stayed the same for ``quiet`` seconds. Works for kube-proxy (``kubeproxy``) and
     nftproxy (``nftproxy``). Returns the time of the last sync."""
     deadline = time.monotonic() + timeout
@@ -163,9 +164,9 @@ def wait_synced(
             # kube-proxy labels its timestamps by ip_family (one proxier per family): each
             # family's last sync must be after its last queued change.
             stamps = _series(m, f"{prefix}_sync_proxy_rules_last_timestamp_seconds")
-            synced = bool(stamps) and all(
-                v >= since and v >= m.get(k.replace("_last_timestamp_", "_last_queued_timestamp_"), 0.0)
-                for k, v in stamps.items()
+            # A change touches one family: only its proxier syncs (the other's stamp stays old).
+            synced = max(stamps.values(), default=0.0) >= since and all(
+                v >= m.get(k.replace("_last_timestamp_", "_last_queued_timestamp_"), 0.0) for k, v in stamps.items()
             )
             pending = sum(_series(m, f"{prefix}_sync_proxy_rules_service_changes_pending").values()) + sum(
                 _series(m, f"{prefix}_sync_proxy_rules_endpoint_changes_pending").values()

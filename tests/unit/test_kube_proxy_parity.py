@@ -5,7 +5,7 @@ topology.go, endpointschangetracker.go) and was seen failing before the fix."""
 
 from __future__ import annotations
 
-from ipaddress import IPv4Address, ip_address, ip_network
+from ipaddress import IPv4Address, IPv6Address, ip_address, ip_network
 
 from nftproxy.compiler import ProxyConfig
 from nftproxy.compiler.endpoints import categorize, targets
@@ -94,3 +94,27 @@ def test_duplicate_endpoint_the_copy_on_this_node_wins() -> None:
         assert [(t.address, t.endpoint.node_name) for t in got] == [("10.244.1.2", "n1")]
     # without a node name: the first copy, as before
     assert targets(PORT, [_slice("a", remote), _slice("b", local)])[0].endpoint.node_name == "n2"
+
+
+def test_dual_stack_health_check_counts_one_family() -> None:
+    """kube-proxy's IPv4 and IPv6 proxiers share one health server and each reports its own
+    family's local ready endpoints: one local endpoint per family answers localEndpoints=1
+    (tests/conformance case dual-stack-lb)."""
+    dp = Dataplane(FakeBackend(), CFG)
+    dp.set_service(
+        Service(
+            "default",
+            "web",
+            "LoadBalancer",
+            (IPv4Address("10.96.0.10"), IPv6Address("fd00:10:96::10")),
+            (ServicePort("http", "TCP", 80, 30080),),
+            external_traffic_policy="Local",
+            health_check_node_port=32000,
+        )
+    )
+    v4 = Endpoint("10.244.1.2", ready=True, serving=True, terminating=False, node_name="n1")
+    v6 = Endpoint("fd00:10:244:1::3", ready=True, serving=True, terminating=False, node_name="n1")
+    dp.set_slice(_slice("web-v4", v4))
+    dp.set_slice(EndpointSlice("default", "web-v6", "web", "IPv6", (EndpointPort("http", "TCP", 8080),), (v6,)))
+    dp.sync()
+    assert dp.health_checks() == {32000: ("default/web", 1)}
