@@ -217,7 +217,7 @@ def kube_proxy_config(
         "hostnameOverride": node_name,
         "clusterCIDR": ",".join(cluster_cidrs),
         "detectLocalMode": "ClusterCIDR",
-        "clientConnection": {"kubeconfig": kubeconfig, "qps": 50, "burst": 100},
+        "clientConnection": {"kubeconfig": kubeconfig},
         # A child namespace can't write nf_conntrack_max / hashsize: 0 skips them.
         "conntrack": {"maxPerCore": 0, "min": 0},
         "healthzBindAddress": healthz_bind_address,

@@ -63,10 +63,11 @@ def build_lab(lab: NetLab) -> dict[str, Host]:
         assert (pod.ipv4, pod.ipv6) == (v4, v6), f"{name} got {pod.ipv4}, {pod.ipv6}"
     lab.start_echo(n1, "host-1", tcp=c.HOST_TCP, udp=c.HOST_UDP)
     lab.start_echo(n2, "host-2", tcp=c.HOST_TCP, udp=c.HOST_UDP)
-    # A real node has a default route: its own connections to LoadBalancer/external IPs are routed
-    # (then DNATed in output), and unprogrammed ones leave by eth0.
-    lab.ip(n1, f"route add {EXTERNAL4} dev eth0", f"route add {EXTERNAL6} dev eth0")
     ext1 = lab.add_client("ext1", 100, via=n1)
+    # A real node has a default route: its own connections to LoadBalancer/external IPs are routed
+    # (then DNATed in output); unprogrammed ones go to a router that drops them (ext1 does not
+    # forward): always a timeout, never an ARP failure that turns into "unreachable" after ~3 s.
+    lab.ip(n1, f"route add {EXTERNAL4} via {ext1.ipv4}", f"route add {EXTERNAL6} via {ext1.ipv6}")
     ext2 = lab.add_client("ext2", 101, via=n1)
     return {"pod": lab.pods["c1"], "node": n1, "ext1": ext1, "ext2": ext2}
 
