@@ -251,11 +251,15 @@ def catalog() -> list[Case]:
     add(  # the slice names its port differently from the Service: no endpoint for that port
         simple("cip-port-name-mismatch", [port(80, "http", "http")], [ep("a1")], [sport(8080, "web")])
     )
-    add(
-        simple(
-            "np-basic", [port(80, 8080, "http", node_port=next(_np))], [ep("a1"), ep("b1")], HTTP_EP, type="NodePort"
-        )
+    c = simple(
+        "np-basic", [port(80, 8080, "http", node_port=next(_np))], [ep("a1"), ep("b1")], HTTP_EP, type="NodePort"
     )
+    np_port = c.objects[0]["spec"]["ports"][0]["nodePort"]
+    c.probes += [  # NodePorts on loopback (kube-proxy's nftables mode has no localhost NodePorts)
+        Probe("node", "tcp", "127.0.0.1", np_port, "NodePort on localhost"),
+        Probe("node", "tcp", NODE2_4, np_port, "NodePort on another node"),
+    ]
+    add(c)
     same = next(_np)
     add(
         simple(

@@ -173,6 +173,16 @@ def _flow(duo: Duo, flows: list[c.FlowCase], label: str) -> list[Row]:
     return out
 
 
+def _new_flows(duo: Duo, flows: list[c.FlowCase], label: str) -> list[Row]:
+    """New flows (fresh source ports) to the same Services, after the open flow's datagram."""
+    probes = [c.Probe("pod", "udp", f.service_ip, 53, "ClusterIP") for f in flows]
+    results = parallel(lambda p: compare_probe(duo.a, duo.b, p), probes)
+    return [
+        REPORT.add(f.name, f"{p.path()} new flows {label}", kp, np)
+        for f, p, (kp, np) in zip(flows, probes, results, strict=True)
+    ]
+
+
 def test_open_udp_flows_across_changes(duo: Duo) -> None:
     live = [f for f in duo.flows if not f.restart]
     restart = [f for f in duo.flows if f.restart]
@@ -181,6 +191,7 @@ def test_open_udp_flows_across_changes(duo: Duo) -> None:
     duo.apply([o for f in live for o in f.after])
     settle(duo.sides, since)
     rows += _flow(duo, live, "after the change")
+    rows += _new_flows(duo, live, "after the change")
 
     # the same flows across a restart: both proxies stopped, the change made, both started again
     for s in duo.sides:
@@ -193,4 +204,5 @@ def test_open_udp_flows_across_changes(duo: Duo) -> None:
         s.proxy.start()
     settle(duo.sides, since)
     rows += _flow(duo, restart, "after a restart")
+    rows += _new_flows(duo, restart, "after a restart")
     _check(rows)
