@@ -43,7 +43,7 @@ def targets(port: ServicePort, slices: Sequence[EndpointSlice], node: str | None
         first = {ep.address: ep for ep in reversed(s.endpoints)}  # the first of duplicates wins
         if node is not None and len(first) != len(s.endpoints):  # ... unless a copy is on this node
             first.update({ep.address: ep for ep in s.endpoints if ep.node_name == node})
-        return [_new(Target, (a, number, first[a])) for a in sorted(first)]
+        return [Target(a, number, first[a]) for a in sorted(first)]
     found: dict[tuple[str, int], Target] = {}
     for s in slices:
         number = next((p.port for p in s.ports if p.name == port.name and p.protocol == port.protocol), None)
@@ -52,11 +52,9 @@ def targets(port: ServicePort, slices: Sequence[EndpointSlice], node: str | None
         for ep in s.endpoints:
             k = (ep.address, number)
             if k not in found or (node is not None and ep.node_name == node):
-                found[k] = _new(Target, (ep.address, number, ep))  # NamedTuple.__new__ is Python
+                found[k] = Target(ep.address, number, ep)
     return [found[k] for k in sorted(found)]
 
-
-_new = tuple.__new__
 
 
 def topology_mode(ready: list[Target], node: str | None, zone: str | None) -> str:
