@@ -29,7 +29,7 @@ from typing import TypeVar
 
 from testkit.controlplane import ControlPlane
 from testkit.kubeproxy import KubeProxy, http_get_in, wait_synced
-from testkit.netlab import CLUSTER4, CLUSTER6, EXTERNAL4, EXTERNAL6, Host, NetLab, Node, ProbeResult
+from testkit.netlab import CLUSTER4, CLUSTER6, EXTERNAL4, EXTERNAL6, SERVICE4, SERVICE6, Host, NetLab, Node, ProbeResult
 from tests.conformance import cases as c
 from tests.conformance.differences import accepted
 
@@ -67,7 +67,13 @@ def build_lab(lab: NetLab) -> dict[str, Host]:
     # A real node has a default route: its own connections to LoadBalancer/external IPs are routed
     # (then DNATed in output); unprogrammed ones go to a router that drops them (ext1 does not
     # forward): always a timeout, never an ARP failure that turns into "unreachable" after ~3 s.
-    lab.ip(n1, f"route add {EXTERNAL4} via {ext1.ipv4}", f"route add {EXTERNAL6} via {ext1.ipv6}")
+    lab.ip(
+        n1,
+        f"route add {EXTERNAL4} via {ext1.ipv4}",
+        f"route add {EXTERNAL6} via {ext1.ipv6}",
+        f"route replace {SERVICE4} via {ext1.ipv4}",  # the same for Service IPs no proxy programs
+        f"route replace {SERVICE6} via {ext1.ipv6}",
+    )
     ext2 = lab.add_client("ext2", 101, via=n1)
     return {"pod": lab.pods["c1"], "node": n1, "ext1": ext1, "ext2": ext2}
 
