@@ -3,7 +3,8 @@
 Topology (the same in both labs, see harness.py): node-1 (zone-a, the proxied node: kube-proxy in
 lab A, nftproxy in lab B) with pods a1, a2, a3, c1 (c1 is the client pod, and an endpoint for
 hairpin) and a host-network server ``host-1`` on the node's own address; node-2 (zone-b, no proxy)
-with pods b1, b2 and ``host-2``. Outside clients ext1 (198.18.0.100) and ext2 (198.18.0.101) on
+with pods b1, b2, c2 (a client pod on another node) and ``host-2``. Outside clients ext1 (198.18.0.100)
+and ext2 (198.18.0.101) on
 the node network route the LoadBalancer/external ranges via node-1.
 
 Every pod serves TCP 8080, 8081, 9090 and UDP 5353, 5354, 9090; the host servers TCP 8090 and UDP
@@ -33,6 +34,7 @@ PODS: dict[str, tuple[str, str, str]] = {  # name -> (node, ipv4, ipv6)
     "c1": (NODE, "10.244.1.5", "fd00:10:244:1::5"),
     "b1": (OTHER, "10.244.2.2", "fd00:10:244:2::2"),
     "b2": (OTHER, "10.244.2.3", "fd00:10:244:2::3"),
+    "c2": (OTHER, "10.244.2.4", "fd00:10:244:2::4"),  # a client pod on the other node
 }
 HOSTS: dict[str, tuple[str, str, str]] = {
     "host-1": (NODE, NODE4, NODE6),
@@ -42,12 +44,12 @@ POD_TCP = (8080, 8081, 9090)
 POD_UDP = (5353, 5354, 9090)
 HOST_TCP, HOST_UDP = (8090,), (5390,)
 
-SOURCES = ("pod", "node", "ext1", "ext2")
+SOURCES = ("pod", "node", "ext1", "ext2", "pod2")  # pod2: only to NodePorts (no route to LB IPs)
 
 
 @dataclass(frozen=True)
 class Probe:
-    src: str  # pod | node | ext1 | ext2
+    src: str  # pod | node | ext1 | ext2 | pod2
     proto: str  # tcp | udp
     host: str
     port: int
@@ -202,10 +204,10 @@ def frontends(
                 for s in sources_external:
                     yield Probe(s, proto, NODE4 if f == 4 else NODE6, p["nodePort"], "NodePort")
         for ip in lb:
-            for s in sources_external:
+            for s in (s for s in sources_external if s != "pod2"):
                 yield Probe(s, proto, ip, p["port"], "LB")
         for ip in spec.get("externalIPs", []):
-            for s in sources_external:
+            for s in (s for s in sources_external if s != "pod2"):
                 yield Probe(s, proto, ip, p["port"], "externalIP")
 
 

@@ -47,7 +47,7 @@ class Side:
 
     title: str
     lab: NetLab
-    hosts: dict[str, Host]  # pod, node, ext1, ext2
+    hosts: dict[str, Host]  # pod, node, ext1, ext2, pod2
     proxy: Proxy | None = None
 
     @property
@@ -75,7 +75,7 @@ def build_lab(lab: NetLab) -> dict[str, Host]:
         f"route replace {SERVICE6} via {ext1.ipv6}",
     )
     ext2 = lab.add_client("ext2", 101, via=n1)
-    return {"pod": lab.pods["c1"], "node": n1, "ext1": ext1, "ext2": ext2}
+    return {"pod": lab.pods["c1"], "node": n1, "ext1": ext1, "ext2": ext2, "pod2": lab.pods["c2"]}
 
 
 def node_objects() -> list[c.Obj]:

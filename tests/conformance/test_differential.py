@@ -11,6 +11,8 @@ unless its case is in tests/conformance/differences.py (the README mirrors that 
 from __future__ import annotations
 
 import json
+import os
+import re
 import shutil
 import tempfile
 import time
@@ -58,6 +60,8 @@ class Duo:
         return self.a, self.b
 
     def apply(self, objects: list[c.Obj]) -> None:
+        if not objects:
+            return
         self.cp.kubectl("apply", "-f", "-", input="\n---\n".join(json.dumps(o) for o in objects), timeout=120)
         patches = [o for o in objects if o["kind"] == "Service" and "status" in o]
         with ThreadPoolExecutor(max_workers=4) as pool:  # status is a subresource: apply ignores it
@@ -77,6 +81,9 @@ def duo(conformance_control_plane: ControlPlane) -> Iterator[Duo]:
     cleanup_stale("kp")
     workdir = Path(tempfile.mkdtemp(prefix="kp-conformance-"))
     cases, flows = c.catalog(), c.flow_cases()
+    if only := os.environ.get("NFTPROXY_CONFORMANCE_ONLY"):  # a regex of case names, for development
+        cases = [x for x in cases if re.search(only, x.name)]
+        flows = [x for x in flows if re.search(only, x.name)]
     with NetLab("kp") as lab_a, NetLab("kp") as lab_b:
         a = Side("kube-proxy", lab_a, build_lab(lab_a))
         b = Side("nftproxy", lab_b, build_lab(lab_b))
@@ -137,7 +144,7 @@ def test_health_check_node_ports_answer_as_kube_proxy(duo: Duo) -> None:
                     health(duo.b, h.port),
                 )
             )
-    assert rows
+    assert rows or os.environ.get("NFTPROXY_CONFORMANCE_ONLY")
     _check(rows)
 
 
@@ -153,7 +160,7 @@ def test_services_neither_proxy_programs(duo: Duo) -> None:
                 for t, r in rules.items()
             }
             rows.append(REPORT.add(case.name, "ruleset mentions the Service", seen["kube-proxy"], seen["nftproxy"]))
-    assert rows
+    assert rows or os.environ.get("NFTPROXY_CONFORMANCE_ONLY")
     _check(rows)
 
 
@@ -184,6 +191,8 @@ def _new_flows(duo: Duo, flows: list[c.FlowCase], label: str) -> list[Row]:
 
 
 def test_open_udp_flows_across_changes(duo: Duo) -> None:
+    if not duo.flows:
+        pytest.skip("no flow case selected (NFTPROXY_CONFORMANCE_ONLY)")
     live = [f for f in duo.flows if not f.restart]
     restart = [f for f in duo.flows if f.restart]
     rows = _flow(duo, duo.flows, "first datagram")
