@@ -198,7 +198,7 @@ def test_open_udp_flows_across_changes(duo: Duo) -> None:
     rows = _flow(duo, duo.flows, "first datagram")
     since = time.time()
     duo.apply([o for f in live for o in f.after])
-    settle(duo.sides, since)
+    settle(duo.sides, since, change=True)
     rows += _flow(duo, live, "after the change")
     rows += _new_flows(duo, live, "after the change")
 
