@@ -332,7 +332,7 @@ def _endpoint(e: Any, i: int, version: int) -> Endpoint:
     return Endpoint(
         address,
         ready,
-        ready if serving is None else bool(serving),
+        serving is not False,  # nil means true (API docs, kube-proxy)
         bool(cond.get("terminating")),
         _opt_str(e.get("nodeName"), f"endpoints[{i}].nodeName"),
         _opt_str(e.get("zone"), f"endpoints[{i}].zone"),
