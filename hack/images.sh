@@ -116,7 +116,7 @@ small() {
   local tmp; tmp=$(mktemp -d /var/tmp/nftproxy-rc-img.XXXXXX)
   mkdir -p "$tmp/rootfs/bin" "$tmp/rootfs/tmp" "$tmp/rootfs/etc"
   cp "$BUSYBOX" "$tmp/rootfs/bin/busybox"
-  for applet in sh sleep hostname httpd wget cat ls ip nc date; do ln -s busybox "$tmp/rootfs/bin/$applet"; done
+  for applet in sh sleep hostname httpd wget cat ls ip nc date timeout seq; do ln -s busybox "$tmp/rootfs/bin/$applet"; done
   echo 'root:x:0:0:root:/:/bin/sh' > "$tmp/rootfs/etc/passwd"
   echo 'root:x:0:' > "$tmp/rootfs/etc/group"
   "$setup" "$tmp/rootfs"
@@ -143,7 +143,7 @@ EOF
   # PID 1 ignores SIGTERM without a handler: stop httpd on TERM (after the pod's preStop).
   cat > "$1/bin/echo-server" <<'EOF'
 #!/bin/sh
-httpd -f -p "${PORT:-8080}" -h /www &
+httpd -f -p "0.0.0.0:${PORT:-8080}" -h /www &
 trap 'kill $!; exit 0' TERM INT
 wait
 EOF
