@@ -185,6 +185,10 @@ class RealCluster:
         """ARGV run on NODE: its network and mount namespaces (what `ssh node` would give)."""
         return ["nsenter", "-t", str(self.holder(node)), "-m", "-n", "--", *argv]
 
+    def node_net_argv(self, node: str, argv: Sequence[str]) -> list[str]:
+        """ARGV in NODE's network namespace only (a client process on the node)."""
+        return ["nsenter", "-t", str(self.holder(node)), "-n", "--", *argv]
+
     def on_node(self, node: str, *argv: str, check: bool = True, timeout: float = 60.0) -> str:
         return _run(self.node_argv(node, argv), check=check, timeout=timeout)
 
