@@ -2,7 +2,7 @@
 # Builds the container images of the local cluster (testkit/realcluster) without any registry:
 #   localhost/nftproxy-base:bookworm   Debian bookworm minbase + python3 + pip, made by mmdebstrap
 #   localhost/nftproxy:<digest>        the repository's Dockerfile, FROM that base (build argument)
-#   localhost/nftproxy-pause:1         busybox-static, `sleep` forever (the pod sandbox image)
+#   localhost/nftproxy-pause:1         busybox-static, a shell that sleeps and reaps orphans (the sandbox image)
 #   localhost/nftproxy-echo:1          busybox-static httpd answering {"pod": HOSTNAME, "peer": REMOTE_ADDR}
 # as docker-archive tarballs in ${NFTPROXY_CACHE:-~/.cache/nftproxy}/images (imported into each
 # node's containerd by testkit.realcluster), listed in images.json there.
@@ -88,7 +88,8 @@ else
 fi
 
 # ------------------------------------------------------------------ nftproxy (Dockerfile)
-digest=$( { cat hack/images.sh Dockerfile .dockerignore pyproject.toml "$OUT/.base.stamp";
+NFTPROXY_RECIPE=1  # bump when the build steps below change
+digest=$( { echo "$NFTPROXY_RECIPE"; cat Dockerfile .dockerignore pyproject.toml "$OUT/.base.stamp";
             find nftproxy -type f -name '*.py' -o -type f -name '*.typed' | LC_ALL=C sort | xargs cat; } \
           | sha256sum | cut -c1-12)
 NFTPROXY_REF=localhost/nftproxy:$digest
@@ -119,6 +120,10 @@ small() {
   for applet in sh sleep hostname httpd wget cat ls ip nc date timeout seq; do ln -s busybox "$tmp/rootfs/bin/$applet"; done
   echo 'root:x:0:0:root:/:/bin/sh' > "$tmp/rootfs/etc/passwd"
   echo 'root:x:0:' > "$tmp/rootfs/etc/group"
+  # PID 1 of a pod (the sandbox, or a container that only waits): sleeps and reaps the orphans
+  # that exec'd commands leave (busybox `timeout` leaves one per call; thousands pile up otherwise).
+  printf '#!/bin/sh\ntrap "exit 0" TERM INT\nwhile :; do sleep 10 & wait; done\n' > "$tmp/rootfs/bin/init"
+  chmod 755 "$tmp/rootfs/bin/init"
   "$setup" "$tmp/rootfs"
   tar -C "$tmp/rootfs" -cf "$tmp/rootfs.tar" .
   bah rmi -f "$ref" >/dev/null 2>&1 || true
@@ -149,7 +154,7 @@ wait
 EOF
   chmod 755 "$1/bin/echo-server"
 }
-small pause "$PAUSE_REF" pause_setup --entrypoint '["/bin/sleep", "2147483647"]'
+small pause "$PAUSE_REF" pause_setup --entrypoint '["/bin/init"]'
 small echo "$ECHO_REF" echo_setup --entrypoint '["/bin/echo-server"]' --port 8080
 
 cat > "$OUT/images.json.tmp" <<EOF

@@ -10,7 +10,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from testkit.controlplane import find_binary
@@ -24,7 +24,7 @@ WEB_NODEPORT = 30080
 WEB_LOCAL_NODEPORT = 30081
 
 
-def chart_values(cluster: RealCluster, **extra: str) -> list[str]:
+def chart_values(cluster: RealCluster, extra: Mapping[str, str] | None = None) -> list[str]:
     repo, tag = cluster.images["nftproxy"].rsplit(":", 1)
     values = {
         "image.repository": repo,
@@ -36,7 +36,7 @@ def chart_values(cluster: RealCluster, **extra: str) -> list[str]:
         "apiServer.port": str(cluster.apiserver_port),
         "clusterCIDR": "{" + CLUSTER_CIDR + "}",
         "statusPeriod": "1s",
-        **extra,
+        **(extra or {}),
     }
     out: list[str] = []
     for k, v in values.items():
@@ -44,14 +44,14 @@ def chart_values(cluster: RealCluster, **extra: str) -> list[str]:
     return out
 
 
-def helm_install(cluster: RealCluster, **extra: str) -> str:
+def helm_install(cluster: RealCluster, values: Mapping[str, str] | None = None) -> str:
     """`helm upgrade --install` of the chart with the local image (waits for the pods)."""
-    return helm_upgrade(cluster, "--install", **extra)
+    return helm_upgrade(cluster, values, "--install")
 
 
-def helm_upgrade(cluster: RealCluster, *flags: str, **extra: str) -> str:
-    """EXTRA: chart values (dotted keys) on top of chart_values()'s."""
-    argv = ["upgrade", *flags, RELEASE, str(CHART), "-n", NAMESPACE, *chart_values(cluster, **extra)]
+def helm_upgrade(cluster: RealCluster, values: Mapping[str, str] | None = None, *flags: str) -> str:
+    """VALUES: chart values (dotted keys) on top of chart_values()'s."""
+    argv = ["upgrade", *flags, RELEASE, str(CHART), "-n", NAMESPACE, *chart_values(cluster, values)]
     return cluster.helm(*argv, "--wait", "--timeout", "180s")
 
 
@@ -134,7 +134,8 @@ def web_manifests(replicas: int = 2, node: str = "node-1", roll: str = "1") -> s
                                 "name": "c",
                                 "image": "localhost/nftproxy-echo:1",
                                 "imagePullPolicy": "Never",
-                                "command": ["sleep", "2147483647"],
+                                # a PID 1 that reaps what `kubectl exec` leaves behind
+                                "command": ["/bin/init"],
                             }
                         ],
                     },
