@@ -117,7 +117,7 @@ small() {
   local tmp; tmp=$(mktemp -d /var/tmp/nftproxy-rc-img.XXXXXX)
   mkdir -p "$tmp/rootfs/bin" "$tmp/rootfs/tmp" "$tmp/rootfs/etc"
   cp "$BUSYBOX" "$tmp/rootfs/bin/busybox"
-  for applet in sh sleep hostname httpd wget cat ls ip nc date timeout seq; do ln -s busybox "$tmp/rootfs/bin/$applet"; done
+  for applet in sh sleep usleep hostname httpd wget cat ls ip nc date timeout; do ln -s busybox "$tmp/rootfs/bin/$applet"; done
   echo 'root:x:0:0:root:/:/bin/sh' > "$tmp/rootfs/etc/passwd"
   echo 'root:x:0:' > "$tmp/rootfs/etc/group"
   # PID 1 of a pod (the sandbox, or a container that only waits): sleeps and reaps the orphans

@@ -28,6 +28,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -472,22 +473,32 @@ class RealCluster:
             with contextlib.suppress(OSError, ValueError):
                 self.state = json.loads((self.dir / "state.json").read_text())
         plist = list(self.state.get("procs", []))
+        errors: list[str] = []
+
+        def step(what: str, fn: Callable[[], object]) -> None:
+            try:
+                fn()
+            except Exception as e:  # go on: everything else must still be removed
+                errors.append(f"{what}: {e}")
+
         order = ("kubelet", "kube-controller-manager", "kube-scheduler")
         for p in plist:
             if p["name"].startswith(order):
-                procs.stop(p["pid"], self.marker, timeout=5)
+                step(f"stop {p['name']}", partial(procs.stop, p["pid"], self.marker, timeout=5))
         # Pods first (their shims and containers), then the node daemons, then the rest.
         for n in self.nodes:
-            procs.kill_cgroup(n.cgroup)
+            step(f"cgroup {n.cgroup}", partial(procs.kill_cgroup, n.cgroup))
         for p in reversed(plist):
-            procs.stop(p["pid"], self.marker, timeout=5)
-        procs.kill_cgroup(self.cgroup)
+            step(f"stop {p['name']}", partial(procs.stop, p["pid"], self.marker, timeout=5))
+        step(f"cgroup {self.cgroup}", partial(procs.kill_cgroup, self.cgroup))
         for ns in reversed(self.state.get("netns", [])):
-            _run(["ip", "netns", "delete", ns], check=False)
+            step(f"netns {ns}", partial(_run, ["ip", "netns", "delete", ns], check=False))
         shutil.rmtree(self.etcd_dir, ignore_errors=True)
         leftover = [line for line in Path("/proc/self/mountinfo").read_text().splitlines() if self.marker in line]
         if leftover:  # never expected: every mount lived in a node's private mount namespace
-            raise ClusterError(f"mounts of {self.dir} visible here: {leftover[:3]}")
+            errors.append(f"mounts of {self.dir} visible here: {leftover[:3]}")
+        if errors:  # keep the state: `down` again retries what failed
+            raise ClusterError("down: " + "; ".join(errors))
         shutil.rmtree(self.dir, ignore_errors=True)
         self.state = {}
 

@@ -84,13 +84,11 @@ def kill_cgroup(rel: str, timeout: float = 10.0) -> None:
         time.sleep(0.1)
     for h in hierarchies():
         top = h / rel.strip("/")
-        if not top.is_dir():
-            continue
-        dirs = sorted((d for d in top.rglob("*") if d.is_dir()), key=lambda d: len(d.parts), reverse=True)
-        for d in [*dirs, top]:
+        # bottom-up; directories may vanish meanwhile (containerd removes its containers' own)
+        for d, _, _ in sorted(os.walk(top), key=lambda t: t[0].count("/"), reverse=True):
             for _ in range(50):
                 try:
-                    d.rmdir()
+                    os.rmdir(d)
                     break
                 except FileNotFoundError:
                     break

@@ -36,11 +36,12 @@ def chart_values(cluster: RealCluster, extra: Mapping[str, str] | None = None) -
         "apiServer.port": str(cluster.apiserver_port),
         "clusterCIDR": "{" + CLUSTER_CIDR + "}",
         "statusPeriod": "1s",
-        **(extra or {}),
     }
     out: list[str] = []
     for k, v in values.items():
         out += ["--set", f"{k}={v}"]
+    for k, v in (extra or {}).items():
+        out += ["--set-string", f"{k}={v}"]
     return out
 
 
@@ -174,7 +175,7 @@ def pod_get(cluster: RealCluster, pod: str, url: str, timeout: float = 5.0) -> d
 POD_LOOP = (
     "rm -f {stop}; ok=0; failed=0; "
     "while [ ! -e {stop} ]; do "
-    "if timeout 3 wget -qO- {url} >/dev/null 2>&1; then ok=$((ok+1)); else failed=$((failed+1)); fi; "
+    "if timeout 3 wget -qO- {url} >/dev/null 2>&1; then ok=$((ok+1)); else failed=$((failed+1)); fi; usleep 20000; "
     "done; rm -f {stop}; "
     'echo "{{\\"ok\\": $ok, \\"failed\\": $failed}}"'
 )
