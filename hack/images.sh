@@ -4,8 +4,8 @@
 #   localhost/nftproxy:<digest>        the repository's Dockerfile, FROM that base (build argument)
 #   localhost/nftproxy-pause:1         busybox-static, a shell that sleeps and reaps orphans (the sandbox image)
 #   localhost/nftproxy-echo:1          busybox-static httpd answering {"pod": HOSTNAME, "peer": REMOTE_ADDR}
-# as docker-archive tarballs in ${NFTPROXY_CACHE:-~/.cache/nftproxy}/images (imported into each
-# node's containerd by testkit.realcluster), listed in images.json there.
+# as docker-archive tarballs in ${NFTPROXY_IMAGES:-${NFTPROXY_CACHE:-~/.cache/nftproxy}/images}
+# (imported into each node's containerd by testkit.realcluster), listed in images.json there.
 # Rebuilt only when their inputs changed: the nftproxy image's tag is a digest of the Dockerfile,
 # .dockerignore, pyproject.toml and the nftproxy package; a second run prints "cached".
 # buildah uses its own storage under the cache (vfs driver: no mounts at all) and every step runs in
@@ -15,9 +15,9 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 
 CACHE=${NFTPROXY_CACHE:-$HOME/.cache/nftproxy}
-OUT=$CACHE/images
+OUT=${NFTPROXY_IMAGES:-$CACHE/images}
 STORE=$OUT/storage
-RUNROOT=/var/tmp/nftproxy-rc-buildah-run
+RUNROOT=$OUT/run
 SUITE=bookworm
 BASE_REF=localhost/nftproxy-base:$SUITE
 BASE_PKGS=python3,python3-pip,python-is-python3,ca-certificates

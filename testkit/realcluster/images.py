@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -13,8 +14,13 @@ from testkit.controlplane import cache_dir
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def images_dir() -> Path:
+    """Where hack/images.sh keeps its builds ($NFTPROXY_IMAGES, default CACHE/images)."""
+    return Path(os.environ.get("NFTPROXY_IMAGES") or cache_dir() / "images")
+
+
 def images_json() -> Path:
-    return cache_dir() / "images" / "images.json"
+    return images_dir() / "images.json"
 
 
 def build(log: Callable[[str], None]) -> dict[str, Any]:
