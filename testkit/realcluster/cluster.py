@@ -20,6 +20,7 @@ cgroups, namespaces and directories — also after a failed ``up``, or for a clu
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import shutil
@@ -27,12 +28,13 @@ import subprocess
 import sys
 import threading
 import time
+from collections import defaultdict
 from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
 
-from testkit.controlplane import ControlPlane, find_binary, pid_alive
+from testkit.controlplane import ControlPlane, cache_dir, find_binary, pid_alive
 from testkit.realcluster import images as imagelib
 from testkit.realcluster import procs
 from testkit.realcluster.node import (
@@ -48,6 +50,7 @@ from testkit.realcluster.node import (
 ROOT = Path(__file__).resolve().parents[2]
 STATE_BASE = Path("/var/tmp")
 ETCD_BASE = Path("/dev/shm")
+IMAGE_SLOTS = 4  # persistent containerd roots (images imported once), one cluster at a time each
 KCM_CONTROLLERS = (
     "daemonset,deployment,replicaset,endpointslice,serviceaccount,root-ca-cert-publisher,"
     "garbagecollector,namespace,nodelifecycle,podgc"
@@ -92,7 +95,15 @@ def _wait(check: Callable[[], object], timeout: float, what: str, log: Path | No
 class RealCluster:
     """``up()`` / ``down()`` of one named cluster; ``attach(name)`` finds a running one."""
 
-    def __init__(self, name: str = "demo", *, nodes: int = 2, log: Log | None = None, owner: bool = True) -> None:
+    def __init__(
+        self,
+        name: str = "demo",
+        *,
+        nodes: int = 2,
+        log: Log | None = None,
+        owner: bool = True,
+        image_store: bool = True,
+    ) -> None:
         self.name = name
         self.dir = state_dir(name)
         self.marker = str(self.dir)
@@ -116,6 +127,9 @@ class RealCluster:
         self.cp: ControlPlane | None = None
         self.images: dict[str, Any] = {}
         self.timings: dict[str, float] = {}
+        # image_store: the nodes' containerd roots persist between clusters (images imported once,
+        # IMAGE_SLOTS clusters at a time); False: fresh roots, every image imported.
+        self.image_store = image_store
 
     # ------------------------------------------------------------------ state
 
@@ -329,7 +343,38 @@ class RealCluster:
         self._record_proc("forward", procs.spawn(argv, log, f"{self.cgroup}/control-plane", env=env))
         _wait(ready.exists, 15, "the forwarder", log)
 
+    def _image_slot(self) -> int | None:
+        """Lock one of the persistent image stores (containerd roots kept between clusters, so
+        images are imported once): an fd the node holders inherit, held as long as they live."""
+        base = cache_dir() / "containerd"
+        base.mkdir(parents=True, exist_ok=True)
+        for i in range(IMAGE_SLOTS):
+            fd = os.open(base / f"slot-{i}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                continue
+            self.state["image_slot"] = i
+            self._save()
+            return fd
+        return None  # all busy: this cluster imports into roots of its own
+
+    def containerd_root(self, n: NodeSpec) -> Path:
+        slot = self.state.get("image_slot")
+        if slot is None:
+            return n.dir / "containerd" / "root"
+        return cache_dir() / "containerd" / f"slot-{slot}" / n.name
+
     def _containerds(self) -> None:
+        lock = self._image_slot() if self.image_store else None
+        try:
+            self._start_containerds(lock)
+        finally:
+            if lock is not None:
+                os.close(lock)  # the holders keep it
+
+    def _start_containerds(self, lock: int | None) -> None:
         for n in self.nodes:
             for sub in ("containerd", "cni", "cni-ipam", "kubelet/manifests", "pod-logs", "logs"):
                 (n.dir / sub).mkdir(parents=True, exist_ok=True)
@@ -342,13 +387,16 @@ class RealCluster:
                  "--", "sh", str(script)],
                 n.logs / "holder.log",
                 n.daemons_cgroup,
+                pass_fds=() if lock is None else (lock,),
             )  # fmt: skip
             self._record_proc(f"holder-{n.name}", holder)
             self.state["nodes"][n.name]["holder"] = holder
             self._save()
         for n in self.nodes:
             _wait(n.ready_file.exists, 15, f"{n.name}'s mount namespace", n.logs / "holder.log")
-            (n.dir / "containerd.toml").write_text(containerd_config(n, self.images["pause"]))
+            if self.state.get("image_slot") is not None:
+                self._clean_store(n)
+            (n.dir / "containerd.toml").write_text(containerd_config(n, self.images["pause"], self.containerd_root(n)))
             (n.dir / "cni" / "10-nftproxy-rc.conflist").write_text(cni_conflist(n))
             pid = procs.spawn(
                 self.node_argv(n.name, ["containerd", "--config", str(n.dir / "containerd.toml")]),
@@ -357,29 +405,63 @@ class RealCluster:
             )
             self._record_proc(f"containerd-{n.name}", pid)
         for n in self.nodes:
-            _wait(
-                lambda n=n: (
-                    subprocess.run(  # type: ignore[misc]
-                        ["ctr", "--address", str(n.socket), "version"], capture_output=True, check=False
-                    ).returncode
-                    == 0
-                ),
-                30,
-                f"containerd on {n.name}",
-                n.logs / "containerd.log",
-            )
+            self._wait_containerd(n)
+
+    def _clean_store(self, n: NodeSpec) -> None:
+        """A persistent store still holds the containers of the cluster that used it last (its
+        processes are gone): delete them with a containerd without CRI (which would otherwise
+        recover them as pods' sandboxes), before the node's own containerd starts."""
+        config = containerd_config(n, self.images["pause"], self.containerd_root(n)).replace(
+            "disabled_plugins = [", 'disabled_plugins = ["io.containerd.grpc.v1.cri", ', 1
+        )
+        (n.dir / "containerd-clean.toml").write_text(config)
+        pid = procs.spawn(
+            self.node_argv(n.name, ["containerd", "--config", str(n.dir / "containerd-clean.toml")]),
+            n.logs / "containerd-clean.log",
+            n.daemons_cgroup,
+        )
+        # not recorded: stopped right here (a crash meanwhile leaves it in the node's cgroup, which
+        # down() empties)
+        try:
+            self._wait_containerd(n)
+            if containers := self.ctr(n.name, "containers", "ls", "-q").split():
+                self.ctr(n.name, "containers", "rm", *containers)
+        finally:
+            procs.stop(pid, self.marker)
+
+    def _wait_containerd(self, n: NodeSpec) -> None:
+        _wait(
+            lambda: (
+                subprocess.run(
+                    ["ctr", "--address", str(n.socket), "version"], capture_output=True, check=False
+                ).returncode
+                == 0
+            ),
+            30,
+            f"containerd on {n.name}",
+            n.logs / "containerd.log",
+        )
 
     def ctr(self, node: str, *args: str, timeout: float = 300.0) -> str:
         sock = self.dir / "nodes" / node / "containerd" / "containerd.sock"
         return self.on_node(node, "ctr", "--address", str(sock), "-n", "k8s.io", *args, timeout=timeout)
 
     def _import_images(self) -> None:
+        """Import what a node's store lacks (all of it the first time; a new nftproxy build)."""
         errors: list[BaseException] = []
+        wanted = {self.images[k]: tar for k, tar in self.images["archives"].items()}
 
         def one(node: str) -> None:
             try:
-                for tar in self.images["archives"].values():
-                    self.ctr(node, "images", "import", tar)
+                if self.ctr(node, "containers", "ls", "-q").split():  # left by a crash: start afresh
+                    raise ClusterError(f"{node}: containers left in {self.containerd_root(self._node(node))}")
+                have = set(self.ctr(node, "images", "ls", "-q").split())
+                for ref, tar in wanted.items():
+                    if ref not in have:
+                        self.ctr(node, "images", "import", tar)
+                stale = [r for r in have if r.startswith("localhost/nftproxy:") and r not in wanted]
+                if stale:
+                    self.ctr(node, "images", "rm", *stale)
             except BaseException as e:
                 errors.append(e)
 
@@ -390,6 +472,9 @@ class RealCluster:
             t.join()
         if errors:
             raise errors[0]
+
+    def _node(self, name: str) -> NodeSpec:
+        return next(n for n in self.nodes if n.name == name)
 
     def _kubelets(self) -> None:
         assert self.cp is not None
@@ -474,12 +559,15 @@ class RealCluster:
                 self.state = json.loads((self.dir / "state.json").read_text())
         plist = list(self.state.get("procs", []))
         errors: list[str] = []
+        spent: dict[str, float] = defaultdict(float)
 
         def step(what: str, fn: Callable[[], object]) -> None:
+            t = time.monotonic()
             try:
                 fn()
             except Exception as e:  # go on: everything else must still be removed
                 errors.append(f"{what}: {e}")
+            spent[what.split(" ", maxsplit=1)[0]] += time.monotonic() - t
 
         order = ("kubelet", "kube-controller-manager", "kube-scheduler")
         for p in plist:
@@ -493,14 +581,15 @@ class RealCluster:
         step(f"cgroup {self.cgroup}", partial(procs.kill_cgroup, self.cgroup))
         for ns in reversed(self.state.get("netns", [])):
             step(f"netns {ns}", partial(_run, ["ip", "netns", "delete", ns], check=False))
-        shutil.rmtree(self.etcd_dir, ignore_errors=True)
+        step("files", partial(shutil.rmtree, self.etcd_dir, ignore_errors=True))
         leftover = [line for line in Path("/proc/self/mountinfo").read_text().splitlines() if self.marker in line]
         if leftover:  # never expected: every mount lived in a node's private mount namespace
             errors.append(f"mounts of {self.dir} visible here: {leftover[:3]}")
         if errors:  # keep the state: `down` again retries what failed
             raise ClusterError("down: " + "; ".join(errors))
-        shutil.rmtree(self.dir, ignore_errors=True)
+        step("files", partial(shutil.rmtree, self.dir, ignore_errors=True))
         self.state = {}
+        self.log("    down: " + ", ".join(f"{k} {v:.1f}s" for k, v in spent.items()))
 
 
 def stale_clusters() -> list[str]:

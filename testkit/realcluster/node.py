@@ -63,10 +63,11 @@ class NodeSpec:
         return self.dir / "holder.ready"
 
 
-def containerd_config(node: NodeSpec, pause_image: str) -> str:
+def containerd_config(node: NodeSpec, pause_image: str, root: Path) -> str:
+    """ROOT: content, snapshots and metadata (may outlive the node: images kept); state is the node's."""
     c = node.dir / "containerd"
     return f"""version = 2
-root = "{c / "root"}"
+root = "{root}"
 state = "{c / "state"}"
 disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs",
   "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.aufs",

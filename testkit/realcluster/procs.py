@@ -107,7 +107,13 @@ def ours(pid: int, marker: str) -> bool:
     return pid_alive(pid) and marker in cmdline(pid)
 
 
-def spawn(argv: Sequence[str], log: Path, cgroup: str | None = None, env: dict[str, str] | None = None) -> int:
+def spawn(
+    argv: Sequence[str],
+    log: Path,
+    cgroup: str | None = None,
+    env: dict[str, str] | None = None,
+    pass_fds: Sequence[int] = (),
+) -> int:
     """Start ARGV detached (own session, survives this process), output to LOG; return its PID."""
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("ab") as f:
@@ -121,6 +127,7 @@ def spawn(argv: Sequence[str], log: Path, cgroup: str | None = None, env: dict[s
             start_new_session=True,
             preexec_fn=(lambda: join_cgroup(cgroup)) if cgroup else None,  # noqa: PLW1509
             close_fds=True,
+            pass_fds=tuple(pass_fds),
             env=env,
         )
     _children[p.pid] = p

@@ -232,7 +232,7 @@ class PodTraffic:
             self.proc.kill()
 
 
-def with_traffic(cluster: RealCluster, action: Callable[[], None], settle: float = 6.0) -> dict[str, dict[str, Any]]:
+def with_traffic(cluster: RealCluster, action: Callable[[], object], settle: float = 6.0) -> dict[str, dict[str, Any]]:
     """Run ACTION under continuous new connections to the web Services: from the outside client
     (the NodePort of both nodes), from node-2 (ClusterIP) and from the client pod (ClusterIP).
     Traffic starts 2 s before and stops SETTLE seconds after ACTION returned."""
