@@ -106,7 +106,8 @@ class RealCluster:
     ) -> None:
         self.name = name
         self.dir = state_dir(name)
-        self.marker = str(self.dir)
+        # In the command line of every process of ours (paths under the state or the etcd dir).
+        self.marker = f"nftproxy-rc-{name}/"
         self.cgroup = f"nftproxy-rc-{name}"
         self.log: Log = log or (lambda s: print(s, flush=True))
         self.owner_pid = os.getpid() if owner else None
@@ -122,7 +123,8 @@ class RealCluster:
         ]
         self.lan_netns = f"rc-{name}-lan"
         self.client_netns = f"rc-{name}-client"
-        self.etcd_dir = ETCD_BASE / f"nftproxy-rc-{name}-etcd"
+        self.etcd_top = ETCD_BASE / f"nftproxy-rc-{name}"
+        self.etcd_dir = self.etcd_top / "etcd"
         self.state: dict[str, Any] = {}
         self.cp: ControlPlane | None = None
         self.images: dict[str, Any] = {}
@@ -581,7 +583,7 @@ class RealCluster:
         step(f"cgroup {self.cgroup}", partial(procs.kill_cgroup, self.cgroup))
         for ns in reversed(self.state.get("netns", [])):
             step(f"netns {ns}", partial(_run, ["ip", "netns", "delete", ns], check=False))
-        step("files", partial(shutil.rmtree, self.etcd_dir, ignore_errors=True))
+        step("files", partial(shutil.rmtree, self.etcd_top, ignore_errors=True))
         leftover = [line for line in Path("/proc/self/mountinfo").read_text().splitlines() if self.marker in line]
         if leftover:  # never expected: every mount lived in a node's private mount namespace
             errors.append(f"mounts of {self.dir} visible here: {leftover[:3]}")
