@@ -53,7 +53,10 @@ def helm_install(cluster: RealCluster, values: Mapping[str, str] | None = None) 
 def helm_upgrade(cluster: RealCluster, values: Mapping[str, str] | None = None, *flags: str) -> str:
     """VALUES: chart values (dotted keys) on top of chart_values()'s."""
     argv = ["upgrade", *flags, RELEASE, str(CHART), "-n", NAMESPACE, *chart_values(cluster, values)]
-    return cluster.helm(*argv, "--wait", "--timeout", "180s")
+    out = cluster.helm(*argv, "--wait", "--timeout", "180s")
+    # helm's --wait lets a DaemonSet be maxUnavailable pods short: wait for every one
+    cluster.kubectl("rollout", "status", "-n", NAMESPACE, "daemonset/nftproxy", "--timeout=180s")
+    return out
 
 
 def nftproxy_pods(cluster: RealCluster) -> dict[str, dict[str, Any]]:
