@@ -159,6 +159,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     return run(settings_from_args(args, config_from_args(args)))
 
 
+def cmd_verify(args: argparse.Namespace) -> int:
+    from nftproxy import verify  # noqa: PLC0415
+
+    args.node_ip = args.node_ip or None
+    return verify.main(args, config_from_args(args))
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="nftproxy", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -173,6 +180,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("run", help="the per-node operator: watch the API, keep nftables in sync")
     _add_run_parser(p)
     p.set_defaults(fn=cmd_run)
+    p = sub.add_parser("verify", help="compare the kernel's table with the API (exit 0: in sync, 1: differences)")
+    _add_run_parser(p)  # the same flags as `run`: they shape the table
+    p.add_argument("--wait", type=float, default=0.0, metavar="SECONDS", help="retry until in sync, this long")
+    p.set_defaults(fn=cmd_verify)
     p = sub.add_parser("cleanup", help="remove nftproxy's tables and nothing else")
     p.add_argument("--table", default="nftproxy", help=argparse.SUPPRESS)
     p.set_defaults(fn=cmd_cleanup)

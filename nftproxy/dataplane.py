@@ -139,14 +139,16 @@ class Dataplane:
     def health_checks(self) -> dict[int, tuple[str, int]]:
         """healthCheckNodePort -> (Service, endpoints on this node), for eTP Local LoadBalancers."""
         self.compile()
-        out: dict[int, tuple[str, set[str]]] = {}
-        for a in self.assemblies.values():
+        # Counted per IP family, the larger count answers: kube-proxy's per-family proxiers share
+        # one health server and each reports its own family's count (not the sum).
+        out: dict[int, tuple[str, dict[int, set[str]]]] = {}
+        for i, a in enumerate(self.assemblies.values()):
             for frag in a.fragments.values():
                 if frag.health_check_port:
-                    key, addrs = out.setdefault(frag.health_check_port, (frag.key, set()))
+                    key, families = out.setdefault(frag.health_check_port, (frag.key, {}))
                     if key == frag.key:
-                        addrs.update(frag.local_endpoints)
-        return {port: (key, len(addrs)) for port, (key, addrs) in out.items()}
+                        families.setdefault(i, set()).update(frag.local_endpoints)
+        return {port: (key, max(map(len, fams.values()), default=0)) for port, (key, fams) in out.items()}
 
     def checksum(self) -> str:
         """sha256 of the programmed contents (chain names, every element), in a canonical order."""

@@ -493,6 +493,23 @@ class ControlPlane:
             raise ControlPlaneError("control plane not started")
         self._apiserver.stop()
 
+    def stop_etcd(self) -> None:
+        """Stop etcd only (its data stays; kube-apiserver keeps running and fails its requests)."""
+        if self._etcd is None:
+            raise ControlPlaneError("control plane not started")
+        self._etcd.stop()
+
+    def start_etcd(self) -> None:
+        """(Re)start etcd on the same ports and data; wait until healthy."""
+        if self._etcd is None:
+            raise ControlPlaneError("control plane not started")
+        if self._etcd.running():
+            raise ControlPlaneError("etcd is already running")
+        # With its data directory in place, etcd ignores the --initial-cluster* flags.
+        self._etcd.start()
+        self._wait_etcd()
+        self._write_state()
+
     def start_apiserver(self) -> None:
         """(Re)start kube-apiserver on the same port, certs and etcd; wait until ready."""
         if self._apiserver is None or self._etcd is None:

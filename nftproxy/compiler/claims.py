@@ -28,7 +28,13 @@ class Claims:
         the order they arrive in (as a full compile decides): ``frag`` loses to an owner named
         before it (None: recorded as a conflict), and takes frontends from owners named after it;
         those owners' fragments are returned, moved to the conflicts (the caller unprograms them)."""
-        held = {c: self.owners[c] for c in frag.claims if self.owners.get(c, frag.key) != frag.key}
+        owners, key = self.owners, frag.key
+        if not any(owners.get(c, key) != key for c in frag.claims):  # the common case: all free
+            for claim in frag.claims:
+                owners[claim] = key
+            self.programmed[key] = frag
+            return []
+        held = {c: owners[c] for c in frag.claims if owners.get(c, key) != key}
         earlier = sorted((o, c) for c, o in held.items() if o < frag.key)
         if earlier:
             self._conflict(frag, *earlier[0])

@@ -107,6 +107,12 @@ def _cidr(value: Any, what: str) -> IPNetwork:
         raise _Invalid(f"{what}: invalid CIDR {value!r}") from None
 
 
+def _opt_str(value: Any, what: str) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    raise _Invalid(f"{what} is not a string: {value!r}")
+
+
 def _port(value: Any, what: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 65535:
         raise _Invalid(f"{what}: port {value!r} is not in 1-65535")
@@ -275,7 +281,7 @@ def _slice(obj: Mapping[str, Any], ns: str, name: str) -> EndpointSlice | Ignore
         address_type=str(atype),
         ports=_slice_ports(obj),
         endpoints=endpoints,
-        trigger_time=_map(meta.get("annotations"), "metadata.annotations").get(TRIGGER_TIME),
+        trigger_time=_opt_str(_map(meta.get("annotations"), "metadata.annotations").get(TRIGGER_TIME), TRIGGER_TIME),
     )
 
 
@@ -320,16 +326,16 @@ def _endpoint(e: Any, i: int, version: int) -> Endpoint:
     if hints is not None:
         hints = _map(hints, f"endpoints[{i}].hints")
         if (raw := hints.get("forZones")) is not None:
-            zones = tuple(str(_map(z, "zone").get("name", "")) for z in raw)
+            zones = tuple(str(_map(z, "zone").get("name", "")) for z in _list(raw, f"endpoints[{i}].hints.forZones"))
         if (raw := hints.get("forNodes")) is not None:
-            nodes = tuple(str(_map(n, "node").get("name", "")) for n in raw)
+            nodes = tuple(str(_map(n, "node").get("name", "")) for n in _list(raw, f"endpoints[{i}].hints.forNodes"))
     return Endpoint(
         address,
         ready,
-        ready if serving is None else bool(serving),
+        serving is not False,  # nil means true (API docs, kube-proxy)
         bool(cond.get("terminating")),
-        e.get("nodeName"),
-        e.get("zone"),
+        _opt_str(e.get("nodeName"), f"endpoints[{i}].nodeName"),
+        _opt_str(e.get("zone"), f"endpoints[{i}].zone"),
         zones,
         nodes,
     )
@@ -342,8 +348,8 @@ def parse_node(obj: Mapping[str, Any]) -> Node | Skipped:
         by_type: dict[str, list[IPAddress]] = {"InternalIP": [], "ExternalIP": []}
         for a in _list(status.get("addresses"), "status.addresses"):
             a = _map(a, "status.addresses[]")
-            if a.get("type") in by_type:
-                by_type[str(a["type"])].append(_ip(a.get("address"), "status.addresses"))
+            if isinstance(a.get("type"), str) and a["type"] in by_type:
+                by_type[a["type"]].append(_ip(a.get("address"), "status.addresses"))
         labels = _map(_map(obj.get("metadata"), "metadata").get("labels"), "metadata.labels")
         return Node(
             name=name,
