@@ -191,6 +191,13 @@ def test_workload_services_answer_from_pods_nodes_and_outside(web: RealCluster) 
     answers = [w.pod_get(c, "client", f"http://{ip}/") for _ in range(6)]
     assert {a["pod"] for a in answers} <= set(pods)
     assert {a["peer"] for a in answers} == {client_ip}
+    # a web pod -> ClusterIP: itself (hairpin, masqueraded) or the other pod on the same bridge
+    # (its answer is un-DNATed because bridged traffic goes through the node's ip hooks)
+    web_pod = sorted(pods)[0]
+    same_node = [w.pod_get(c, web_pod, f"http://{ip}/") for _ in range(8)]
+    assert {a["pod"] for a in same_node} <= set(pods)
+    for a in same_node:  # masqueraded when it reached itself only, as kube-proxy does
+        assert (a["peer"] != pods[web_pod]) == (a["pod"] == web_pod), a
     # a pod -> a NodePort of the node that runs the endpoints
     assert w.pod_get(c, "client", f"http://172.30.0.11:{w.WEB_NODEPORT}/")["pod"] in pods
     # a node -> ClusterIP
