@@ -59,6 +59,9 @@ def rss_by_component(c: RealCluster) -> dict[str, float]:
         except OSError:
             continue
         name = next(line.split()[1] for line in status.splitlines() if line.startswith("Name:"))
+        if name.startswith("python"):  # the nftproxy pods, or the apiserver forwarder
+            args = procs.cmdline(pid)
+            name = "forwarder (python)" if "realcluster.forward" in args else "nftproxy pods (python)"
         rss = next((int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:")), 0)
         out[name] += rss / 1024
     return dict(out)

@@ -149,9 +149,15 @@ class RealCluster:
         tmp.write_text(json.dumps(self.state, indent=2) + "\n")
         tmp.replace(self.dir / "state.json")
 
-    def _record_proc(self, name: str, pid: int) -> None:
-        self.state.setdefault("procs", []).append({"name": name, "pid": pid})
+    def _record_proc(self, name: str, pid: int, log: Path | None = None) -> None:
+        self.state.setdefault("procs", []).append({"name": name, "pid": pid, "log": str(log) if log else None})
         self._save()
+
+    def _spawn(self, name: str, argv: Sequence[str], log: Path, cgroup: str, **kw: Any) -> int:
+        """Start a daemon of the cluster (detached, in CGROUP) and record it in the state."""
+        pid = procs.spawn(argv, log, cgroup, **kw)
+        self._record_proc(name, pid, log)
+        return pid
 
     @classmethod
     def attach(cls, name: str, log: Log | None = None) -> RealCluster:
@@ -326,7 +332,7 @@ class RealCluster:
             cp.start()
         finally:
             for name, pid in cp.pids.items():
-                self._record_proc(name, pid)
+                self._record_proc(name, pid, cpdir / "logs" / f"{name}.log")
                 procs.move_to_cgroup(pid, f"{self.cgroup}/control-plane")
             cp._etcd = cp._apiserver = None  # ours now: stopped by PID in down()
         self.cp = cp
@@ -342,7 +348,7 @@ class RealCluster:
         argv += ["--egress", f"{self.dir / 'egress.sock'},/run/netns/{self.nodes[0].netns}"]
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         log = self.dir / "logs" / "forward.log"
-        self._record_proc("forward", procs.spawn(argv, log, f"{self.cgroup}/control-plane", env=env))
+        self._spawn("forward", argv, log, f"{self.cgroup}/control-plane", env=env)
         _wait(ready.exists, 15, "the forwarder", log)
 
     def _image_slot(self) -> int | None:
@@ -384,14 +390,14 @@ class RealCluster:
             procs.make_cgroup(n.daemons_cgroup)
             script = n.dir / "holder.sh"
             script.write_text(holder_script(n))
-            holder = procs.spawn(
+            holder = self._spawn(
+                f"holder-{n.name}",
                 ["nsenter", f"--net=/run/netns/{n.netns}", "--", "unshare", "--mount", "--propagation", "private",
                  "--", "sh", str(script)],
                 n.logs / "holder.log",
                 n.daemons_cgroup,
                 pass_fds=() if lock is None else (lock,),
             )  # fmt: skip
-            self._record_proc(f"holder-{n.name}", holder)
             self.state["nodes"][n.name]["holder"] = holder
             self._save()
         for n in self.nodes:
@@ -400,12 +406,12 @@ class RealCluster:
                 self._clean_store(n)
             (n.dir / "containerd.toml").write_text(containerd_config(n, self.images["pause"], self.containerd_root(n)))
             (n.dir / "cni" / "10-nftproxy-rc.conflist").write_text(cni_conflist(n))
-            pid = procs.spawn(
+            self._spawn(
+                f"containerd-{n.name}",
                 self.node_argv(n.name, ["containerd", "--config", str(n.dir / "containerd.toml")]),
                 n.logs / "containerd.log",
                 n.daemons_cgroup,
             )
-            self._record_proc(f"containerd-{n.name}", pid)
         for n in self.nodes:
             self._wait_containerd(n)
 
@@ -493,9 +499,7 @@ class RealCluster:
                 f"--cert-dir={n.kubelet_dir / 'pki'}",
                 "--v=1",
             ]
-            self._record_proc(
-                f"kubelet-{n.name}", procs.spawn(self.node_argv(n.name, argv), n.logs / "kubelet.log", n.daemons_cgroup)
-            )
+            self._spawn(f"kubelet-{n.name}", self.node_argv(n.name, argv), n.logs / "kubelet.log", n.daemons_cgroup)
         logs = self.dir / "logs"
         cg = f"{self.cgroup}/control-plane"
         certs = self.dir / "cp" / "certs"
@@ -511,7 +515,7 @@ class RealCluster:
             "--secure-port=0",
             "--node-monitor-grace-period=20s",
         ]
-        self._record_proc("kube-controller-manager", procs.spawn(kcm, logs / "kube-controller-manager.log", cg))
+        self._spawn("kube-controller-manager", kcm, logs / "kube-controller-manager.log", cg)
         sched = [
             str(find_binary("kube-scheduler")),
             f"--kubeconfig={self.kubeconfig}",
@@ -521,7 +525,7 @@ class RealCluster:
             "--bind-address=127.0.0.1",
             "--secure-port=0",
         ]
-        self._record_proc("kube-scheduler", procs.spawn(sched, logs / "kube-scheduler.log", cg))
+        self._spawn("kube-scheduler", sched, logs / "kube-scheduler.log", cg)
 
     def _wait_ready(self) -> None:
         def ready() -> bool:
@@ -545,12 +549,8 @@ class RealCluster:
     def _check_alive(self) -> None:
         for p in self.state.get("procs", []):
             if not pid_alive(p["pid"]):
-                name = p["name"]
-                logs = [self.dir / "logs" / f"{name}.log"] + [
-                    n.logs / f"{name.rsplit('-node-', 1)[0]}.log" for n in self.nodes if name.endswith(n.name)
-                ]
-                log = next((p for p in logs if p.exists()), None)
-                raise ClusterError(f"{name} exited" + (f"; {log}:\n{_tail(log)}" if log else ""))
+                log = Path(p["log"]) if p.get("log") else None
+                raise ClusterError(f"{p['name']} exited" + (f"; {log}:\n{_tail(log)}" if log else ""))
 
     # ------------------------------------------------------------------ down
 
