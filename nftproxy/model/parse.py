@@ -326,9 +326,9 @@ def _endpoint(e: Any, i: int, version: int) -> Endpoint:
     if hints is not None:
         hints = _map(hints, f"endpoints[{i}].hints")
         if (raw := hints.get("forZones")) is not None:
-            zones = tuple(str(_map(z, "zone").get("name", "")) for z in raw)
+            zones = tuple(str(_map(z, "zone").get("name", "")) for z in _list(raw, f"endpoints[{i}].hints.forZones"))
         if (raw := hints.get("forNodes")) is not None:
-            nodes = tuple(str(_map(n, "node").get("name", "")) for n in raw)
+            nodes = tuple(str(_map(n, "node").get("name", "")) for n in _list(raw, f"endpoints[{i}].hints.forNodes"))
     node_name = e.get("nodeName")
     if node_name is not None and type(node_name) is not str:  # the message is made only then
         node_name = _opt_str(node_name, f"endpoints[{i}].nodeName")
@@ -338,7 +338,7 @@ def _endpoint(e: Any, i: int, version: int) -> Endpoint:
     return Endpoint(
         address,
         ready,
-        ready if serving is None else bool(serving),
+        serving is not False,  # nil means true (API docs, kube-proxy)
         bool(cond.get("terminating")),
         node_name,
         zone,

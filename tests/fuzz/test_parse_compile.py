@@ -125,3 +125,94 @@ def test_every_compiled_table_is_accepted_by_the_kernel(dry_run: DryRun, objs: l
     script = "".join(plan(None, t).render() for t in desired.tables)
     rc, err = dry_run.check(script)
     assert rc == 0, f"the kernel refused a compiled table: {err.strip()[:2000]}"
+
+
+GOOD_SERVICE: dict[str, Any] = {
+    "kind": "Service",
+    "metadata": {"name": "web", "namespace": "default", "labels": {}, "annotations": {}},
+    "spec": {
+        "type": "LoadBalancer",
+        "clusterIP": "10.96.0.10",
+        "clusterIPs": ["10.96.0.10"],
+        "ports": [{"name": "http", "port": 80, "protocol": "TCP", "nodePort": 30080, "targetPort": 8080}],
+        "externalIPs": ["198.19.0.1"],
+        "loadBalancerSourceRanges": ["10.0.0.0/8"],
+        "externalTrafficPolicy": "Local",
+        "internalTrafficPolicy": "Cluster",
+        "sessionAffinity": "ClientIP",
+        "sessionAffinityConfig": {"clientIP": {"timeoutSeconds": 10}},
+        "healthCheckNodePort": 32000,
+        "trafficDistribution": "PreferClose",
+    },
+    "status": {"loadBalancer": {"ingress": [{"ip": "198.19.1.1", "ipMode": "VIP"}]}},
+}
+GOOD_SLICE: dict[str, Any] = {
+    "kind": "EndpointSlice",
+    "metadata": {"name": "web-1", "namespace": "default", "labels": {"kubernetes.io/service-name": "web"},
+                 "annotations": {"endpoints.kubernetes.io/last-change-trigger-time": "2026-01-01T00:00:00Z"}},
+    "addressType": "IPv4",
+    "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
+    "endpoints": [
+        {
+            "addresses": ["10.244.1.2"],
+            "conditions": {"ready": True, "serving": True, "terminating": False},
+            "nodeName": "n1",
+            "zone": "z1",
+            "hints": {"forZones": [{"name": "z1"}], "forNodes": [{"name": "n1"}]},
+        }
+    ],
+}  # fmt: skip
+GOOD_NODE: dict[str, Any] = {
+    "kind": "Node",
+    "metadata": {"name": "n1", "labels": {"topology.kubernetes.io/zone": "z1"}},
+    "status": {"addresses": [{"type": "InternalIP", "address": "198.18.0.1"}]},
+}
+
+
+def _paths(obj: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Every field of a nested object (dict keys and list indexes), depth first."""
+    out: list[tuple[Any, ...]] = []
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            out += [(*prefix, k), *_paths(v, (*prefix, k))]
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            out += [(*prefix, i), *_paths(v, (*prefix, i))]
+    return out
+
+
+FIELDS = [(o, p) for o in (GOOD_SERVICE, GOOD_SLICE, GOOD_NODE) for p in _paths(o) if p != ("kind",)]
+
+
+def _replaced(obj: Any, path: tuple[Any, ...], value: Any, delete: bool) -> Any:
+    import copy  # noqa: PLC0415
+
+    out = copy.deepcopy(obj)
+    target = out
+    for part in path[:-1]:
+        target = target[part]
+    if delete:
+        del target[path[-1]]
+    else:
+        target[path[-1]] = value
+    return out
+
+
+@settings(max_examples=examples(400, 6000))
+@given(field=st.sampled_from(FIELDS), value=S.garbage(), delete=st.booleans())
+def test_every_field_missing_or_of_any_type(
+    field: tuple[dict[str, Any], tuple[Any, ...]], value: Any, delete: bool
+) -> None:
+    """Each field of a complete Service, EndpointSlice and Node, deleted or replaced by a value of
+    another type: parsed or skipped with a reason, never an exception; compiled without one."""
+    base, path = field
+    obj = _replaced(base, path, value, delete)
+    cfg = CONFIGS[0]
+    r = parse(obj, cfg)
+    assert isinstance(r, Service | EndpointSlice | Node | Skipped | Ignored)
+    if isinstance(r, Skipped):
+        assert r.reason and r.name == _expected_name(obj), r
+    else:
+        hash(r)
+    others = [o for o in (GOOD_SERVICE, GOOD_SLICE, GOOD_NODE) if o is not base]
+    _compiled([obj, *others], cfg)
