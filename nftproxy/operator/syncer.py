@@ -101,6 +101,7 @@ class Syncer:
         self.sync_starts: deque[float] = deque(maxlen=64)  # monotonic start of recent syncs
         self.stats_at = 0.0  # when the counts were last computed
         self.stats_stale = False  # syncs happened since
+        self.checksum_due = False  # after a full or checked sync, computed when idle
         self.compile_skipped: list[Skipped] = []  # left out by the compiler (conflicts, orphans)
 
     # -- intake (event loop thread) ---------------------------------------------------------
@@ -208,6 +209,9 @@ class Syncer:
         log.info("initial lists loaded: first sync")
         while True:
             if not self.pending and not self.full_due and not self.check_due:
+                if self.checksum_due:  # nothing else waits: now is the time for it
+                    await self.refresh_checksum()
+                    continue
                 until_check = self.last_check + self.settings.sync_period - time.monotonic()
                 until_stats = self.stats_at + STATS_PERIOD - time.monotonic() if self.stats_stale else until_check
                 try:
@@ -244,13 +248,14 @@ class Syncer:
         triggers = self._apply_pending()
         loop = asyncio.get_running_loop()
         try:
-            result, stats, digest = await loop.run_in_executor(None, self._job, full, check)
+            result, stats, checksum_due = await loop.run_in_executor(None, self._job, full, check)
         except Exception as e:
             self._record_failure(e)
             raise
         self._observe_programming_latency(triggers)
         self._housekeeping(full or result.full, full or check)
-        self._record_success(result, stats, digest)
+        self.checksum_due = self.checksum_due or checksum_due
+        self._record_success(result, stats)
         for hook in self.on_synced:
             await hook(self.status)
         self._observe_sync(result)
@@ -285,7 +290,7 @@ class Syncer:
             self.last_check = self.last_start
             _malloc_trim()
 
-    def _record_success(self, result: SyncResult, stats: Stats | None, digest: str | None) -> None:
+    def _record_success(self, result: SyncResult, stats: Stats | None) -> None:
         self.first_sync.set()
         s = self.status
         s.last_success = time.monotonic()
@@ -300,8 +305,6 @@ class Syncer:
             self._set_skipped(self.compile_skipped)  # parse failures are known now
         else:
             self._set_stats(stats)
-        if digest is not None:
-            s.checksum = digest
         s.generation += 1
         self.changed.set()
 
@@ -330,7 +333,7 @@ class Syncer:
             result.seconds,
         )
 
-    def _job(self, full: bool, check: bool) -> tuple[SyncResult, Stats | None, str | None]:
+    def _job(self, full: bool, check: bool) -> tuple[SyncResult, Stats | None, bool]:
         """Runs in a worker thread while the event loop only queues new changes."""
         if full:
             self.dp.forget()
@@ -342,8 +345,16 @@ class Syncer:
         # every partial sync, at most once per STATS_PERIOD (refreshed later if skipped now).
         due = full or check or result.full or time.monotonic() - self.stats_at >= STATS_PERIOD
         stats = self._stats() if due else None
-        digest = self.dp.checksum() if full or check or result.full else None
-        return result, stats, digest
+        return result, stats, full or check or result.full
+
+    async def refresh_checksum(self) -> None:
+        """The checksum of the programmed contents walks every element (~90 ms at 10k Services,
+        ~0.9 s at 50k): computed after a full or checked sync only once nothing waits, so a
+        change queued meanwhile (e.g. right after the first sync) is not held up by it."""
+        self.checksum_due = False
+        self.status.checksum = await asyncio.get_running_loop().run_in_executor(None, self.dp.checksum)
+        self.status.generation += 1
+        self.changed.set()
 
     def _stats(self) -> Stats:
         self.stats_at = time.monotonic()
