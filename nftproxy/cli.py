@@ -158,6 +158,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("run", help="the per-node operator: watch the API, keep nftables in sync")
     _add_run_parser(p)
     p.set_defaults(fn=cmd_run)
+    from nftproxy import explain_cmd  # noqa: PLC0415
+
+    p = sub.add_parser("explain", help="one Service's path through this node's tables, in words and as a tree")
+    explain_cmd.add_flags(p)
+    p.set_defaults(fn=explain_cmd.run)
     p = sub.add_parser("cleanup", help="remove nftproxy's tables and nothing else")
     p.add_argument("--table", default="nftproxy", help=argparse.SUPPRESS)
     p.set_defaults(fn=cmd_cleanup)
