@@ -124,7 +124,8 @@ def test_api_other_proxy_and_invalid_and_deleted() -> None:
     bad = json.loads(json.dumps(SVC))
     bad["spec"]["ports"][0]["port"] = 0
     e = _check(kernel, bad, [SLICE])
-    assert e.api is not None and any("invalid, nftproxy skips it" in r for r in e.api.reasons), e.api.reasons
+    assert e.api is not None
+    assert any("invalid, nftproxy skips it" in r for r in e.api.reasons), e.api.reasons
     e = _check(kernel, None, [])
     assert e.api is not None
     assert any("does not exist in the API" in r for r in e.api.reasons)
