@@ -163,6 +163,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("explain", help="one Service's path through this node's tables, in words and as a tree")
     explain_cmd.add_flags(p)
     p.set_defaults(fn=explain_cmd.run)
+    from nftproxy import trace_cmd  # noqa: PLC0415
+
+    p = sub.add_parser("trace", help="trace the next new connections to a Service address, in nftproxy's terms")
+    trace_cmd.add_flags(p)
+    p.set_defaults(fn=trace_cmd.run)
     p = sub.add_parser("cleanup", help="remove nftproxy's tables and nothing else")
     p.add_argument("--table", default="nftproxy", help=argparse.SUPPRESS)
     p.set_defaults(fn=cmd_cleanup)
