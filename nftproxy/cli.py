@@ -120,7 +120,13 @@ def cmd_apply(args: argparse.Namespace) -> int:
 
 
 def cmd_cleanup(args: argparse.Namespace) -> int:
-    backend = KernelBackend()
+    if args.kube_proxy:
+        from nftproxy import kubeproxy  # noqa: PLC0415
+
+        report = kubeproxy.cleanup(args.netns)
+        sys.stdout.write(report.render())
+        return 1 if report.errors else 0
+    backend = KernelBackend(args.netns)
     try:
         removed = Dataplane(backend, ProxyConfig(table=args.table)).cleanup()
     finally:
@@ -170,6 +176,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(fn=trace_cmd.run)
     p = sub.add_parser("cleanup", help="remove nftproxy's tables and nothing else")
     p.add_argument("--table", default="nftproxy", help=argparse.SUPPRESS)
+    p.add_argument(
+        "--kube-proxy", action="store_true", help="instead: remove what kube-proxy left (nft, iptables, IPVS)"
+    )
+    p.add_argument("--netns", help="in this named network namespace")
     p.set_defaults(fn=cmd_cleanup)
     return parser
 
