@@ -14,7 +14,7 @@ from nftproxy.dataplane import Dataplane
 from nftproxy.manifests import Inputs, ManifestError, load
 from nftproxy.model.types import IPAddress, IPNetwork, Node
 from nftproxy.nft.diff import plan
-from nftproxy.nft.kernel import KernelBackend, NftError
+from nftproxy.nft.kernel import KernelBackend, NftError, PartialLoadError
 
 
 def _ip(text: str) -> IPAddress:
@@ -192,6 +192,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ManifestError, argparse.ArgumentTypeError) as e:
         print(f"nftproxy: {e}", file=sys.stderr)
         return 2
+    except PartialLoadError as e:
+        print(f"nftproxy: the kernel refused part of the first load: {e}", file=sys.stderr)
+        return 1
     except NftError as e:
         print(f"nftproxy: the kernel refused the transaction, nothing changed: {e}", file=sys.stderr)
         return 1

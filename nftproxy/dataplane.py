@@ -1,10 +1,12 @@
-"""The syncer's core: keep the desired tables per Service, commit changes as ONE transaction.
+"""The syncer's core: inputs in, ONE transaction per sync out, then the cleanups.
 
-Inputs arrive one object at a time (``set_service``, ``set_slice``, …); only the Services they
-touch are recompiled. ``sync`` sends either the delta since the last commit (incremental), or,
-when what the kernel holds is unknown (at start, after any failure: libnftables can report a
-failed large commit that went through), reads the kernel's table back and sends the difference
-to the whole desired table (full).
+Inputs arrive one object at a time (``set_service``, ``set_slice``, …) into an InputTracker;
+only the Services they touch are recompiled into the per-family Assemblies. ``sync`` sends either
+the delta since the last commit (partial), or, when what the kernel holds is unknown (at start,
+after any failure: libnftables can report a failed large commit that went through), reads the
+kernel's table back and sends the difference to the whole desired table (full). A first load of
+a big table goes through the backend's ``load`` (see ``_load_steps``). After every successful
+sync, stale UDP conntrack and affinity entries are reconciled with the new state (stale.py).
 """
 
 from __future__ import annotations
@@ -13,44 +15,25 @@ import gc
 import hashlib
 import logging
 import time
-from collections import defaultdict
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 
-from nftproxy import tracemark
+from nftproxy import stale, tracemark
 from nftproxy.compiler import skeleton
 from nftproxy.compiler.assembly import Assembly
 from nftproxy.compiler.build import orphan_slices, summarize
 from nftproxy.compiler.config import ProxyConfig
-from nftproxy.compiler.fragment import Slot, compile_fragment, spread_elements
+from nftproxy.compiler.fragment import compile_fragment
 from nftproxy.model.types import EndpointSlice, Service, Skipped
+from nftproxy.nft.bulk import ElementLoad, LoadStep
 from nftproxy.nft.diff import create, plan
-from nftproxy.nft.kernel import Backend
-from nftproxy.nft.netlink import Batch, Layout
-from nftproxy.nft.objects import Family, Key, Set, Table
+from nftproxy.nft.kernel import Backend, NftError, PartialLoadError
+from nftproxy.nft.objects import Family, Table
 from nftproxy.nft.transaction import Transaction
+from nftproxy.tracker import InputTracker
 
 log = logging.getLogger("nftproxy.dataplane")
-
-
-def _spreads_of(a: Assembly, keys: list[str]) -> dict[str, list[tuple[Key, tuple[Slot, ...]]]]:
-    """The endpoint map entries of these Services' fragments, by map."""
-    out: dict[str, list[tuple[Key, tuple[Slot, ...]]]] = {}
-    for key in keys:
-        frag = a.fragments.get(key)
-        if frag is not None:
-            for map_name, k, values in frag.spreads:
-                out.setdefault(map_name, []).append((k, values))
-    return out
-
-
-def _set_of(a: Assembly, name: str) -> Set:
-    for obj in a.objects:
-        for s in a.object_parts(obj)[0]:
-            if s.name == name:
-                return s
-    raise KeyError(name)
 
 
 @contextmanager
@@ -82,101 +65,76 @@ class SyncResult:
 class Dataplane:
     def __init__(self, backend: Backend, config: ProxyConfig) -> None:
         self.backend = backend
-        self.services: dict[str, Service] = {}
-        self.slices: dict[str, EndpointSlice] = {}
-        self.slices_by_service: dict[str, dict[str, EndpointSlice]] = defaultdict(dict)
-        self.ignored: set[str] = set()
-        self.in_sync = False  # the kernel holds what the assemblies last committed
-        self.dirty: set[str] = set()  # Services to recompile before the next read or sync
         self.config = config
+        self.inputs = InputTracker()
         self.assemblies = {f: Assembly(f, config) for f in Family}
-        self.bulk_elements = 20_000  # a first creation this big loads its elements by netlink
+        self.in_sync = False  # the kernel holds what the assemblies last committed
+        self.bulk_elements = 20_000  # a first creation this big goes through backend.load
         self.stream_services = 2_000  # … and from this many Services (from scratch), in chunks
         self.stream_chunks = 8
-        self.batched = 0  # elements the last sync sent by netlink
+        self.batched = 0  # elements the last sync sent through backend.load
 
     # -- inputs --------------------------------------------------------------------------
+    @property
+    def services(self) -> dict[str, Service]:
+        return self.inputs.services
+
+    @property
+    def slices(self) -> dict[str, EndpointSlice]:
+        return self.inputs.slices
+
     def set_config(self, config: ProxyConfig) -> None:
         if config == self.config:
             return
         self.config = config
         self.assemblies = {f: Assembly(f, config) for f in Family}
-        self.dirty.update(self.services)
+        self.inputs.everything_dirty()
         self.in_sync = False
 
     def set_service(self, svc: Service) -> None:
-        self.ignored.discard(svc.key)
-        if self.services.get(svc.key) != svc:
-            self.services[svc.key] = svc
-            self._recompile(svc.key)
+        self.inputs.set_service(svc)
 
     def ignore_service(self, key: str) -> None:
-        """A Service that exists but is not ours to proxy (headless, other proxy's label …)."""
-        self.delete_service(key)
-        self.ignored.add(key)
+        self.inputs.ignore_service(key)
 
     def delete_service(self, key: str) -> None:
-        self.ignored.discard(key)
-        if self.services.pop(key, None) is not None:
-            self._recompile(key)
+        self.inputs.delete_service(key)
 
     def set_slice(self, sl: EndpointSlice) -> None:
-        old = self.slices.get(sl.key)
-        if old == sl:
-            return
-        self.slices[sl.key] = sl
-        if old is not None and old.service_key != sl.service_key:
-            self.slices_by_service[old.service_key].pop(sl.key, None)
-            self._recompile(old.service_key)
-        self.slices_by_service[sl.service_key][sl.key] = sl
-        self._recompile(sl.service_key)
+        self.inputs.set_slice(sl)
 
     def delete_slice(self, key: str) -> None:
-        old = self.slices.pop(key, None)
-        if old is not None:
-            self.slices_by_service[old.service_key].pop(key, None)
-            self._recompile(old.service_key)
-
-    def _recompile(self, key: str) -> None:
-        self.dirty.add(key)
-
-    def _flush(self) -> None:
-        """Recompile the Services changed since the last call, each once, in name order."""
-        with _gc_paused(len(self.dirty) > 1000, freeze=True):
-            self._compile_dirty()
-
-    def _compile_dirty(self) -> None:
-        self._compile(sorted(self.dirty))
-
-    def _compile(self, keys: list[str]) -> None:
-        """Compile these dirty Services (in this order: the first by name claims a frontend)."""
-        for a in self.assemblies.values():
-            a.tracking = self.in_sync  # not in sync: the next sync is full, deltas are unused
-        for key in keys:
-            svc = self.services.get(key)
-            slices = [s for _, s in sorted(self.slices_by_service.get(key, {}).items())]
-            for a in self.assemblies.values():
-                frag = None if svc is None else compile_fragment(svc, slices, a.family, self.config)
-                a.put(key, frag)
-        self.dirty.difference_update(keys)
+        self.inputs.delete_slice(key)
 
     @property
     def pending(self) -> int:
         """Services changed and not yet compiled."""
-        return len(self.dirty)
+        return len(self.inputs.dirty)
 
+    # -- compiling -----------------------------------------------------------------------
     def compile(self) -> None:
-        """Compile what changed now (``sync`` and the readers below do it anyway)."""
-        self._flush()
+        """Recompile the Services changed since the last call, each once, in name order (the
+        first by name claims a frontend). ``sync`` and the readers below do it anyway."""
+        with _gc_paused(len(self.inputs.dirty) > 1000, freeze=True):
+            self._compile(sorted(self.inputs.dirty))
+
+    def _compile(self, keys: list[str]) -> None:
+        for a in self.assemblies.values():
+            a.tracking = self.in_sync  # not in sync: the next sync is full, the log is unused
+        for key in keys:
+            svc, slices = self.inputs.inputs(key)
+            for a in self.assemblies.values():
+                a.put(key, None if svc is None else compile_fragment(svc, slices, a.family, self.config))
+        self.inputs.dirty.difference_update(keys)
 
     # -- reading -------------------------------------------------------------------------
     def tables(self) -> list[Table]:
-        self._flush()
+        self.compile()
         return [a.table() for a in self.assemblies.values()]
 
     def health_checks(self) -> dict[int, tuple[str, int]]:
         """healthCheckNodePort -> (Service, endpoints on this node), for eTP Local LoadBalancers."""
-        self._flush()
+        self.compile()
         out: dict[int, tuple[str, set[str]]] = {}
         for a in self.assemblies.values():
             for frag in a.fragments.values():
@@ -188,7 +146,7 @@ class Dataplane:
 
     def checksum(self) -> str:
         """sha256 of the programmed contents (chain names, every element), in a canonical order."""
-        self._flush()
+        self.compile()
         h = hashlib.sha256()
         for a in self.assemblies.values():
             for line in a.content_lines():
@@ -197,9 +155,9 @@ class Dataplane:
 
     def stats(self) -> tuple[int, int, list[Skipped]]:
         """(Services programmed, endpoints programmed, objects skipped with reasons)."""
-        self._flush()
+        self.compile()
         n_svc, n_eps, skipped = summarize(self.assemblies.values())
-        orphans = orphan_slices(self.slices.values(), self.services.keys(), self.ignored)
+        orphans = orphan_slices(self.inputs.slices.values(), self.inputs.services.keys(), self.inputs.ignored)
         return n_svc, n_eps, orphans + skipped
 
     # -- syncing -------------------------------------------------------------------------
@@ -225,28 +183,14 @@ class Dataplane:
     def sync(self) -> SyncResult:
         start = time.perf_counter()
         full = not self.in_sync
-        txs: list[Transaction] = []
         self.batched = 0
         try:
-            if full:
-                applied = {a.family: self.backend.read(a.family, self.config.table) for a in self.assemblies.values()}
-                if not (all(t is None for t in applied.values()) and self._bulk_create(txs)):
-                    self._flush()
-                    tables = [a.table() for a in self.assemblies.values()]
-                    txs += [plan(applied[t.family], t) for t in tables]
-                    self.backend.apply(*txs)
-            else:
-                self._flush()
-                txs += [a.delta() for a in self.assemblies.values()]
-                self.backend.apply(*txs)
+            txs = self._full() if full else self._partial()
         except Exception:
             self.in_sync = False
             raise
         for a in self.assemblies.values():
-            if not full:
-                if a.stale_udp:
-                    self.backend.clear_udp_conntrack(a.family, a.stale_udp)
-                self._release_affinity(a)
+            self._clean_up_after(a, full)
             a.commit()
         self.in_sync = True
         return SyncResult(
@@ -256,112 +200,156 @@ class Dataplane:
             seconds=time.perf_counter() - start,
         )
 
-    def _bulk_create(self, txs: list[Transaction]) -> bool:
-        """First creation of a big table (none in the kernel): declarations and rules by nft, set
-        and map elements by netlink (nft's parser costs ~11 µs per element, a packed batch ~2 µs).
+    def _partial(self) -> list[Transaction]:
+        self.compile()
+        txs = [a.delta() for a in self.assemblies.values()]
+        self.backend.apply(*txs)
+        return txs
 
-        From scratch with many Services, the compile runs in chunks: while the backend's worker
-        commits one chunk's endpoint-map elements (the kernel holds no GIL), the next compiles.
+    def _full(self) -> list[Transaction]:
+        """Compare with the table read back from the kernel, and send the difference; a first
+        load of a big table (no table yet) goes through the backend's bulk ``load``."""
+        table = self.config.table
+        applied = {f: self.backend.read(f, table) for f in self.assemblies}
+        if all(t is None for t in applied.values()) and self._wants_bulk():
+            return self._bulk_create()
+        self.compile()
+        txs = [plan(applied[a.family], a.table()) for a in self.assemblies.values()]
+        self.backend.apply(*txs)
+        return txs
+
+    def _wants_bulk(self) -> bool:
+        if self._chunked():
+            return True
+        self.compile()
+        return sum(a.element_count() for a in self.assemblies.values()) >= self.bulk_elements
+
+    def _chunked(self) -> bool:
+        """From scratch with many Services: compile in chunks while the kernel loads."""
+        fresh = not any(a.fragments or a.claims.conflicts for a in self.assemblies.values())
+        return fresh and len(self.inputs.dirty) >= self.stream_services
+
+    def _bulk_create(self) -> list[Transaction]:
+        """The first load of a big table. If it fails, the tables it created are deleted again:
+        the kernel holds no nftproxy table, as before (never a half-loaded one)."""
+        steps: list[LoadStep] = []
+
+        def record(it: Iterator[LoadStep]) -> Iterator[LoadStep]:
+            for step in it:
+                steps.append(step)
+                yield step
+
+        try:
+            with _gc_paused(True, freeze=True):  # ~10^6 objects allocated, no cycles
+                self.batched = self.backend.load(record(self._load_steps()))
+        except NftError as e:
+            if self._roll_back_first_load():
+                raise NftError(f"{e} (the first load was rolled back: no nftproxy table, as before)") from e
+            raise PartialLoadError(f"{e} (a half-loaded table could not be removed: see `nft list ruleset`)") from e
+        self.batched -= sum(tx.element_changes() for s in steps for tx in s.txs)
+        return [tx for s in steps for tx in s.txs]
+
+    def _roll_back_first_load(self) -> bool:
+        """Delete the tables a failed first load created; False if one could not be deleted."""
+        ok = True
+        for f in self.assemblies:
+            try:
+                self.backend.delete(f, self.config.table)  # False: it was never created
+            except Exception as e:
+                log.error("rolling back the first load of table %s %s: %s", f.value, self.config.table, e)
+                ok = False
+        return ok
+
+    def _load_steps(self) -> Iterator[LoadStep]:
+        """The load in steps: per chunk of Services (in name order), the per-count objects first
+        needed by the chunk and its endpoint-map entries; then, last, every other element.
+
         Endpoint maps are only reached through the dispatch maps (`service-ips`,
-        `service-nodeports`, `no-endpoint-*`, …), whose elements all go in the last commit: until
-        then the table holds no Service at all, as before it existed."""
-        apply_async = getattr(self.backend, "apply_async", None)
-        send_async = getattr(self.backend, "send_batch_async", None)
-        if apply_async is None or send_async is None:
-            return False
+        `service-nodeports`, `no-endpoint-*`, …), whose elements all come in the last step:
+        until then the table holds no Service at all, as before it existed."""
         assemblies = list(self.assemblies.values())
-        fresh = not any(a.fragments or a.conflicts for a in assemblies)  # every put is an addition
-        chunked = fresh and len(self.dirty) >= self.stream_services
-        if chunked:
-            keys = sorted(self.dirty)
+        if self._chunked():
+            keys = sorted(self.inputs.dirty)
             size = -(-len(keys) // max(1, self.stream_chunks))
             chunks = [keys[i : i + size] for i in range(0, len(keys), size)]
         else:
-            self._flush()
-            if sum(a.element_count() for a in assemblies) < self.bulk_elements:
-                return False
+            self.compile()
             chunks = [sorted({key for a in assemblies for key in a.fragments})]
-        declared: dict[Family, set[tuple[str, int]] | None] = {a.family: None for a in assemblies}
-        layouts: dict[tuple[Family, str], Layout | None] = {}
-        pending = []
-        with _gc_paused(True, freeze=chunked):  # packing allocates ~10^5 objects, no cycles
-            for part in chunks:
-                if chunked:
-                    self._compile(part)
-                batch = Batch()
-                step = [self._declare(a, declared) for a in assemblies]
-                for a, tx in zip(assemblies, step, strict=True):
-                    for map_name, entries in _spreads_of(a, part).items():
-                        if (a.family, map_name) not in layouts:
-                            layouts[(a.family, map_name)] = Layout.for_set(_set_of(a, map_name))
-                        lay = layouts[(a.family, map_name)]
-                        if lay is None:  # not packable: nft text (never the case for the maps of today)
-                            tx.add_elements(map_name, [e for k, v in entries for e in spread_elements(k, v)])
-                        else:
-                            packed = [b for k, v in entries for b in lay.pack_spread(k, v)]
-                            batch.add(a.family.value, self.config.table, map_name, packed)
-                txs += step
-                pending += [apply_async(*step), send_async(batch)]
-                self.batched += batch.count
-            # The last commits: interval-set elements by nft, then every other element by netlink.
-            last = Batch()
-            final = []
+        declared: dict[Family, set[tuple[str, int]]] = {}
+        for part in chunks:
+            if self.inputs.dirty:
+                self._compile(part)
+            txs, loads = [], []
             for a in assemblies:
-                table = a.table(expand=False)
-                tx = Transaction(a.family, table.name)
-                for name, els in table.elements.items():
-                    if not els or table.sets[name].dynamic:
-                        continue
-                    lay = Layout.for_set(table.sets[name])
-                    if lay is None:
-                        tx.add_elements(name, els.values())
-                    else:
-                        last.add(a.family.value, table.name, name, [lay.pack(e) for e in els.values()])
-                final.append(tx)
-            txs += final
-            pending += [apply_async(*final), send_async(last)]
-            self.batched += last.count
-        for future in pending:
-            future.result()  # in order: the first failure is raised (the next sync is a full one)
-        return True
+                txs.append(self._declare(a, declared))
+                for map_name, entries in _spreads_of(a, part).items():
+                    the_map = a.render.set_named(a.store, map_name)
+                    loads.append(ElementLoad(a.family, self.config.table, the_map, (), entries))
+            yield LoadStep(txs, loads)
+        loads = []
+        for a in assemblies:
+            t = a.table(expand=False)
+            for name, els in t.elements.items():
+                if els and not t.sets[name].dynamic:
+                    loads.append(ElementLoad(a.family, t.name, t.sets[name], list(els.values())))
+        yield LoadStep([], loads)
 
-    def _declare(self, a: Assembly, declared: dict[Family, set[tuple[str, int]] | None]) -> Transaction:
+    def _declare(self, a: Assembly, declared: dict[Family, set[tuple[str, int]]]) -> Transaction:
         """The table (first call) and the per-count objects not declared yet."""
         tx = Transaction(a.family, self.config.table)
-        done = declared[a.family]
-        if done is None:
-            create(tx, a.table(expand=False), skip_elements=frozenset(a.base_sets) | frozenset(a.static))
+        done = declared.get(a.family)
+        if done is None:  # every element comes later, by element loads
+            t = a.table(expand=False)
+            create(tx, t, skip_elements=frozenset(t.sets))
             declared[a.family] = set(a.objects)
         else:
-            a.declare(tx, sorted(set(a.objects) - done))
+            a.render.declare(tx, sorted(set(a.objects) - done))
             done.update(a.objects)
         return tx
 
-    def _release_affinity(self, a: Assembly) -> None:
-        """Clients stuck (sessionAffinity) to an endpoint that went away are released. Best effort,
-        after the commit: entries also expire by themselves."""
-        lost = {
-            (ip, proto, port, ep, ep_port)
-            for ip, proto, port, ep, ep_port in a.lost
-            if a.affinity_frontend(ip, proto, port)
-        }
-        if not lost:
-            return
+    # -- after a successful sync ---------------------------------------------------------
+    def _clean_up_after(self, a: Assembly, full: bool) -> None:
+        """Stale UDP conntrack and affinity entries (stale.py): after a full sync all of them are
+        checked, after a partial one those of what changed. Best effort: a failure here never
+        fails the sync (UDP flows and affinity entries also expire)."""
         try:
-            entries = self.backend.read_elements(a.family, self.config.table, skeleton.AFFINITY)
-            stale = [
-                key
-                for key, el in entries.items()
-                if el.value and ((key[1], key[2], key[3], *el.value) in lost or ("", key[2], key[3], *el.value) in lost)
-            ]
-            if stale:
-                tx = Transaction(a.family, self.config.table)
-                tx.delete_elements(skeleton.AFFINITY, stale)
-                self.backend.apply(tx)
-        except Exception as e:  # an entry expired meanwhile: it is gone anyway
-            log.debug("releasing affinity entries: %s", e)
+            frontends = None if full else a.udp_changed()
+            if a.store.udp_serving and (frontends is None or frontends):
+                flows = self.backend.udp_flows(a.family)
+                self.backend.delete_udp_flows(a.family, stale.stale_udp_flows(a, flows, frontends))
+            if full or a.affinity_changed():
+                self._release_affinity(a)
+        except Exception as e:
+            log.warning("cleaning up stale %s flows/affinity entries: %s", a.family.value, e)
+
+    def _release_affinity(self, a: Assembly) -> None:
+        table = self.config.table
+        keys = stale.stale_affinity(a, self.backend.read_dynamic(a.family, table, skeleton.AFFINITY))
+        if not keys:
+            return
+        tx = Transaction(a.family, table)
+        tx.delete_elements(skeleton.AFFINITY, keys)
+        try:
+            self.backend.apply(tx)
+        except NftError:  # one expired meanwhile: the others one by one
+            for key in keys:
+                one = Transaction(a.family, table)
+                one.delete_elements(skeleton.AFFINITY, [key])
+                with suppress(NftError):
+                    self.backend.apply(one)
 
     def cleanup(self) -> list[Family]:
         """Remove nftproxy's own tables (and nothing else)."""
         self.in_sync = False
         return [f for f in Family if self.backend.delete(f, self.config.table)]
+
+
+def _spreads_of(a: Assembly, keys: list[str]) -> dict[str, list[tuple[tuple[str, ...], tuple[tuple[str, str], ...]]]]:
+    """The endpoint map entries of these Services' fragments, by map."""
+    out: dict[str, list[tuple[tuple[str, ...], tuple[tuple[str, str], ...]]]] = {}
+    for key in keys:
+        frag = a.fragments.get(key)
+        if frag is not None:
+            for map_name, k, values in frag.spreads:
+                out.setdefault(map_name, []).append((k, values))
+    return out

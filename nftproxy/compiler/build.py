@@ -37,7 +37,7 @@ def summarize(assemblies: Iterable[Assembly]) -> tuple[int, int, list[Skipped]]:
     skipped: dict[str, Skipped] = {}
     for a in assemblies:  # one per family: their endpoints are distinct addresses
         services.update(a.fragments)
-        endpoints += len(a.endpoints)
+        endpoints += len(a.store.endpoints)
         for s in a.skipped():
             skipped.setdefault(str(s), s)
     return len(services), endpoints, list(skipped.values())

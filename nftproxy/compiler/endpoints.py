@@ -40,7 +40,7 @@ def targets(port: ServicePort, slices: Sequence[EndpointSlice]) -> list[Target]:
         if number is None:
             return []
         first = {ep.address: ep for ep in reversed(s.endpoints)}  # the first of duplicates wins
-        return [_new(Target, (a, number, first[a])) for a in sorted(first)]
+        return [Target(a, number, first[a]) for a in sorted(first)]
     found: dict[tuple[str, int], Target] = {}
     for s in slices:
         number = next((p.port for p in s.ports if p.name == port.name and p.protocol == port.protocol), None)
@@ -49,11 +49,9 @@ def targets(port: ServicePort, slices: Sequence[EndpointSlice]) -> list[Target]:
         for ep in s.endpoints:
             k = (ep.address, number)
             if k not in found:
-                found[k] = _new(Target, (ep.address, number, ep))  # NamedTuple.__new__ is Python
+                found[k] = Target(ep.address, number, ep)
     return [found[k] for k in sorted(found)]
 
-
-_new = tuple.__new__
 
 
 def topology_mode(ready: list[Target], node: str | None, zone: str | None) -> str:

@@ -1,7 +1,10 @@
 """One Service's share of a table: its map elements and the per-count objects it needs.
 
 A fragment depends only on the Service, its EndpointSlices and the config, so the syncer can
-recompute one Service alone and send just the difference.
+recompute one Service alone and send just the difference. ``compile_fragment`` reads as the
+steps kube-proxy takes per Service port: no endpoints → reject; the ClusterIP under
+internalTrafficPolicy; external IPs and the NodePort under externalTrafficPolicy; affinity;
+source ranges; hairpin.
 """
 
 from __future__ import annotations
@@ -12,8 +15,8 @@ from ipaddress import collapse_addresses
 from typing import NamedTuple
 
 from nftproxy.compiler.config import ProxyConfig
-from nftproxy.compiler.endpoints import Target, categorize, targets
-from nftproxy.model.types import EndpointSlice, Service
+from nftproxy.compiler.endpoints import Categorized, Target, categorize, targets
+from nftproxy.model.types import EndpointSlice, Service, ServicePort
 from nftproxy.nft.objects import Element, Family, Key
 
 REJECT = ("goto reject-chain",)
@@ -38,9 +41,11 @@ class Fragment(NamedTuple):
     endpoints: frozenset[tuple[str, int]]  # endpoint address:port pairs in use
     local_endpoints: frozenset[str] = frozenset()  # this node's usable endpoint addresses
     health_check_port: int | None = None  # healthCheckNodePort (LoadBalancer, eTP Local)
+    # UDP frontends -> IPs of their serving endpoints: conntrack entries of a frontend DNATed to
+    # any other address are stale (kube-proxy's CleanStaleEntries; none serving: left alone).
+    udp_serving: tuple[tuple[Key, frozenset[str]], ...] = ()
 
 
-_new = tuple.__new__
 COMMENT_MAX = 127  # nft refuses comments over 128 characters (a whole transaction fails)
 
 
@@ -77,27 +82,31 @@ class _PortText(dict[int, str]):
 _PORTS = _PortText()  # port number -> its text, shared by every element
 
 
+def slot_values(chosen: Sequence[Target]) -> tuple[Slot, ...]:
+    """An endpoint list as the values of its N slots."""
+    ports = _PORTS
+    return tuple([(t.address, ports[t.port]) for t in chosen])
+
+
 class _Out:
+    """What compiling one Service produces, step by step."""
+
     def __init__(self) -> None:
         self.elements: list[tuple[str, Element]] = []
         self.spreads: list[Spread] = []
         self.objects: set[tuple[str, int]] = set()
-        self._values: tuple[list[Target], tuple[Slot, ...]] | None = None  # the last list's values
+        self.claims: list[Key] = []
+        self.used: set[tuple[str, int]] = set()
+        self.local: set[str] = set()
+        self.udp_serving: list[tuple[Key, frozenset[str]]] = []
 
     def add(self, set_name: str, key: Key, value: tuple[str, ...] | None = None, comment: str | None = None) -> None:
-        self.elements.append((set_name, _new(Element, (key, value, comment))))  # NamedTuple.__new__ is Python
+        self.elements.append((set_name, Element(key, value, comment)))
 
-    def spread(self, kind: str, map_name: str, key: Key, chosen: list[Target]) -> None:
+    def spread(self, kind: str, map_name: str, key: Key, values: tuple[Slot, ...]) -> None:
         """Slot i of ``key`` in map ``map_name-N`` -> the i-th endpoint; needs object (kind, N)."""
-        n = len(chosen)
+        n = len(values)
         self.objects.add((kind, n))
-        last = self._values
-        if last is not None and last[0] is chosen:  # ClusterIP, NodePort, external IPs: same list
-            values = last[1]
-        else:
-            ports = _PORTS
-            values = tuple([(t.address, ports[t.port]) for t in chosen])
-            self._values = (chosen, values)
         self.spreads.append((f"{map_name}-{n}", key, values))
 
 
@@ -126,10 +135,97 @@ NODEPORT = _Names(
 )  # fmt: skip
 
 
+class _Frontends(NamedTuple):
+    """A Service's addresses in one family, and the policies that apply to them."""
+
+    cluster_ip: str
+    externals: tuple[str, ...]  # externalIPs and LoadBalancer IPs (not the ClusterIP)
+    lb_ips: tuple[str, ...]  # LoadBalancer IPs (source ranges apply to these)
+    ranges: tuple[str, ...]  # loadBalancerSourceRanges
+    itp_local: bool
+    etp_local: bool
+
+
+class _Port(NamedTuple):
+    """One Service port's frontend keys, and the endpoints chosen for it."""
+
+    cluster: Key  # ClusterIP . proto . port
+    externals: tuple[Key, ...]  # external/LB IP . proto . port
+    node_port: Key | None  # proto . NodePort
+    comment: str
+    proto: str
+    port: str
+
+
+def _addr_or_cidr(text: str) -> str:
+    return text[:-3] if text.endswith(("/32", "/128")) else text
+
+
+def _frontends(svc: Service, family: Family) -> _Frontends | None:
+    version = family.version
+    cluster_ips = [ip for ip in svc.cluster_ips if ip.version == version]
+    if not cluster_ips:
+        return None
+    cluster_ip = str(cluster_ips[0])
+    lb_ips: tuple[str, ...] = ()
+    externals: tuple[str, ...] = ()
+    ranges: tuple[str, ...] = ()
+    if svc.external_ips or svc.load_balancer_ips:  # most Services have neither
+        lb_ips = tuple(str(ip) for ip in svc.load_balancer_ips if ip.version == version)
+        both = dict.fromkeys((*svc.external_ips, *svc.load_balancer_ips))
+        externals = tuple(s for s in (str(ip) for ip in both if ip.version == version) if s != cluster_ip)
+    if svc.load_balancer_source_ranges:
+        mine = [r for r in svc.load_balancer_source_ranges if r.version == version]
+        ranges = tuple(_addr_or_cidr(str(r)) for r in collapse_addresses(mine))  # type: ignore[type-var]
+    return _Frontends(
+        cluster_ip,
+        externals,
+        lb_ips,
+        ranges,
+        svc.internal_traffic_policy == "Local",
+        svc.external_traffic_policy == "Local" and (bool(externals) or svc.type != "ClusterIP"),
+    )
+
+
+def _port_keys(svc: Service, fe: _Frontends, port: ServicePort) -> _Port:
+    proto = port.protocol.lower()
+    number = _PORTS[port.port]
+    return _Port(
+        (fe.cluster_ip, proto, number),
+        tuple((ip, proto, number) for ip in fe.externals),
+        (proto, _PORTS[port.node_port]) if port.node_port else None,
+        _short(f"{svc.key}:{port.name}" if port.name else svc.key),
+        proto,
+        number,
+    )
+
+
+def _no_endpoints(out: _Out, p: _Port) -> None:
+    """No usable endpoint anywhere: every frontend of the port rejects (connection refused)."""
+    for k in (p.cluster, *p.externals):
+        out.add("no-endpoint-services", k, REJECT, p.comment)
+    if p.node_port:
+        out.add("no-endpoint-nodeports", p.node_port, REJECT, p.comment)
+
+
+def _cluster_ip(out: _Out, p: _Port, fe: _Frontends, cluster: tuple[Slot, ...], local: tuple[Slot, ...]) -> None:
+    """The ClusterIP under internalTrafficPolicy (Local with none here: dropped)."""
+    if not fe.itp_local:
+        out.add("service-ips", p.cluster, (f"goto cluster-{len(cluster)}",), p.comment)
+        out.spread("lb", "endpoints", p.cluster, cluster)
+    elif local:
+        out.add("service-ips", p.cluster, (f"goto cluster-local-{len(local)}",), p.comment)
+        out.spread("local", "local-endpoints", p.cluster, local)
+    else:
+        out.add("no-endpoint-services", p.cluster, DROP, p.comment)  # endpoints exist, none here
+
+
 def _external(
-    out: _Out, n: _Names, key: Key, comment: str, cluster: list[Target], local: list[Target], etp_local: bool
+    out: _Out, n: _Names, key: Key, comment: str, cluster: tuple[Slot, ...], local: tuple[Slot, ...], etp_local: bool
 ) -> None:
-    """One external frontend (externalIP / LoadBalancer IP . port, or proto . NodePort)."""
+    """One external frontend (externalIP / LoadBalancer IP . port, or proto . NodePort) under
+    externalTrafficPolicy: Cluster masquerades to all endpoints; Local keeps the source and uses
+    this node's endpoints (none: dropped), except for pod and node traffic (short-circuit)."""
     if not etp_local:
         out.add(n.dispatch, key, (f"goto {n.cluster_chain}-{len(cluster)}",), comment)
         out.spread(n.kind, n.endpoints, key, cluster)
@@ -142,109 +238,82 @@ def _external(
     out.spread(n.kind, n.endpoints, key, cluster)
 
 
+def _affinity(out: _Out, p: _Port, timeout: int) -> None:
+    """sessionAffinity ClientIP: record which endpoint each client got, for the Service's timeout."""
+    record = (f"goto affinity-record-{timeout}",)
+    out.objects.add(("affinity", timeout))
+    for k in (p.cluster, *p.externals):
+        out.add("affinity-services", k, record, p.comment)
+    if p.node_port:
+        out.add("affinity-nodeports", p.node_port, record, p.comment)
+
+
+def _source_ranges(out: _Out, p: _Port, fe: _Frontends) -> None:
+    """loadBalancerSourceRanges: only listed sources reach the LoadBalancer IPs (not NodePorts)."""
+    for ip in fe.lb_ips:
+        k = (ip, p.proto, p.port)
+        out.add("firewall-ips", k)
+        for r in fe.ranges:
+            out.add("firewall-allow", (*k, r))
+
+
+def _hairpin(out: _Out, cat: Categorized, node: str | None) -> None:
+    """A pod reaching itself through the Service is masqueraded: only endpoints on this node."""
+    both = cat.cluster + cat.local if cat.local else cat.cluster
+    out.used.update([(t.address, t.port) for t in both])
+    for a in [t.address for t in both if node is None or t.endpoint.node_name in (None, node)]:
+        out.add("hairpin-endpoints", (a, a))
+    out.local.update([t.address for t in cat.local])
+
+
+def _udp_serving(out: _Out, p: _Port, found: list[Target]) -> None:
+    """Which endpoint IPs still serve this UDP port, for every frontend of it (see Fragment)."""
+    serving = frozenset([t.address for t in found if t.endpoint.serving])
+    if serving:
+        for k in (p.cluster, *p.externals, *([p.node_port] if p.node_port else [])):
+            out.udp_serving.append((k, serving))
+
+
 def compile_fragment(
     svc: Service, slices: Sequence[EndpointSlice], family: Family, config: ProxyConfig
 ) -> Fragment | None:
     """The elements Service ``svc`` contributes to ``family``'s table (None: not in this family)."""
-    version = family.version
-    cluster_ips = [ip for ip in svc.cluster_ips if ip.version == version]
-    if not cluster_ips:
+    fe = _frontends(svc, family)
+    if fe is None:
         return None
-    cluster_ip = str(cluster_ips[0])
-    atype = "IPv4" if version == 4 else "IPv6"
+    atype = "IPv4" if family is Family.IP else "IPv6"
     mine = [s for s in slices if s.address_type == atype]
-    lb_ips: list[str] = []
-    externals: list[str] = []
-    if svc.external_ips or svc.load_balancer_ips:
-        lb_ips = [str(ip) for ip in svc.load_balancer_ips if ip.version == version]
-        externals = [
-            str(ip) for ip in dict.fromkeys((*svc.external_ips, *svc.load_balancer_ips)) if ip.version == version
-        ]
-        externals = [ip for ip in externals if ip != cluster_ip]
-    ranges = (
-        [
-            str(r.network_address) if r.prefixlen == r.max_prefixlen else str(r)
-            for r in collapse_addresses([r for r in svc.load_balancer_source_ranges if r.version == version])  # type: ignore[type-var]
-        ]
-        if svc.load_balancer_source_ranges
-        else []
-    )
-    itp_local = svc.internal_traffic_policy == "Local"
-    etp_local = svc.external_traffic_policy == "Local" and (bool(externals) or svc.type != "ClusterIP")
-
     out = _Out()
-    out.add("cluster-ips", (cluster_ip,))
-    claims: list[Key] = []
-    used: set[tuple[str, int]] = set()
-    local_addrs: set[str] = set()
+    out.add("cluster-ips", (fe.cluster_ip,))
     for port in svc.ports:
-        proto = port.protocol.lower()
-        comment = _short(f"{svc.key}:{port.name}" if port.name else svc.key)
-        ckey = (cluster_ip, proto, str(port.port))
-        ekeys = [(ip, proto, str(port.port)) for ip in externals]
-        np_key = (proto, str(port.node_port)) if port.node_port else None
-        claims += [ckey, *ekeys, *([np_key] if np_key else [])]
-        cat = categorize(targets(port, mine), config.node_name, config.node_zone)
+        p = _port_keys(svc, fe, port)
+        out.claims += [p.cluster, *p.externals, *([p.node_port] if p.node_port else [])]
+        found = targets(port, mine)
+        if p.proto == "udp":
+            _udp_serving(out, p, found)
+        cat = categorize(found, config.node_name, config.node_zone)
         if not cat.any_usable:
-            for k in (ckey, *ekeys):
-                out.add("no-endpoint-services", k, REJECT, comment)
-            if np_key:
-                out.add("no-endpoint-nodeports", np_key, REJECT, comment)
+            _no_endpoints(out, p)
             continue
-        cluster, local = cat.cluster, cat.local
-        nc, nl = len(cluster), len(local)
-
-        # ClusterIP: internalTrafficPolicy
-        if not itp_local:
-            out.add("service-ips", ckey, (f"goto cluster-{nc}",), comment)
-            out.spread("lb", "endpoints", ckey, cluster)
-        elif local:
-            out.add("service-ips", ckey, (f"goto cluster-local-{nl}",), comment)
-            out.spread("local", "local-endpoints", ckey, local)
-        else:
-            out.add("no-endpoint-services", ckey, DROP, comment)  # endpoints exist, none here
-
-        # externalIPs, LoadBalancer IPs and the NodePort: externalTrafficPolicy
-        for k in ekeys:
-            _external(out, EXTERNAL_IP, k, comment, cluster, local, etp_local)
-        if np_key:
-            _external(out, NODEPORT, np_key, comment, cluster, local, etp_local)
-
-        # sessionAffinity ClientIP: record which endpoint each client got, for the Service's timeout
+        cluster, local = slot_values(cat.cluster), slot_values(cat.local)
+        _cluster_ip(out, p, fe, cluster, local)
+        for k in p.externals:
+            _external(out, EXTERNAL_IP, k, p.comment, cluster, local, fe.etp_local)
+        if p.node_port:
+            _external(out, NODEPORT, p.node_port, p.comment, cluster, local, fe.etp_local)
         if svc.session_affinity_timeout:
-            record = (f"goto affinity-record-{svc.session_affinity_timeout}",)
-            out.objects.add(("affinity", svc.session_affinity_timeout))
-            for k in (ckey, *ekeys):
-                out.add("affinity-services", k, record, comment)
-            if np_key:
-                out.add("affinity-nodeports", np_key, record, comment)
-
-        # loadBalancerSourceRanges: only listed sources reach the LoadBalancer IPs (not NodePorts)
-        if ranges:
-            for ip in lb_ips:
-                k = (ip, proto, str(port.port))
-                out.add("firewall-ips", k)
-                for r in ranges:
-                    out.add("firewall-allow", (*k, r))
-
-        both = cluster + local if local else cluster
-        used.update([(t.address, t.port) for t in both])
-        # Hairpin (a pod reaching itself) only happens for endpoints on this node.
-        node = config.node_name
-        for a in [t.address for t in both if node is None or t.endpoint.node_name in (None, node)]:
-            out.add("hairpin-endpoints", (a, a))
-        if local:
-            local_addrs.update([t.address for t in local])
-    return _new(
-        Fragment,
-        (
-            svc.key,
-            tuple(out.elements),
-            tuple(out.spreads),
-            tuple(claims),
-            frozenset(out.objects),
-            frozenset(used),
-            frozenset(local_addrs),
-            svc.health_check_node_port if svc.type == "LoadBalancer" and etp_local else None,
-        ),
+            _affinity(out, p, svc.session_affinity_timeout)
+        if fe.ranges:
+            _source_ranges(out, p, fe)
+        _hairpin(out, cat, config.node_name)
+    return Fragment(
+        svc.key,
+        tuple(out.elements),
+        tuple(out.spreads),
+        tuple(out.claims),
+        frozenset(out.objects),
+        frozenset(out.used),
+        frozenset(out.local),
+        svc.health_check_node_port if svc.type == "LoadBalancer" and fe.etp_local else None,
+        tuple(out.udp_serving),
     )

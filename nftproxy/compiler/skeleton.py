@@ -325,6 +325,10 @@ def count_objects(
 
 
 KINDS = ("lb", "nodeport", "local", "nodeport-local", "affinity")
+# The endpoint maps of each kind, by the frontend they are keyed by (IP . proto . port, or
+# proto . NodePort).
+IP_ENDPOINT_MAPS = {"lb": ("endpoints",), "local": ("local-endpoints",)}
+NODEPORT_ENDPOINT_MAPS = {"nodeport": ("nodeport-endpoints",), "nodeport-local": ("nodeport-local-endpoints",)}
 
 
 def layout_comment(family: Family, masquerade: str | None, pods: bool) -> str:

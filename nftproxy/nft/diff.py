@@ -10,7 +10,9 @@ def plan(applied: Table | None, desired: Table) -> Transaction:
     """Return the smallest transaction making ``applied`` (None: absent) equal to ``desired``.
 
     Order matters inside one transaction: objects are declared before anything points at them,
-    and references are removed before what they point at is deleted.
+    and references are removed before what they point at is deleted. Chains are compared by name
+    only: same table comment (a digest of every rule template) and same name means same rules,
+    and anything else is rebuilt whole (``_needs_recreate``).
     """
     tx = Transaction(desired.family, desired.name)
     if applied is None:
@@ -23,11 +25,6 @@ def plan(applied: Table | None, desired: Table) -> Transaction:
 
     new_sets = [s for name, s in desired.sets.items() if name not in applied.sets]
     new_chains = [c for name, c in desired.chains.items() if name not in applied.chains]
-    changed = [
-        c
-        for name, c in desired.chains.items()
-        if name in applied.chains and not applied.adopted and applied.chains[name] != c
-    ]
     stale_chains = [name for name in applied.chains if name not in desired.chains]
     stale_sets = [s for name, s in applied.sets.items() if name not in desired.sets]
 
@@ -51,11 +48,9 @@ def plan(applied: Table | None, desired: Table) -> Transaction:
         tx.add_chain(c)
     for name, keys in deletes:
         tx.delete_elements(name, keys)
-    for c in changed:
-        tx.flush_chain(c.name)
     for name in stale_chains:
         tx.flush_chain(name)
-    for c in changed + new_chains:
+    for c in new_chains:
         for rule in c.rules:
             tx.add_rule(c.name, rule)
     for name, els in adds:

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import copy
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from nftproxy.nft.bulk import LoadStep, expand
 from nftproxy.nft.kernel import NftError
-from nftproxy.nft.objects import Chain, Element, Family, Key, Set, Table
+from nftproxy.nft.objects import Chain, DynamicElement, Element, Family, Key, Set, Table, UdpFlow
 from nftproxy.nft.transaction import Op, Transaction
 
 _SET_REF = re.compile(r"@([\w.-]+)")
@@ -33,16 +35,39 @@ class FakeBackend:
         self.tables: dict[tuple[Family, str], _Table] = {}
         self.transactions: list[Transaction] = []
         self.fail_next: str | None = None  # inject a kernel error into the next apply
-        self.conntrack_cleared: list[tuple[Family, str, str, str]] = []
+        # Fail the next commit at its n-th operation (0-based, over all its transactions), after
+        # the ones before it were applied to the working copy: what atomicity must undo.
+        self.fail_at_op: int | None = None
+        self.loads: list[LoadStep] = []
+        self.timeouts: dict[tuple[Family, str, str, Key], int] = {}  # of the packet path's elements
+        self.flows: dict[Family, list[UdpFlow]] = {}  # conntrack, as a test sets it up
+        self.flows_deleted: list[tuple[Family, UdpFlow]] = []
 
     def apply(self, *txs: Transaction) -> None:
+        self._commit(txs, ())
+
+    def load(self, steps: Iterable[LoadStep]) -> int:
+        sent = 0
+        for step in steps:
+            self._commit(step.txs, [(ld.family, ld.table, ld.set.name, expand(ld)) for ld in step.loads])
+            self.loads.append(step)
+            sent += step.element_changes()
+        return sent
+
+    def _commit(self, txs: Iterable[Transaction], loads: Iterable[tuple[Family, str, str, list[Element]]]) -> None:
+        """All of it or nothing, like one kernel transaction."""
         if self.fail_next:
             msg, self.fail_next = self.fail_next, None
             raise NftError(msg)
+        txs = list(txs)
+        ops = [((tx.family, tx.table), op) for tx in txs for op in tx.ops]
+        ops += [((fam, table), Op("add", "elements", name, elements=tuple(els))) for fam, table, name, els in loads]
         work = copy.deepcopy(self.tables)
-        for tx in txs:
-            for op in tx.ops:
-                _apply_op(work, (tx.family, tx.table), op)
+        for i, (key, op) in enumerate(ops):
+            if self.fail_at_op == i:
+                self.fail_at_op = None
+                raise NftError(f"Error: injected failure at operation {i}")
+            _apply_op(work, key, op)
         self.tables = work
         self.transactions.extend(txs)
 
@@ -67,11 +92,25 @@ class FakeBackend:
         t = self.tables.get((family, table))
         return set(t.chains) if t else None
 
-    def read_elements(self, family: Family, table: str, set_name: str) -> dict[Key, Element]:
-        return dict(self.tables[(family, table)].elements[set_name])
+    def packet_path_writes(self, family: Family, table: str, set_name: str, entry: DynamicElement) -> None:
+        """What a packet's `update @set { … }` does (tests: a client that got an endpoint)."""
+        self.tables[(family, table)].elements[set_name][entry.key] = Element(entry.key, entry.value)
+        self.timeouts[(family, table, set_name, entry.key)] = entry.timeout
 
-    def clear_udp_conntrack(self, family: Family, entries: list[tuple[str, str, str]]) -> None:
-        self.conntrack_cleared.extend((family, *e) for e in entries)
+    def read_dynamic(self, family: Family, table: str, set_name: str) -> list[DynamicElement]:
+        els = self.tables[(family, table)].elements.get(set_name)
+        if els is None:
+            raise NftError(f"Error: No such file or directory (map {set_name})")
+        timeouts = self.timeouts
+        return [DynamicElement(k, e.value or (), timeouts[(family, table, set_name, k)]) for k, e in els.items()]
+
+    def udp_flows(self, family: Family) -> list[UdpFlow]:
+        return list(self.flows.get(family, []))
+
+    def delete_udp_flows(self, family: Family, flows: Iterable[UdpFlow]) -> None:
+        gone = set(flows)
+        self.flows_deleted += [(family, f) for f in sorted(gone)]
+        self.flows[family] = [f for f in self.flows.get(family, []) if f not in gone]
 
 
 def _refs(t: _Table) -> tuple[set[str], set[str]]:

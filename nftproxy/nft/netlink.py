@@ -23,6 +23,14 @@ NFT_MSG_NEWSETELEM, NFT_MSG_DELSETELEM = 12, 14
 NLM_F_REQUEST, NLM_F_ACK, NLM_F_CREATE = 0x1, 0x4, 0x400
 NLMSG_ERROR = 2
 NLA_F_NESTED = 0x8000
+# Attribute types (linux/netfilter/nf_tables.h)
+NFTA_SET_ELEM_LIST_TABLE, NFTA_SET_ELEM_LIST_SET, NFTA_SET_ELEM_LIST_ELEMENTS = 1, 2, 3
+NFTA_LIST_ELEM = 1
+NFTA_SET_ELEM_KEY, NFTA_SET_ELEM_DATA, NFTA_SET_ELEM_USERDATA = 1, 2, 6
+NFTA_DATA_VALUE, NFTA_DATA_VERDICT = 1, 2
+NFTA_VERDICT_CODE, NFTA_VERDICT_CHAIN = 1, 2
+NFTNL_UDATA_SET_ELEM_COMMENT = 0  # libnftnl's userdata TLV type of an element comment
+NF_DROP, NF_ACCEPT, NFT_CONTINUE, NFT_JUMP, NFT_GOTO, NFT_RETURN = 0, 1, -1, -3, -4, -5
 SO_SNDBUFFORCE, SO_RCVBUFFORCE = 32, 33
 # Bytes of elements per message: their nested list attribute has a 16-bit length (64 KiB).
 MESSAGE_BYTES = 60_000
@@ -111,26 +119,28 @@ class Layout:
         key = b"".join([p(v) for p, v in zip(self.key, e.key, strict=True)])
         hdr = self._key_headers.get(len(key))
         if hdr is None:
-            hdr = self._key_headers[len(key)] = _header(len(key) + 8, 1 | NLA_F_NESTED) + _header(len(key) + 4, 1)
+            hdr = self._key_headers[len(key)] = _header(len(key) + 8, NFTA_SET_ELEM_KEY | NLA_F_NESTED) + _header(
+                len(key) + 4, NFTA_DATA_VALUE
+            )
         attrs = hdr + key
         if e.value is not None:
             if self.verdict:
                 v = self._verdicts.get(e.value[0])
                 if v is None:
-                    v = self._verdicts[e.value[0]] = _nested(2, _verdict(e.value[0]))
+                    v = self._verdicts[e.value[0]] = _nested(NFTA_SET_ELEM_DATA, _verdict(e.value[0]))
                 attrs += v
             elif self.data is not None:
                 data = b"".join([p(x) for p, x in zip(self.data, e.value, strict=True)])
                 dh = self._data_headers.get(len(data))
                 if dh is None:
-                    dh = self._data_headers[len(data)] = _header(len(data) + 8, 2 | NLA_F_NESTED) + _header(
-                        len(data) + 4, 1
-                    )
+                    dh = self._data_headers[len(data)] = _header(
+                        len(data) + 8, NFTA_SET_ELEM_DATA | NLA_F_NESTED
+                    ) + _header(len(data) + 4, NFTA_DATA_VALUE)
                 attrs += dh + data
         if e.comment:
             text = e.comment.encode()[:127] + b"\0"
-            attrs += _nla(6, struct.pack("=BB", 0, len(text)) + text)  # USERDATA: udata comment TLV
-        return _header(len(attrs) + 4, 1 | NLA_F_NESTED) + attrs
+            attrs += _nla(NFTA_SET_ELEM_USERDATA, struct.pack("=BB", NFTNL_UDATA_SET_ELEM_COMMENT, len(text)) + text)
+        return _header(len(attrs) + 4, NFTA_LIST_ELEM | NLA_F_NESTED) + attrs
 
     def pack_spread(self, key: Sequence[str], values: Sequence[Sequence[str]]) -> list[bytes]:
         """Elements ``key . i : values[i]`` (i = 0, 1, …; the key's last part is the slot number),
@@ -166,8 +176,12 @@ class Layout:
     @staticmethod
     def _spread_headers(klen: int, dlen: int) -> tuple[bytes, bytes]:
         """The element's, its key's and its data's attribute headers (sizes: key, data)."""
-        head = _header(klen + dlen + 20, 1 | NLA_F_NESTED) + _header(klen + 8, 1 | NLA_F_NESTED) + _header(klen + 4, 1)
-        return head, _header(dlen + 8, 2 | NLA_F_NESTED) + _header(dlen + 4, 1)
+        head = (
+            _header(klen + dlen + 20, NFTA_LIST_ELEM | NLA_F_NESTED)
+            + _header(klen + 8, NFTA_SET_ELEM_KEY | NLA_F_NESTED)
+            + _header(klen + 4, NFTA_DATA_VALUE)
+        )
+        return head, _header(dlen + 8, NFTA_SET_ELEM_DATA | NLA_F_NESTED) + _header(dlen + 4, NFTA_DATA_VALUE)
 
     @classmethod
     def for_set(cls, s: Set) -> Layout | None:
@@ -197,15 +211,16 @@ def _nested(kind: int, payload: bytes) -> bytes:
     return _nla(kind | NLA_F_NESTED, payload)
 
 
-_VERDICTS = {"accept": 1, "drop": 0, "continue": -1, "return": -5}
+_VERDICTS = {"accept": NF_ACCEPT, "drop": NF_DROP, "continue": NFT_CONTINUE, "return": NFT_RETURN}
 
 
 def _verdict(text: str) -> bytes:
     word, _, chain = text.partition(" ")
     if word in ("goto", "jump"):
-        code = -4 if word == "goto" else -3
-        return _nested(2, _nla(1, struct.pack(">i", code)) + _nla(2, chain.encode() + b"\0"))
-    return _nested(2, _nla(1, struct.pack(">i", _VERDICTS[word])))
+        code = struct.pack(">i", NFT_GOTO if word == "goto" else NFT_JUMP)
+        target = _nla(NFTA_VERDICT_CHAIN, chain.encode() + b"\0")
+        return _nested(NFTA_DATA_VERDICT, _nla(NFTA_VERDICT_CODE, code) + target)
+    return _nested(NFTA_DATA_VERDICT, _nla(NFTA_VERDICT_CODE, struct.pack(">i", _VERDICTS[word])))
 
 
 def _message(kind: int, flags: int, seq: int, body: bytes, family: int, res_id: int = 0) -> bytes:
@@ -253,7 +268,8 @@ class Batch:
         for family, table, kind, name, elements in self.messages:
             seq += 1
             flags = NLM_F_REQUEST | NLM_F_ACK | (NLM_F_CREATE if kind == NFT_MSG_NEWSETELEM else 0)
-            body = _nla(1, table) + _nla(2, name) + _nested(3, elements)
+            body = _nla(NFTA_SET_ELEM_LIST_TABLE, table) + _nla(NFTA_SET_ELEM_LIST_SET, name)
+            body += _nested(NFTA_SET_ELEM_LIST_ELEMENTS, elements)
             parts.append(_message((NFNL_SUBSYS_NFTABLES << 8) | kind, flags, seq, body, family))
         seq += 1
         parts.append(_message(NFNL_MSG_BATCH_END, NLM_F_REQUEST, seq, b"", 0, NFNL_SUBSYS_NFTABLES))

@@ -122,3 +122,19 @@ class Table:
 def quote(text: str) -> str:
     """Quote a comment for nft (no escapes exist: quotes are replaced)."""
     return '"' + text.replace('"', "'") + '"'
+
+
+class DynamicElement(NamedTuple):
+    """An element the packet path wrote (e.g. `update @map { … }`), with its timeout in seconds."""
+
+    key: Key
+    value: tuple[str, ...]
+    timeout: int
+
+
+class UdpFlow(NamedTuple):
+    """A DNATed UDP conntrack entry: where the client sent it, and who answers."""
+
+    orig_dst: str
+    orig_dport: str
+    reply_src: str

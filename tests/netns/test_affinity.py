@@ -14,6 +14,7 @@ from nftproxy.compiler import ProxyConfig
 from nftproxy.dataplane import Dataplane
 from nftproxy.model.types import Endpoint, EndpointPort, EndpointSlice, Service, ServicePort
 from nftproxy.nft.kernel import KernelBackend
+from nftproxy.nft.objects import Family
 from testkit.netlab import Client, NetLab, Node, Pod, cleanup_stale
 
 pytestmark = pytest.mark.netns
@@ -83,11 +84,36 @@ def test_same_client_same_endpoint(lab: Lab) -> None:
     assert len(set(nodeport)) == 1 and nodeport[0] in {"e0", "e1", "e2"}, nodeport
 
 
-def test_without_affinity_connections_spread(lab: Lab) -> None:
+@pytest.mark.parametrize("release", [True, False], ids=["released", "not-released (control)"])
+def test_turning_affinity_off_releases_existing_clients_at_once(lab: Lab, release: bool) -> None:
+    """kube-proxy stops honouring a Service's affinity as soon as it is turned off: a client
+    pinned for 3 hours is balanced again at its next connection, no sleeping past a timeout."""
+    lab.dp.set_service(sticky(10800))
+    lab.dp.sync()
+    pinned = lab.who(lab.client, count=6)
+    assert len(set(pinned)) == 1, pinned
+    if not release:  # the control: a proxy that leaves the kernel's affinity entries alone
+        lab.dp._release_affinity = lambda a: None  # type: ignore[method-assign]
     lab.dp.set_service(dataclasses.replace(sticky(), session_affinity_timeout=None))
     lab.dp.sync()
-    time.sleep(TIMEOUT + 1)  # old entries expire
-    assert len(set(lab.who(lab.client, count=30))) > 1
+    after = set(lab.who(lab.client, count=30))
+    if release:
+        assert len(after) > 1, after  # (1/3)^29 chance of a false alarm
+    else:
+        assert after == set(pinned)
+
+
+def test_a_changed_timeout_releases_the_entries_of_the_old_one(lab: Lab) -> None:
+    lab.dp.set_service(sticky(10800))
+    lab.dp.sync()
+    assert len(set(lab.who(lab.client, count=4))) == 1
+    backend = lab.dp.backend
+    assert {e.timeout for e in backend.read_dynamic(Family.IP, "nftproxy", "affinity")} == {10800}
+    lab.dp.set_service(sticky(600))
+    lab.dp.sync()
+    assert backend.read_dynamic(Family.IP, "nftproxy", "affinity") == []
+    assert len(set(lab.who(lab.client, count=4))) == 1  # sticky again, under the new timeout
+    assert {e.timeout for e in backend.read_dynamic(Family.IP, "nftproxy", "affinity")} == {600}
 
 
 def test_affinity_expires(lab: Lab) -> None:

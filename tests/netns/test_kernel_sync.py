@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from ipaddress import ip_address, ip_network
 from pathlib import Path
 
@@ -13,6 +13,7 @@ import pytest
 from nftproxy.compiler import ProxyConfig
 from nftproxy.dataplane import Dataplane
 from nftproxy.manifests import classify
+from nftproxy.nft.bulk import LoadStep
 from nftproxy.nft.kernel import KernelBackend, NftError
 from nftproxy.nft.objects import Element, Family, Table
 from nftproxy.nft.transaction import Transaction
@@ -242,3 +243,47 @@ def _load_text_then_bulk(netns: str, objs: list[k.Obj]) -> dict[bool, dict[Famil
         assert bulk is not None and stream is not None
         assert stream.elements == bulk.elements and set(stream.chains) == set(bulk.chains)
     return {False: results[False], True: results[True]}
+
+
+class _RefusesStep(KernelBackend):
+    """The real kernel, with a step of the first load the kernel refuses (an element for a map
+    that does not exist), after earlier steps were committed."""
+
+    def __init__(self, netns: str, n: int) -> None:
+        super().__init__(netns)
+        self.n = n
+
+    def load(self, steps: Iterable[LoadStep]) -> int:
+        def refused() -> Iterator[LoadStep]:
+            for i, step in enumerate(steps):
+                if i == self.n:
+                    bad = Transaction(Family.IP, "nftproxy")
+                    bad.add_elements("no-such-map", [Element(("10.0.0.1",))])
+                    step = LoadStep([*step.txs, bad], step.loads)
+                yield step
+
+        return super().load(refused())
+
+
+def test_a_first_bulk_load_refused_half_way_is_rolled_back(netns: str) -> None:
+    nft(netns, "-f", "-", stdin=OTHER_TABLE)
+    before = nft(netns, "list", "ruleset")
+    backend = _RefusesStep(netns, 2)
+    dp = Dataplane(backend, CFG)
+    dp.bulk_elements, dp.stream_services, dp.stream_chunks = 1, 1, 3
+    for i in range(9):
+        dp.set_service(svc(i, node_port=True))
+        dp.set_slice(eps(i, 3))
+    with pytest.raises(NftError, match=r"rolled back: no nftproxy table, as before"):
+        dp.sync()
+    assert nft(netns, "list", "ruleset") == before  # the first steps' declarations are gone
+    backend.n = -1
+    assert dp.sync().full
+    assert expected(dp) == _state(backend)
+    backend.close()
+
+
+def _state(backend: KernelBackend) -> tuple[dict[str, dict[tuple[str, ...], object]], set[str]]:
+    t = backend.read(Family.IP, "nftproxy")
+    assert t is not None
+    return {name: dict(els) for name, els in t.elements.items()}, set(t.chains)

@@ -1,0 +1,159 @@
+"""A family's table as nft objects: the fixed skeleton (skeleton.py, per config) plus what an
+ElementStore holds, rendered whole (``table``) or as the change a ChangeLog recorded (``delta``)."""
+
+from __future__ import annotations
+
+from ipaddress import collapse_addresses, ip_network
+
+from nftproxy.compiler import skeleton
+from nftproxy.compiler.changelog import ChangeLog, Obj
+from nftproxy.compiler.config import ProxyConfig
+from nftproxy.compiler.fragment import spread_elements
+from nftproxy.compiler.store import ElementStore
+from nftproxy.model.types import IPNetwork
+from nftproxy.nft.objects import Chain, Element, Family, Key, Set, Table
+from nftproxy.nft.transaction import Transaction
+
+
+def _addr_or_cidr(net: IPNetwork) -> str:
+    return str(net.network_address) if net.prefixlen == net.max_prefixlen else str(net)
+
+
+class Renderer:
+    """The skeleton of one family's table under one config: base sets and chains, the rules each
+    per-count object gets, and the config's own elements (cluster CIDRs, NodePort addresses)."""
+
+    def __init__(self, family: Family, config: ProxyConfig) -> None:
+        self.family = f = family
+        self.name = config.table
+        mine = [n for n in config.cluster_cidrs if n.version == f.version]
+        if config.masquerade_all:
+            self.masquerade: str | None = "jump mark-for-masquerade"
+        elif mine:
+            self.masquerade = f"{f.value} saddr != @cluster-cidrs jump mark-for-masquerade"
+        else:
+            self.masquerade = None
+        self.pods = bool(mine)  # pod sources are known: Local-policy short-circuits apply to them
+        self.base_sets = {s.name: s for s in skeleton.base_sets(f)}
+        self.base_chains = {c.name: c for c in skeleton.base_chains(f)}
+        self.static: dict[str, dict[Key, Element]] = {"cluster-cidrs": {}, "nodeport-ips": {}}
+        for net in collapse_addresses(mine):  # type: ignore[type-var]
+            self.static["cluster-cidrs"][(_addr_or_cidr(net),)] = Element((_addr_or_cidr(net),))
+        np_nets: list[IPNetwork] = [n for n in config.nodeport_addresses if n.version == f.version]
+        if not config.nodeport_addresses:
+            np_nets = [ip_network(ip) for ip in config.node_ips if ip.version == f.version]
+        for net in collapse_addresses(np_nets):  # type: ignore[type-var]
+            self.static["nodeport-ips"][(_addr_or_cidr(net),)] = Element((_addr_or_cidr(net),))
+
+    def object_parts(self, obj: Obj) -> tuple[list[Set], list[Chain]]:
+        kind, n = obj
+        return skeleton.count_objects(self.family, kind, n, self.masquerade, self.pods)
+
+    def comment(self) -> str:
+        return skeleton.layout_comment(self.family, self.masquerade, self.pods)
+
+    def chain_names(self, store: ElementStore) -> set[str]:
+        """The chains of the table (base and per-count), without building the whole table."""
+        names = set(self.base_chains)
+        for obj in store.objects:
+            names.update(c.name for c in self.object_parts(obj)[1])
+        return names
+
+    def set_named(self, store: ElementStore, name: str) -> Set:
+        if name in self.base_sets:
+            return self.base_sets[name]
+        for obj in store.objects:
+            for s in self.object_parts(obj)[0]:
+                if s.name == name:
+                    return s
+        raise KeyError(name)
+
+    def declare(self, tx: Transaction, objs: list[Obj]) -> None:
+        """Declare these per-count objects: their maps, their chains, then the chains' rules
+        (with nft 1.0.6 a rule binding a `typeof … th dport` map must come with its map)."""
+        for obj in objs:
+            sets, chains = self.object_parts(obj)
+            for st in sets:
+                tx.add_set(st)
+            for c in chains:
+                tx.add_chain(c)
+            for c in chains:
+                for rule in c.rules:
+                    tx.add_rule(c.name, rule)
+
+    def content_lines(self, store: ElementStore) -> list[str]:
+        """The table's contents as sorted lines (for a checksum), endpoint maps unexpanded."""
+        lines = [f"table {self.family.value} {self.name} {self.comment()}\n"]
+        lines += sorted(f"chain {name}\n" for name in self.chain_names(store))
+        els = [f"{name} {el.render()}\n" for name, els in self.static.items() for el in els.values()]
+        els += [f"{name} {el.render()}\n" for (name, _), el in store.values.items()]
+        els += [f"{name} {' . '.join(key)} : {values}\n" for (name, key), values in store.spreads.items()]
+        return lines + sorted(els)
+
+    def table(self, store: ElementStore, expand: bool = True) -> Table:
+        """The whole desired table (``expand=False``: without the endpoint maps' elements, which
+        ``store.spreads`` holds; a bulk load packs them from there)."""
+        sets = dict(self.base_sets)
+        chains = dict(self.base_chains)
+        for obj in sorted(store.objects):
+            ss, cs = self.object_parts(obj)
+            sets.update((s.name, s) for s in ss)
+            chains.update((c.name, c) for c in cs)
+        elements: dict[str, dict[Key, Element]] = {name: {} for name in sets}
+        for name, els in self.static.items():
+            elements[name].update(els)
+        for (set_name, key), el in store.values.items():
+            elements[set_name][key] = el
+        if expand:
+            for (map_name, key), values in store.spreads.items():
+                target = elements[map_name]
+                for el in spread_elements(key, values):
+                    target[el.key] = el
+        return Table(self.family, self.name, self.comment(), chains, sets, elements)
+
+    def delta(self, store: ElementStore, log: ChangeLog) -> Transaction:
+        """Everything ``log`` recorded, as one transaction that touches only those elements and
+        the per-count objects that appear or disappear, in an order the kernel accepts: new
+        objects, element deletions, element additions, then the objects no longer used."""
+        tx = Transaction(self.family, self.name)
+        created = [o for o, existed in log.objects.items() if not existed and o in store.objects]
+        removed = [o for o, existed in log.objects.items() if existed and o not in store.objects]
+        dropped_sets = {s.name for o in removed for s in self.object_parts(o)[0]}
+        self.declare(tx, sorted(created))
+        deletes: dict[str, list[Key]] = {}
+        adds: dict[str, list[Element]] = {}
+        for (set_name, key), before in log.elements.items():
+            now = store.values.get((set_name, key))
+            if now == before:
+                continue
+            if before is not None and set_name not in dropped_sets:
+                deletes.setdefault(set_name, []).append(key)
+            if now is not None:
+                adds.setdefault(set_name, []).append(now)
+        for (map_name, key), before_values in log.spreads.items():
+            now_values = store.spreads.get((map_name, key))
+            if now_values == before_values:
+                continue
+            old_els = set(spread_elements(key, before_values or ()))
+            new_els = list(spread_elements(key, now_values or ()))
+            if map_name not in dropped_sets:
+                keep = set(new_els)
+                gone = sorted(e.key for e in old_els if e not in keep)
+                if gone:
+                    deletes.setdefault(map_name, []).extend(gone)
+            new = [e for e in new_els if e not in old_els]
+            if new:
+                adds.setdefault(map_name, []).extend(new)
+        for set_name, keys in deletes.items():
+            tx.delete_elements(set_name, keys)
+        for set_name, els in adds.items():
+            tx.add_elements(set_name, els)
+        for obj in sorted(removed):
+            ss, cs = self.object_parts(obj)
+            for c in cs:
+                tx.flush_chain(c.name)
+            for s in ss:
+                tx.delete_set(s.name, s.is_map)
+            for c in cs:
+                tx.delete_chain(c.name)
+        return tx

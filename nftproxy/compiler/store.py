@@ -1,0 +1,82 @@
+"""The elements of a family's table, held by the fragments that put them there.
+
+Plain set/map elements are reference-counted (two Services may need the same hairpin or
+ClusterIP entry); endpoint-map entries ("spreads") and UDP serving sets are keyed by a frontend
+one Service claims, so they need no counts. Every change is told to the ChangeLog with the value
+it replaces.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from nftproxy.compiler.changelog import ChangeLog, Obj, Slot
+from nftproxy.compiler.fragment import Fragment
+from nftproxy.nft.objects import Element, Key
+
+
+class ElementStore:
+    def __init__(self, log: ChangeLog) -> None:
+        self.log = log
+        self.fragments: dict[str, Fragment] = {}  # programmed, by Service key
+        self.values: dict[tuple[str, Key], Element] = {}  # (set, key) -> element
+        self.counts: dict[tuple[str, Key], int] = {}  # (set, key) -> fragments holding it
+        self.spreads: dict[tuple[str, Key], tuple[Slot, ...]] = {}  # (map, frontend) -> slot values
+        self.objects: Counter[Obj] = Counter()  # per-count objects -> fragments needing them
+        self.endpoints: Counter[tuple[str, int]] = Counter()  # endpoint -> fragments using it
+        self.udp_serving: dict[Key, frozenset[str]] = {}  # UDP frontend -> serving endpoint IPs
+
+    def add(self, frag: Fragment) -> None:
+        log = self.log
+        self.fragments[frag.key] = frag
+        for set_name, el in frag.elements:
+            k = (set_name, el.key)
+            n = self.counts.get(k, 0)
+            if n == 0:
+                log.element(k, None)
+                self.values[k] = el
+            self.counts[k] = n + 1
+        for map_name, key, values in frag.spreads:
+            k = (map_name, key)
+            log.spread(k, None)
+            self.spreads[k] = values
+        for key, ips in frag.udp_serving:
+            log.udp_frontend(key, None)
+            self.udp_serving[key] = ips
+        self.endpoints.update(frag.endpoints)
+        for obj in frag.objects:
+            if self.objects[obj] == 0:
+                log.object(obj, False)
+            self.objects[obj] += 1
+
+    def remove(self, key: str) -> Fragment | None:
+        frag = self.fragments.pop(key, None)
+        if frag is None:
+            return None
+        log = self.log
+        for set_name, el in frag.elements:
+            k = (set_name, el.key)
+            n = self.counts[k] - 1
+            if n == 0:
+                log.element(k, self.values.pop(k))
+                del self.counts[k]
+            else:
+                self.counts[k] = n
+        for map_name, fkey, _ in frag.spreads:
+            k = (map_name, fkey)
+            log.spread(k, self.spreads.pop(k))
+        for fkey, _ in frag.udp_serving:
+            log.udp_frontend(fkey, self.udp_serving.pop(fkey))
+        self.endpoints.subtract(frag.endpoints)
+        for ep in frag.endpoints:
+            if self.endpoints[ep] <= 0:
+                del self.endpoints[ep]
+        for obj in frag.objects:
+            self.objects[obj] -= 1
+            if self.objects[obj] == 0:
+                log.object(obj, True)
+                del self.objects[obj]
+        return frag
+
+    def element_count(self) -> int:
+        return len(self.values) + sum(len(v) for v in self.spreads.values())
