@@ -12,6 +12,7 @@ from nftproxy.compiler import ProxyConfig, compile_tables
 from nftproxy.compiler.build import Desired
 from nftproxy.dataplane import Dataplane
 from nftproxy.manifests import Inputs, ManifestError, load
+from nftproxy.model.balancing import ALGORITHMS
 from nftproxy.model.types import IPAddress, IPNetwork, Node
 from nftproxy.nft.diff import plan
 from nftproxy.nft.kernel import KernelBackend, NftError, PartialLoadError
@@ -44,6 +45,7 @@ def add_config_flags(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--masquerade-all", action="store_true", help="SNAT all traffic to Service IPs")
     p.add_argument("--service-proxy-name", help="handle only Services with this service-proxy-name label")
+    p.add_argument("--load-balancing", choices=ALGORITHMS, default="random", help="for Services without the annotation")
     p.add_argument("--table", default="nftproxy", help=argparse.SUPPRESS)
 
 
@@ -56,6 +58,7 @@ def config_from_args(args: argparse.Namespace) -> ProxyConfig:
         nodeport_addresses=tuple(_cidr(v) for v in _split(args.nodeport_addresses)),
         masquerade_all=args.masquerade_all,
         service_proxy_name=args.service_proxy_name,
+        load_balancing=args.load_balancing,
         table=args.table,
     )
 

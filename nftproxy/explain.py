@@ -93,7 +93,7 @@ def _port_name(comment: str | None) -> str:
     return comment.rsplit(":", 1)[1]
 
 
-_ENDPOINT_MAP = re.compile(r"^(nodeport-)?(local-)?endpoints-\d+$")
+_ENDPOINT_MAP = re.compile(r"^(nodeport-)?(local-)?endpoints-([a-z0-9]+-)?\d+$")
 
 
 def _endpoint(value: tuple[str, ...] | None) -> str:

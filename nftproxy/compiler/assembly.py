@@ -10,7 +10,7 @@ kernel took it.
 
 from __future__ import annotations
 
-from nftproxy.compiler import skeleton
+from nftproxy.compiler import balancing, skeleton
 from nftproxy.compiler.changelog import ChangeLog, Obj, Slot
 from nftproxy.compiler.claims import Claims
 from nftproxy.compiler.config import ProxyConfig
@@ -115,8 +115,9 @@ class Assembly:
         out: set[Slot] = set()
         spreads = self.store.spreads
         for kind, n in self.store.objects:
-            for prefix in maps.get(kind, ()):
-                values = spreads.get((f"{prefix}-{n}", frontend))
+            base, tag = balancing.split_kind(kind)  # any load-balancing algorithm's maps
+            for prefix in maps.get(base, ()):
+                values = spreads.get((balancing.name(prefix, tag, n), frontend))
                 if values:
                     out.update(values)
         return out

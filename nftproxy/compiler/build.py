@@ -40,6 +40,12 @@ def summarize(assemblies: Iterable[Assembly]) -> tuple[int, int, list[Skipped]]:
         endpoints += len(a.store.endpoints)
         for s in a.skipped():
             skipped.setdefault(str(s), s)
+        for frag in a.fragments.values():
+            if frag.warnings:  # programmed, but reported (e.g. a bad load-balancing annotation)
+                ns, _, name = frag.key.partition("/")
+                for w in frag.warnings:
+                    x = Skipped("Service", ns, name, w)
+                    skipped.setdefault(str(x), x)
     return len(services), endpoints, list(skipped.values())
 
 

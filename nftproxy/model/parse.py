@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from ipaddress import ip_address, ip_network
 from typing import Any
 
+from nftproxy.model import balancing
 from nftproxy.model.types import (
     PROTOCOLS,
     Endpoint,
@@ -168,6 +169,7 @@ def _service(obj: Mapping[str, Any], ns: str, name: str, proxy_name: str | None)
             raise _Invalid(f"sessionAffinityConfig.clientIP.timeoutSeconds {timeout!r} not in 1-86400")
     hc = spec.get("healthCheckNodePort")
     annotations = _map(meta.get("annotations"), "metadata.annotations")
+    algorithm, warning = balancing.from_annotations(annotations)
     topology = annotations.get("service.kubernetes.io/topology-mode") or annotations.get(
         "service.kubernetes.io/topology-aware-hints"
     )
@@ -186,6 +188,8 @@ def _service(obj: Mapping[str, Any], ns: str, name: str, proxy_name: str | None)
         health_check_node_port=_port(hc, "spec.healthCheckNodePort") if hc else None,
         traffic_distribution=str(spec["trafficDistribution"]) if spec.get("trafficDistribution") else None,
         topology_mode=str(topology) if topology else None,
+        load_balancing=algorithm,
+        warnings=(warning,) if warning else (),
     )
 
 

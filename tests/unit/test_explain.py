@@ -46,7 +46,7 @@ def _golden(name: str, text: str) -> None:
     assert text == path.read_text()
 
 
-@pytest.mark.parametrize("case", ["demo-default", "policies"])
+@pytest.mark.parametrize("case", ["demo-default", "policies", "balancing"])
 def test_explain_golden_text(case: str) -> None:
     vs, services = views(case)
     _golden(f"explain-{case}.txt", explain_all(vs, services))
