@@ -16,6 +16,7 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -28,7 +29,7 @@ HTTP = [k.port(8080, "http")]
 SOURCES = [f"198.18.0.{i}" for i in range(150, 166)]  # extra addresses of the outside client
 
 
-def svc(name: str, ip: str, algorithm: str | None, node_port: int | None = None, **spec: object) -> k.Obj:
+def svc(name: str, ip: str, algorithm: str | None, node_port: int | None = None, **spec: Any) -> k.Obj:
     kind = "NodePort" if node_port else "ClusterIP"
     obj = k.service(name, [ip], [k.port(80, "http", node_port=node_port)], type=kind, **spec)
     if algorithm:
