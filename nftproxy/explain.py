@@ -112,6 +112,13 @@ def service_elements(view: TableView, service: str) -> list[tuple[str, Element]]
                 out.append((set_name, el))
                 if set_name in (IP_DISPATCH, NODEPORT_DISPATCH, NO_EP_IP, NO_EP_NODEPORT):
                     frontends.add(el.key)
+    own_maps = {  # round-robin: the Service's own maps (keyed by slot only), named by its chains
+        el.value[0].removeprefix("goto ")
+        for set_name, el in out
+        if set_name.startswith("rr-") and el.value and el.value[0].startswith("goto rr-")
+    }
+    for name in sorted(own_maps):
+        out += [(name, el) for el in view.els(name).values()]
     for set_name, els in view.elements.items():
         if _ENDPOINT_MAP.match(set_name):
             width = 2 if set_name.startswith("nodeport-") else 3
@@ -200,6 +207,8 @@ class _Describer:
             if el is None or not el.value:
                 return None, False
             cond = m.group("cond")
+            if not cond:  # a plain dispatch (e.g. round-robin's entry chains): follow it
+                return self._verdict(el.value[0], depth), True
             who = (
                 f"pod sources ({self.cidrs()})"
                 if "@cluster-cidrs" in cond
@@ -230,10 +239,12 @@ class _Describer:
                 algo, n = name, mm.group(1)
                 break
         width = len(self.fkey)
+        if key.startswith(("numgen", "jhash")):  # a map of its own, keyed by the slot alone
+            width = 0
         slots = sorted(
             (int(el.key[width]), _endpoint(el.value))
             for el in self.view.els(map_name).values()
-            if el.key[:width] == self.fkey and len(el.key) == width + 1
+            if el.key[:width] == self.fkey[:width] and len(el.key) == width + 1
         )
         children = []
         for i, ep in slots:

@@ -9,8 +9,15 @@
   32-bit integer, and nft 1.0.6 crashes listing a ``typeof … jhash`` map.)
 * round-robin: ``numgen inc mod N``: a counter per rule. Shared per-count chains would share the
   counter between Services (two Services taking turns would each stay on one endpoint), so each
-  round-robin Service port gets objects of its own, tagged ``rr<hash>`` (``endpoints-rr<hash>-N``,
-  ``load-balance-rr<hash>-N``, …): a bounded number per Service, each map bound by one rule.
+  round-robin Service port gets ONE map and ONE chain of its own, ``rr-<tag>-N`` (the chain: the
+  affinity lookup when the Service has sessionAffinity, then ``dnat to numgen inc mod N map
+  @rr-<tag>-N``; the map: slot -> endpoint, N elements). Its ClusterIP, external IPs and NodePort
+  share that counter. They reach it through five shared entry chains (``cluster-rr``,
+  ``external-rr``, ``external-local-rr``, ``nodeport-rr``, ``nodeport-local-rr``: masquerade and
+  the traffic policies, as their random counterparts) and four shared verdict maps
+  (``rr-services``, ``rr-nodeports``: frontend -> the Service's chain; ``rr-local-services``,
+  ``rr-local-nodeports``: the chain of its node-local endpoints, for Local traffic policies).
+  Each map is bound by one rule (the kernel walks a map's elements for each rule binding it).
 
 The per-count kinds of skeleton.py carry the algorithm as ``kind@tag`` (``lb@sh``, ``lb@rr1f…``).
 """
@@ -22,18 +29,20 @@ import re
 from dataclasses import replace
 
 from nftproxy.model.balancing import ALGORITHMS, ANNOTATION, RANDOM, ROUND_ROBIN, SOURCE_HASH, from_annotations
-from nftproxy.nft.objects import Chain, Set
+from nftproxy.nft.objects import Chain, Family, Set
 
-__all__ = ["ALGORITHMS", "ANNOTATION", "from_annotations"]
+__all__ = ["ALGORITHMS", "ANNOTATION", "RANDOM", "ROUND_ROBIN", "SOURCE_HASH", "from_annotations"]
 SEED = "0x6e667078"  # fixed: the same client maps to the same slot on every node and after restarts
 
 
-def tag(algorithm: str, service: str, port: str, proto: str) -> str:
-    """The name infix of an algorithm's objects ("" for random)."""
+def tag(algorithm: str, service: str, port: str, proto: str, sticky: bool = False) -> str:
+    """The name infix of an algorithm's objects ("" for random). A round-robin tag is per Service
+    port; flag ``s``: the Service has sessionAffinity (its chain looks the client up first)."""
     if algorithm == SOURCE_HASH:
         return "sh"
     if algorithm == ROUND_ROBIN:
-        return "rr" + hashlib.sha256(f"{service}/{port}/{proto}".encode()).hexdigest()[:10]
+        digest = hashlib.sha256(f"{service}/{port}/{proto}".encode()).hexdigest()[:10]
+        return f"{digest}{'s' if sticky else ''}"
     return ""
 
 
@@ -55,13 +64,7 @@ def name(base: str, t: str, n: int) -> str:
 def slot_expression(t: str, ip: str, n: int) -> str:
     if t == "sh":
         return f"jhash {ip} saddr mod {n} seed {SEED}"
-    if t.startswith("rr"):
-        return f"numgen inc mod {n}"
     return f"numgen random mod {n}"
-
-
-def algorithm_of(t: str) -> str:
-    return SOURCE_HASH if t == "sh" else ROUND_ROBIN if t.startswith("rr") else RANDOM
 
 
 _NUMGEN = re.compile(r"numgen random mod (\d+)")
@@ -92,3 +95,61 @@ def retag(sets: list[Set], chains: list[Chain], t: str, n: int, ip: str) -> tupl
     ]
     new_chains = [replace(c, name=renames.get(c.name, c.name), rules=tuple(rule(r) for r in c.rules)) for c in chains]
     return new_sets, new_chains
+
+
+# -- round-robin: one map and one chain per Service port, shared entry chains --------------
+
+RR_ENTRY = "rr-entry"  # the kind of the shared entry chains and verdict maps (N = 0)
+RR = "rr"  # kind "rr:<tag>", N: the Service port's own map and chain
+RR_SERVICES, RR_NODEPORTS = "rr-services", "rr-nodeports"
+RR_LOCAL_SERVICES, RR_LOCAL_NODEPORTS = "rr-local-services", "rr-local-nodeports"
+RR_VMAPS = (RR_SERVICES, RR_NODEPORTS, RR_LOCAL_SERVICES, RR_LOCAL_NODEPORTS)
+
+
+def rr_kind(t: str) -> str:
+    return f"{RR}:{t}"
+
+
+def rr_name(t: str, n: int) -> str:
+    return f"rr-{t}-{n}"
+
+
+def rr_sticky(map_name: str) -> bool:
+    """Does this round-robin map's Service have sessionAffinity (tag flag ``s``)?"""
+    return map_name.startswith("rr-") and "s" in map_name[3:].rsplit("-", 1)[0][10:]
+
+
+def rr_objects(
+    family: Family, kind: str, n: int, masquerade: str | None, pods: bool, sticky_rule: str
+) -> tuple[list[Set], list[Chain]]:
+    ip, a = family.value, family.addr_type
+    if kind == RR_ENTRY:
+        key, np_key = f"{ip} daddr . meta l4proto . th dport", "meta l4proto . th dport"
+        sets = [
+            Set(RR_SERVICES, f"type {a} . inet_proto . inet_service : verdict", (), comment="round-robin frontends"),
+            Set(RR_NODEPORTS, "type inet_proto . inet_service : verdict", (), comment="round-robin NodePorts"),
+            Set(RR_LOCAL_SERVICES, f"type {a} . inet_proto . inet_service : verdict", (),
+                comment="round-robin frontends, Local policy: this node's endpoints"),
+            Set(RR_LOCAL_NODEPORTS, "type inet_proto . inet_service : verdict", (),
+                comment="round-robin NodePorts, Local policy: this node's endpoints"),
+        ]  # fmt: skip
+
+        def local(k: str, all_map: str, local_map: str) -> tuple[str, ...]:
+            pod = (f"{ip} saddr @cluster-cidrs {k} vmap @{all_map}",) if pods else ()
+            return (*pod, "fib saddr type local jump mark-for-masquerade", f"fib saddr type local {k} vmap @{all_map}",
+                    f"{k} vmap @{local_map}", "drop")  # fmt: skip
+
+        masq = (masquerade,) if masquerade else ()
+        chains = [
+            Chain("cluster-rr", (*masq, f"{key} vmap @{RR_SERVICES}")),
+            Chain("external-rr", ("jump mark-for-masquerade", f"{key} vmap @{RR_SERVICES}")),
+            Chain("external-local-rr", local(key, RR_SERVICES, RR_LOCAL_SERVICES)),
+            Chain("nodeport-rr", ("jump mark-for-masquerade", f"{np_key} vmap @{RR_NODEPORTS}")),
+            Chain("nodeport-local-rr", local(np_key, RR_NODEPORTS, RR_LOCAL_NODEPORTS)),
+        ]
+        return sets, chains
+    t = kind.split(":", 1)[1]
+    name = rr_name(t, n)
+    the_map = Set(name, f"typeof numgen inc mod {n} : {ip} daddr . th dport", comment=f"round-robin: one of {n}")
+    dnat = f"meta l4proto {{ tcp, udp, sctp }} dnat {ip} to numgen inc mod {n} map @{name}"
+    return [the_map], [Chain(name, (sticky_rule, dnat) if "s" in t[10:] else (dnat,))]

@@ -249,6 +249,41 @@ def _external(
     out.spread(n.kind, n.endpoints, key, cluster)
 
 
+def _round_robin(
+    out: _Out, p: _Port, fe: _Frontends, cluster: tuple[Slot, ...], local: tuple[Slot, ...], t: str
+) -> None:
+    """round-robin (balancing.py): this port's own chain and map per endpoint list (all, and
+    this node's for Local policies), reached through the shared entry chains."""
+    out.objects.add((balancing.RR_ENTRY, 0))
+
+    def chain(tag: str, values: tuple[Slot, ...]) -> str:
+        n = len(values)
+        out.objects.add((balancing.rr_kind(tag), n))
+        out.spreads.append((balancing.rr_name(tag, n), (), values))
+        return f"goto {balancing.rr_name(tag, n)}"
+
+    to_all = chain(t, cluster)
+    to_local = chain(t + "l", local) if local and (fe.itp_local or fe.etp_local) else None
+    if not fe.itp_local:
+        out.add("service-ips", p.cluster, ("goto cluster-rr",), p.comment)
+        out.add(balancing.RR_SERVICES, p.cluster, (to_all,), p.comment)
+    elif to_local:
+        out.add("service-ips", p.cluster, ("goto cluster-rr",), p.comment)
+        out.add(balancing.RR_SERVICES, p.cluster, (to_local,), p.comment)
+    else:
+        out.add("no-endpoint-services", p.cluster, DROP, p.comment)  # endpoints exist, none here
+    fronts = [("service-ips", k, balancing.RR_SERVICES, balancing.RR_LOCAL_SERVICES, "external") for k in p.externals]
+    if p.node_port:
+        fronts.append(
+            ("service-nodeports", p.node_port, balancing.RR_NODEPORTS, balancing.RR_LOCAL_NODEPORTS, "nodeport")
+        )
+    for dispatch, key, all_map, local_map, entry in fronts:
+        out.add(dispatch, key, (f"goto {entry}-local-rr" if fe.etp_local else f"goto {entry}-rr",), p.comment)
+        out.add(all_map, key, (to_all,), p.comment)
+        if fe.etp_local and to_local:
+            out.add(local_map, key, (to_local,), p.comment)
+
+
 def _affinity(out: _Out, p: _Port, timeout: int) -> None:
     """sessionAffinity ClientIP: record which endpoint each client got, for the Service's timeout."""
     record = (f"goto affinity-record-{timeout}",)
@@ -308,12 +343,16 @@ def compile_fragment(
             _no_endpoints(out, p)
             continue
         cluster, local = slot_values(cat.cluster), slot_values(cat.local)
-        out.tag = balancing.tag(algorithm, svc.key, port.name or str(port.port), p.proto)
-        _cluster_ip(out, p, fe, cluster, local)
-        for k in p.externals:
-            _external(out, EXTERNAL_IP, k, p.comment, cluster, local, fe.etp_local)
-        if p.node_port:
-            _external(out, NODEPORT, p.node_port, p.comment, cluster, local, fe.etp_local)
+        t = balancing.tag(algorithm, svc.key, port.name or str(port.port), p.proto, bool(svc.session_affinity_timeout))
+        if algorithm == balancing.ROUND_ROBIN and max(len(cluster), len(local)) > 1:
+            _round_robin(out, p, fe, cluster, local, t)
+        else:
+            out.tag = t if algorithm == balancing.SOURCE_HASH else ""
+            _cluster_ip(out, p, fe, cluster, local)
+            for k in p.externals:
+                _external(out, EXTERNAL_IP, k, p.comment, cluster, local, fe.etp_local)
+            if p.node_port:
+                _external(out, NODEPORT, p.node_port, p.comment, cluster, local, fe.etp_local)
         if svc.session_affinity_timeout:
             _affinity(out, p, svc.session_affinity_timeout)
         if fe.ranges:

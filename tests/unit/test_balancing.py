@@ -6,6 +6,7 @@ tests/netns/test_balancing.py, the golden table in tests/golden/balancing.nft)."
 from __future__ import annotations
 
 import random
+import re
 from dataclasses import replace
 from ipaddress import IPv4Address
 
@@ -60,10 +61,19 @@ def test_round_robin_objects_are_per_service_and_bounded() -> None:
     base_sets, base_chains = _tables(_many(1, None), 3)
     sets1, chains1 = _tables(_many(1, "round-robin"), 3)
     sets40, chains40 = _tables(_many(40, "round-robin"), 3)
-    per_sets, per_chains = len(sets1 - base_sets), len(chains1 - base_chains)
-    assert 0 < per_sets <= 4 and 0 < per_chains <= 10, (sets1 - base_sets, chains1 - base_chains)
-    # 2 ports (tcp + udp) per Service here: objects grow linearly, never more
-    assert len(sets40 - base_sets) <= 40 * per_sets and len(chains40 - base_chains) <= 40 * per_chains
+    shared_sets = {"rr-services", "rr-nodeports", "rr-local-services", "rr-local-nodeports"}
+    shared_chains = {"cluster-rr", "external-rr", "external-local-rr", "nodeport-rr", "nodeport-local-rr"}
+    assert shared_sets <= sets1 and shared_chains <= chains1
+    # per Service: ONE map and ONE chain per port (2 ports here: tcp and udp), whatever its
+    # frontends (ClusterIP and NodePort share the port's counter)
+
+    def own(names: set[str]) -> set[str]:
+        return {n for n in names if n.startswith("rr-") and n not in shared_sets}
+
+    assert len(own(sets1)) == 2 and len(own(chains1)) == 2
+    assert len(own(sets40)) == 80 and len(own(chains40)) == 80
+    assert sets40 - base_sets == own(sets40) | shared_sets
+    assert chains40 - base_chains == own(chains40) | shared_chains
     # one endpoint: nothing to rotate, no objects of its own
     assert _tables(_many(5, "round-robin"), 1) == _tables(_many(5, None), 1)
 
@@ -71,9 +81,9 @@ def test_round_robin_objects_are_per_service_and_bounded() -> None:
 def test_node_default_and_annotation_win() -> None:
     default_rr = replace(CFG, load_balancing="round-robin")
     sets, _ = _tables(_many(2, None), 3, default_rr)
-    assert any(s.startswith("endpoints-rr") for s in sets)
+    assert "rr-services" in sets
     sets, _ = _tables(_many(2, "random"), 3, default_rr)  # the annotation wins over the node default
-    assert not any(s.startswith("endpoints-rr") for s in sets)
+    assert "rr-services" not in sets
 
 
 def test_bad_value_is_reported_and_the_service_programmed_at_random() -> None:
@@ -112,7 +122,7 @@ def test_switching_algorithms_incrementally_converges_to_the_full_compile() -> N
 def test_round_robin_tags_differ_per_service_and_port() -> None:
     two = [replace(svc(i), load_balancing="round-robin") for i in (1, 2)]
     sets, _ = _tables(two, 3)
-    rr = {s for s in sets if s.startswith("endpoints-rr")}
+    rr = {s for s in sets if re.fullmatch(r"rr-[0-9a-f]{10}-3", s)}
     assert len(rr) == 4, rr  # 2 Services x 2 ports (tcp, udp)
-    assert rr == {s for s in _tables(two, 3)[0] if s.startswith("endpoints-rr")}  # stable
+    assert rr == {s for s in _tables(two, 3)[0] if s in rr}  # stable
     assert IPv4Address("10.96.0.2") in two[0].cluster_ips
