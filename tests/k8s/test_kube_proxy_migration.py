@@ -18,6 +18,7 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -215,3 +216,39 @@ def test_ipvs_part_as_far_as_this_kernel_goes(env: Env) -> None:
     links = env.sh("ip", "-o", "link").stdout
     assert "kube-ipvs0" not in links and "keep-peer" not in links  # a veth's peer goes with it
     assert "eth0" in links
+
+
+def _explain(env: Env, service: str) -> dict[str, Any]:
+    r = subprocess.run(
+        [sys.executable, "-m", "nftproxy", "explain", service, "--netns", env.node.netns, "-o", "json",
+         "--kubeconfig", str(env.cl.cp.kubeconfig), "--node-name", NODE],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    return dict(json.loads(r.stdout))
+
+
+def test_explain_compares_the_kernel_with_the_api(env: Env) -> None:
+    env.cl.start_proxy(env.node, *FLAGS)
+    try:
+        eventually(lambda: env.answers() == EXPECTED or None, timeout=60, what="nftproxy serves the Services")
+        e = eventually(lambda: (x := _explain(env, f"{NS}/web"))["api"]["matches"] and x, what="explain: matches")
+        assert e["state"] == "programmed" and {f["kind"] for f in e["frontends"]} == {"ClusterIP", "NodePort"}
+    finally:
+        env.cl.stop_proxy(env.node)
+    # nftproxy is stopped: the API changes, the kernel does not
+    http = [k.port(8080, "http")]
+    env.cl.apply(k.endpoint_slice("web-1", "web", [k.endpoint(env.a.ipv4, node=NODE)], http, namespace=NS))
+    e = _explain(env, f"{NS}/web")
+    assert not e["api"]["matches"]
+    assert any(env.b.ipv4 in x for x in e["api"]["extra"]), e["api"]  # b is still in the kernel
+    assert any(r.startswith("sync pending") for r in e["api"]["reasons"]), e["api"]["reasons"]
+    labelled = k.service("web", ["10.96.3.10"], [k.port(80, "http", node_port=30310)], type="NodePort", namespace=NS,
+                         labels={"service.kubernetes.io/service-proxy-name": "other"})  # fmt: skip
+    env.cl.apply(labelled)
+    e = _explain(env, f"{NS}/web")
+    assert any(r.startswith("not ours") and "'other'" in r for r in e["api"]["reasons"]), e["api"]["reasons"]
+    env.cl.apply(*services(env.a, env.b))  # back as it was
+    r = subprocess.run([sys.executable, "-m", "nftproxy", "cleanup", "--netns", env.node.netns],
+                       capture_output=True, text=True, check=False)  # fmt: skip
+    assert r.returncode == 0, r.stderr
