@@ -11,7 +11,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 
 RUN apt-get update \
- && apt-get install -y --no-install-recommends nftables python3-nftables conntrack iptables \
+ && apt-get install -y --no-install-recommends nftables python3-nftables conntrack iptables iproute2 \
  && rm -rf /var/lib/apt/lists/*
 
 # python3-nftables installs only for Debian's /usr/bin/python3; this image runs /usr/local/bin/python

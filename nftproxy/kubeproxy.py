@@ -46,7 +46,29 @@ def _argv(netns: str | None, argv: Sequence[str]) -> list[str]:
 
 
 def _run(netns: str | None, argv: Sequence[str], stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(_argv(netns, argv), input=stdin, capture_output=True, text=True, check=False, timeout=60)
+    try:
+        return subprocess.run(_argv(netns, argv), input=stdin, capture_output=True, text=True, check=False, timeout=60)
+    except FileNotFoundError as e:  # a tool missing from the image: reported by the caller
+        return subprocess.CompletedProcess(list(argv), 127, "", f"{e.filename or argv[0]}: not installed")
+
+
+def _read(netns: str | None, path: str) -> str | None:
+    """A file of /proc or /sys as seen from ``netns`` (None: missing)."""
+    if netns is None:
+        try:
+            with open(path, encoding="utf-8") as f:
+                return f.read()
+        except OSError:
+            return None
+    r = _run(netns, ["cat", path])
+    return r.stdout if r.returncode == 0 else None
+
+
+def _legacy_loaded(netns: str | None, variant: str, table: str) -> bool:
+    """Does this legacy (x_tables) table exist here? Asking iptables-legacy-save otherwise would
+    load its kernel module on the host, a side effect a check must not have."""
+    names = _read(netns, "/proc/net/ip6_tables_names" if variant.startswith("ip6") else "/proc/net/ip_tables_names")
+    return names is not None and table in names.split()
 
 
 @dataclass(frozen=True)
@@ -85,6 +107,8 @@ def read_iptables(netns: str | None, variant: str) -> tuple[list[IptablesTable],
         return [], f"{variant}-save not installed"
     found: list[IptablesTable] = []
     for table in TABLES:
+        if variant.endswith("-legacy") and not _legacy_loaded(netns, variant, table):
+            continue
         r = _run(netns, [f"{variant}-save", "-t", table])
         if r.returncode != 0:
             continue  # the table does not exist in this variant (legacy: module absent)
@@ -115,11 +139,13 @@ def _ipvs_addresses(netns: str | None) -> list[str]:
 
 
 def _has_link(netns: str | None, name: str) -> bool:
+    if netns is None:
+        return os.path.exists(f"/sys/class/net/{name}")
     return _run(netns, ["ip", "link", "show", "dev", name]).returncode == 0
 
 
 def _ipvs_present(netns: str | None) -> bool:
-    return _run(netns, ["test", "-e", "/proc/net/ip_vs"]).returncode == 0
+    return _read(netns, "/proc/net/ip_vs") is not None
 
 
 @dataclass
