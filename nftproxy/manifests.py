@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -29,22 +30,39 @@ class Inputs:
 def _read(path: str) -> str:
     try:
         if path == "-":
-            return sys.stdin.read()
-        with open(path, encoding="utf-8") as f:
-            return f.read()
+            data = sys.stdin.buffer.read()  # bytes: no line-by-line decoding of a 16 MB pipe
+        else:
+            with open(path, "rb") as f:
+                data = f.read()
+        return data.decode("utf-8")
     except (OSError, UnicodeDecodeError) as e:
         raise ManifestError(f"{path}: cannot read: {getattr(e, 'strerror', None) or e}") from None
 
 
-def _documents(path: str) -> Iterator[Any]:
+# libyaml's parser when PyYAML was built with it (~10x the pure-Python one); else the same rules.
+_YAML_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def _parse(path: str, text: str) -> list[Any]:
+    """JSON (what ``kubectl get -o json`` prints) is read as JSON: ~100x faster than YAML's
+    parser on the same text. Anything else, or JSON that json refuses (e.g. several documents
+    one after the other), goes to the YAML parser, which also names the line of an error."""
+    if text.lstrip()[:1] in ("{", "["):
+        try:
+            return [json.loads(text)]
+        except ValueError:
+            pass
     try:
-        docs = list(yaml.safe_load_all(_read(path)))
+        return list(yaml.load_all(text, Loader=_YAML_LOADER))
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" (line {mark.line + 1})" if mark is not None else ""
         problem = getattr(e, "problem", None) or str(e).splitlines()[0]
         raise ManifestError(f"{path}: not valid YAML/JSON{where}: {problem}") from None
-    for doc in docs:
+
+
+def _documents(path: str) -> Iterator[Any]:
+    for doc in _parse(path, _read(path)):
         if isinstance(doc, Mapping) and str(doc.get("kind", "")).endswith("List"):
             items = doc.get("items") or []
             if not isinstance(items, list):

@@ -10,6 +10,8 @@ kernel took it.
 
 from __future__ import annotations
 
+from collections import Counter
+
 from nftproxy.compiler import balancing, skeleton
 from nftproxy.compiler.changelog import ChangeLog, Obj, Slot
 from nftproxy.compiler.claims import Claims
@@ -25,11 +27,11 @@ AFFINITY_SETS = ("affinity-services", "affinity-nodeports")
 
 
 class Assembly:
-    def __init__(self, family: Family, config: ProxyConfig) -> None:
+    def __init__(self, family: Family, config: ProxyConfig, holders: Counter[str] | None = None) -> None:
         self.family = family
         self.config = config
         self.log = ChangeLog()
-        self.store = ElementStore(self.log)
+        self.store = ElementStore(self.log, holders)
         self.claims = Claims()
         self.render = Renderer(family, config)
 
@@ -40,12 +42,23 @@ class Assembly:
         self.claims.drop(key)
         if old is not None:
             self.claims.release(old)
-        if fragment is not None and self.claims.take(fragment):
-            self.store.add(fragment)
-        if old is not None:
-            for waiting in self.claims.waiting():  # a frontend may be free now
-                if self.claims.take(waiting):
-                    self.store.add(waiting)
+        changed = old is not None
+        if fragment is not None:
+            changed = self._take(fragment) or changed
+        while changed:  # a frontend may be free now, or taken from a Service that held others
+            changed = False
+            for waiting in self.claims.waiting():
+                changed = self._take(waiting) or changed
+
+    def _take(self, frag: Fragment) -> bool:
+        """Program ``frag`` if its claims allow; True if another Service was left out for it."""
+        evicted = self.claims.take(frag)
+        if evicted is None:
+            return False
+        for other in evicted:
+            self.store.remove(other.key)
+        self.store.add(frag)
+        return bool(evicted)
 
     @property
     def tracking(self) -> bool:

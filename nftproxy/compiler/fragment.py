@@ -42,7 +42,7 @@ class Fragment(NamedTuple):
     claims: tuple[Key, ...]  # Service IP . proto . port and proto . NodePort keys it owns
     objects: frozenset[tuple[str, int]]  # (kind, N) per-count maps/chains it needs
     endpoints: frozenset[tuple[str, int]]  # endpoint address:port pairs in use
-    local_endpoints: frozenset[str] = frozenset()  # this node's usable endpoint addresses
+    local_endpoints: frozenset[str] = frozenset()  # this node's READY endpoint addresses (health check)
     health_check_port: int | None = None  # healthCheckNodePort (LoadBalancer, eTP Local)
     # UDP frontends -> IPs of their serving endpoints: conntrack entries of a frontend DNATed to
     # any other address are stale (kube-proxy's CleanStaleEntries; none serving: left alone).
@@ -309,7 +309,7 @@ def _hairpin(out: _Out, cat: Categorized, node: str | None) -> None:
     out.used.update([(t.address, t.port) for t in both])
     for a in [t.address for t in both if node is None or t.endpoint.node_name in (None, node)]:
         out.add("hairpin-endpoints", (a, a))
-    out.local.update([t.address for t in cat.local])
+    out.local.update([t.address for t in cat.local if t.endpoint.ready])  # health check: ready ones only
 
 
 def _udp_serving(out: _Out, p: _Port, found: list[Target]) -> None:
@@ -335,7 +335,7 @@ def compile_fragment(
     for port in svc.ports:
         p = _port_keys(svc, fe, port)
         out.claims += [p.cluster, *p.externals, *([p.node_port] if p.node_port else [])]
-        found = targets(port, mine)
+        found = targets(port, mine, config.node_name)
         if p.proto == "udp":
             _udp_serving(out, p, found)
         cat = categorize(found, config.node_name, config.node_zone)

@@ -16,9 +16,14 @@ from nftproxy.nft.objects import Element, Key
 
 
 class ElementStore:
-    def __init__(self, log: ChangeLog) -> None:
+    def __init__(self, log: ChangeLog, holders: Counter[str] | None = None) -> None:
         self.log = log
         self.fragments: dict[str, Fragment] = {}  # programmed, by Service key
+        # Service key -> stores (families) holding it: shared by a dataplane's families, so the
+        # number of Services programmed is len(holders), not a walk of every fragment.
+        self.holders: Counter[str] = Counter() if holders is None else holders
+        self.health: dict[str, Fragment] = {}  # the fragments with a healthCheckNodePort
+        self.warned: dict[str, Fragment] = {}  # the fragments with warnings (reported as skips)
         self.values: dict[tuple[str, Key], Element] = {}  # (set, key) -> element
         self.counts: dict[tuple[str, Key], int] = {}  # (set, key) -> fragments holding it
         self.spreads: dict[tuple[str, Key], tuple[Slot, ...]] = {}  # (map, frontend) -> slot values
@@ -28,31 +33,47 @@ class ElementStore:
 
     def add(self, frag: Fragment) -> None:
         log = self.log
+        tracking = log.enabled  # off during a full compile: 10^5 calls saved
         self.fragments[frag.key] = frag
+        self.holders[frag.key] += 1
+        if frag.health_check_port:
+            self.health[frag.key] = frag
+        if frag.warnings:
+            self.warned[frag.key] = frag
+        values, counts = self.values, self.counts
         for set_name, el in frag.elements:
             k = (set_name, el.key)
-            n = self.counts.get(k, 0)
+            n = counts.get(k, 0)
             if n == 0:
-                log.element(k, None)
-                self.values[k] = el
-            self.counts[k] = n + 1
-        for map_name, key, values in frag.spreads:
+                if tracking:
+                    log.element(k, None)
+                values[k] = el
+            counts[k] = n + 1
+        spreads = self.spreads
+        for map_name, key, slot_values in frag.spreads:
             k = (map_name, key)
-            log.spread(k, None)
-            self.spreads[k] = values
+            if tracking:
+                log.spread(k, None)
+            spreads[k] = slot_values
         for key, ips in frag.udp_serving:
             log.udp_frontend(key, None)
             self.udp_serving[key] = ips
         self.endpoints.update(frag.endpoints)
+        objects = self.objects
         for obj in frag.objects:
-            if self.objects[obj] == 0:
+            if objects[obj] == 0:
                 log.object(obj, False)
-            self.objects[obj] += 1
+            objects[obj] += 1
 
     def remove(self, key: str) -> Fragment | None:
         frag = self.fragments.pop(key, None)
         if frag is None:
             return None
+        self.health.pop(key, None)
+        self.warned.pop(key, None)
+        self.holders[key] -= 1
+        if self.holders[key] <= 0:
+            del self.holders[key]
         log = self.log
         for set_name, el in frag.elements:
             k = (set_name, el.key)

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Protocol, TypeVar
 
-from nftproxy.nft import bulk, netlink
+from nftproxy.nft import bulk, conntrack, netlink
 from nftproxy.nft import netns as netns_mod
 from nftproxy.nft.bulk import LoadStep
 from nftproxy.nft.netlink import Batch, Layout
@@ -165,9 +165,11 @@ class KernelBackend:
             obj = item.get("map")
             if obj:
                 default = int(obj.get("timeout", 0))
+                protos = _proto_fields(obj.get("type"))
                 for raw in obj.get("elem", []):
                     key = raw[0]["elem"] if isinstance(raw[0], dict) and "elem" in raw[0] else {"val": raw[0]}
-                    out.append(DynamicElement(_parts(key["val"]), _parts(raw[1]), int(key.get("timeout", default))))
+                    parts = _proto_names(_parts(key["val"]), protos)
+                    out.append(DynamicElement(parts, _parts(raw[1]), int(key.get("timeout", default))))
         return out
 
     def load(self, steps: Iterable[LoadStep]) -> int:
@@ -222,24 +224,13 @@ class KernelBackend:
         return self._submit(go)
 
     def udp_flows(self, family: Family) -> list[UdpFlow]:
-        def go(_: Any) -> str:  # in the worker thread, so the child runs in its network namespace
-            argv = ["conntrack", "-L", "-p", "udp", "-f", _CT_FAMILY[family]]
-            return subprocess.run(argv, capture_output=True, text=True, check=False, timeout=30).stdout
-
-        return parse_conntrack(self._call(go))
+        # in the worker thread, so the `conntrack` child runs in our network namespace
+        return self._call(lambda _: conntrack.udp_flows(family))
 
     def delete_udp_flows(self, family: Family, flows: Iterable[UdpFlow]) -> None:
         todo = sorted(set(flows))
-
-        def go(_: Any) -> None:
-            for f in todo:
-                argv = ["conntrack", "-D", "-f", _CT_FAMILY[family], "-p", "udp"]
-                argv += ["--orig-dst", f.orig_dst, "--orig-port-dst", f.orig_dport, "--reply-src", f.reply_src]
-                # exit 1 just means "no entry matched" (the flow ended meanwhile)
-                subprocess.run(argv, capture_output=True, check=False, timeout=10)
-
         if todo:
-            self._call(go)
+            self._call(lambda _: conntrack.delete_udp_flows(family, todo))
 
     def delete(self, family: Family, table: str) -> bool:
         try:
@@ -249,25 +240,6 @@ class KernelBackend:
                 return False
             raise
         return True
-
-
-_CT_FAMILY = {Family.IP: "ipv4", Family.IP6: "ipv6"}
-
-
-def parse_conntrack(text: str) -> list[UdpFlow]:
-    """DNATed flows of `conntrack -L` lines: the first src/dst/dport are the original direction,
-    the second src is who answers (the endpoint, when DNATed)."""
-    out = []
-    for line in text.splitlines():
-        fields: dict[str, list[str]] = {}
-        for word in line.split():
-            name, eq, value = word.partition("=")
-            if eq:
-                fields.setdefault(name, []).append(value)
-        dst, dport, src = fields.get("dst", []), fields.get("dport", []), fields.get("src", [])
-        if len(dst) >= 2 and len(src) >= 2 and dport and src[1] != dst[0]:
-            out.append(UdpFlow(dst[0], dport[0], src[1]))
-    return out
 
 
 def _first_error(err: str) -> str:
@@ -298,11 +270,29 @@ def table_from_json(doc: dict[str, Any], family: Family, name: str, comment: str
             sname = obj["name"]
             sets[sname] = Set(sname, spec="type ? : ?" if is_map else "type ?")
             els: dict[Key, Element] = {}
+            protos = _proto_fields(obj.get("type"))
             for raw in obj.get("elem", []):
                 e = _element(raw, is_map)
+                if protos:
+                    e = e._replace(key=_proto_names(e.key, protos))
                 els[e.key] = e
             elements[sname] = els
     return Table(family, name, comment, chains, sets, elements, adopted=True)
+
+
+# nft prints a protocol by its /etc/protocols name, and by number where that file is missing (a
+# minimal container image): read back, numbers are named as the compiler names them, or every
+# full sync would see every map element as changed.
+_PROTO_NAMES = {"6": "tcp", "17": "udp", "132": "sctp", "1": "icmp", "58": "ipv6-icmp"}
+
+
+def _proto_fields(types: Any) -> tuple[int, ...]:
+    types = [types] if isinstance(types, str) else types or []
+    return tuple(i for i, t in enumerate(types) if t == "inet_proto")
+
+
+def _proto_names(key: Key, fields: tuple[int, ...]) -> Key:
+    return tuple(_PROTO_NAMES.get(part, part) if i in fields else part for i, part in enumerate(key))
 
 
 def _element(raw: Any, is_map: bool) -> Element:

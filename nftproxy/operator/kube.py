@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Iterator
-from typing import Any, cast
+from typing import Any
+from urllib.parse import quote
 
 import kubernetes
 from kubernetes.client.exceptions import ApiException
@@ -24,37 +25,66 @@ def api_client(kubeconfig: str | None) -> Any:
     return kubernetes.client.ApiClient(cfg)
 
 
-def pages(call: Callable[..., Any], limit: int = 500) -> Iterator[list[dict[str, Any]]]:
+def request(api: Any, method: str, path: str, query: dict[str, Any] | None = None, body: Any = None) -> Any:
+    """One API call, its JSON answer decoded (None when empty); ApiException on an error status.
+
+    Plain REST through the client's connection pool and credentials: the generated API classes
+    (CoreV1Api & co.) import ~250 pydantic models on first use, ~1 s at every start."""
+    headers = {"Accept": "application/json"}
+    if body is not None:
+        headers["Content-Type"] = "application/merge-patch+json" if method == "PATCH" else "application/json"
+    method, url, headers, data, _ = api.param_serialize(
+        method,
+        path,
+        query_params=list((query or {}).items()),
+        header_params=headers,
+        body=body,
+        auth_settings=["BearerToken"],
+    )
+    resp = api.call_api(method, url, header_params=headers, body=data, _request_timeout=30)
+    raw = resp.read()
+    if not 200 <= resp.status < 300:
+        raise ApiException(status=resp.status, reason=resp.reason, body=raw.decode(errors="replace"))
+    return json.loads(raw) if raw else None
+
+
+def pages(
+    api: Any, path: str, limit: int = 500, on_version: Callable[[str], None] | None = None
+) -> Iterator[list[dict[str, Any]]]:
     """A consistent list, page by page: the caller parses each page and lets it go, so the raw
-    objects of the whole list (~10 KB each decoded) are never all in memory at once."""
+    objects of the whole list (~10 KB each decoded) are never all in memory at once.
+    ``on_version`` gets the list's resourceVersion (one snapshot for every page): a watch
+    started there sees every change made after the list, and nothing before."""
     token = None
     while True:
-        kwargs: dict[str, Any] = {"limit": limit, "_preload_content": False, "_request_timeout": 30}
+        query: dict[str, Any] = {"limit": limit}
         if token:
-            kwargs["_continue"] = token
-        page = json.loads(call(**kwargs).data)
+            query["continue"] = token
+        page = request(api, "GET", path, query)
+        meta = page.get("metadata") or {}
+        if on_version is not None and not token and meta.get("resourceVersion"):
+            on_version(str(meta["resourceVersion"]))
         yield page.get("items") or []
-        token = (page.get("metadata") or {}).get("continue")
+        token = meta.get("continue")
         if not token:
             return
 
 
-def service_pages(api: Any) -> Iterator[list[dict[str, Any]]]:
-    return pages(kubernetes.client.CoreV1Api(api).list_service_for_all_namespaces)
+def service_pages(api: Any, on_version: Callable[[str], None] | None = None) -> Iterator[list[dict[str, Any]]]:
+    return pages(api, "/api/v1/services", on_version=on_version)
 
 
-def endpoint_slice_pages(api: Any) -> Iterator[list[dict[str, Any]]]:
-    return pages(kubernetes.client.DiscoveryV1Api(api).list_endpoint_slice_for_all_namespaces)
+def endpoint_slice_pages(api: Any, on_version: Callable[[str], None] | None = None) -> Iterator[list[dict[str, Any]]]:
+    return pages(api, "/apis/discovery.k8s.io/v1/endpointslices", on_version=on_version)
 
 
 def read_node(api: Any, name: str) -> dict[str, Any] | None:
     try:
-        resp: Any = kubernetes.client.CoreV1Api(api).read_node(name, _preload_content=False, _request_timeout=30)
+        return dict(request(api, "GET", f"/api/v1/nodes/{quote(name)}"))
     except ApiException as e:
         if e.status == 404:
             return None
         raise
-    return dict(json.loads(resp.data))
 
 
 GROUP, VERSION, PLURAL = "nftproxy.io", "v1alpha1", "proxystatuses"
@@ -62,14 +92,14 @@ GROUP, VERSION, PLURAL = "nftproxy.io", "v1alpha1", "proxystatuses"
 
 def write_proxy_status(api: Any, node: str, node_uid: str | None, status: dict[str, Any]) -> None:
     """Create the node's ProxyStatus if needed (owned by the Node), then patch its status."""
-    co = kubernetes.client.CustomObjectsApi(api)
+    path = f"/apis/{GROUP}/{VERSION}/{PLURAL}"
     owner = (
         [{"apiVersion": "v1", "kind": "Node", "name": node, "uid": node_uid, "blockOwnerDeletion": False}]
         if node_uid
         else []
     )
     try:
-        current: Any = co.get_cluster_custom_object(GROUP, VERSION, PLURAL, node, _request_timeout=30)
+        current: Any = request(api, "GET", f"{path}/{quote(node)}")
     except ApiException as e:
         if e.status != 404:
             raise
@@ -79,12 +109,10 @@ def write_proxy_status(api: Any, node: str, node_uid: str | None, status: dict[s
             "metadata": {"name": node, "ownerReferences": owner},
             "spec": {"nodeName": node},
         }
-        current = co.create_cluster_custom_object(GROUP, VERSION, PLURAL, body, _request_timeout=30)
+        current = request(api, "POST", path, body=body)
     if owner and not current.get("metadata", {}).get("ownerReferences"):
-        co.patch_cluster_custom_object(
-            GROUP, VERSION, PLURAL, node, {"metadata": {"ownerReferences": owner}}, _request_timeout=30
-        )
-    co.patch_cluster_custom_object_status(GROUP, VERSION, PLURAL, node, {"status": status}, _request_timeout=30)
+        request(api, "PATCH", f"{path}/{quote(node)}", body={"metadata": {"ownerReferences": owner}})
+    request(api, "PATCH", f"{path}/{quote(node)}/status", body={"status": status})
 
 
 def post_event(api: Any, node: str, kind: str, namespace: str, name: str, reason: str, message: str) -> None:
@@ -106,4 +134,4 @@ def post_event(api: Any, node: str, kind: str, namespace: str, name: str, reason
         "lastTimestamp": now,
         "count": 1,
     }
-    kubernetes.client.CoreV1Api(api).create_namespaced_event(namespace, cast(Any, body), _request_timeout=30)
+    request(api, "POST", f"/api/v1/namespaces/{quote(namespace)}/events", body=body)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 
 import kopf
 
@@ -27,8 +26,6 @@ def run(settings: Settings) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     logging.getLogger("kopf.objects").setLevel(logging.WARNING)  # one line per event is too much
-    if settings.kubeconfig:
-        os.environ["KUBECONFIG"] = settings.kubeconfig  # for kopf's own login
     backend = KernelBackend(settings.netns)
     try:
         asyncio.run(_main(settings, backend))
@@ -43,7 +40,7 @@ async def _main(settings: Settings, backend: KernelBackend) -> None:
     api = kube.api_client(settings.kubeconfig)
     syncer = Syncer(Dataplane(backend, settings.proxy), settings, metrics)
     writer = StatusWriter(api, syncer, settings.node_name, settings.status_period)
-    handlers.CTX = handlers.Context(settings, syncer, writer, api)
+    ctx = handlers.Context(settings, syncer, writer, api)
 
     runners = []
     if settings.healthz:
@@ -70,10 +67,17 @@ async def _main(settings: Settings, backend: KernelBackend) -> None:
         settings.node_name,
         f" (netns {settings.netns})" if settings.netns else "",
     )
+    undo = handlers.watch_from_our_lists(ctx)
     try:
-        await kopf.operator(standalone=True, clusterwide=True, liveness_endpoint=settings.kopf_liveness)
+        await kopf.operator(
+            standalone=True,
+            clusterwide=True,
+            liveness_endpoint=settings.kopf_liveness,
+            memo=handlers.memo_for(ctx),
+        )
     finally:
-        tasks += handlers.CTX.tasks  # started by the startup handler (the periodic list)
+        undo()
+        tasks += ctx.tasks  # started by the startup handler (the periodic list)
         for t in tasks:
             t.cancel()
         for t in tasks:

@@ -53,6 +53,9 @@ class Metrics:
         self.sync_failures = Counter(
             "nftproxy_sync_proxy_rules_nftables_sync_failures_total", "Syncs the kernel refused", registry=r
         )
+        self.watch_events = Counter(
+            "nftproxy_watch_events_total", "Watch events received, per resource", ["resource"], registry=r
+        )
         self.services = Gauge("nftproxy_services", "Services programmed", registry=r)
         self.endpoints = Gauge("nftproxy_endpoints", "Endpoints programmed", registry=r)
         self.skipped = Gauge("nftproxy_skipped_objects", "Objects left out for bad input", registry=r)

@@ -15,6 +15,7 @@ import ctypes
 import gc
 import logging
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -36,6 +37,7 @@ log = logging.getLogger("nftproxy.syncer")
 FULL_SYNC_PERIOD = 3600.0
 
 Change = Service | EndpointSlice | Node | Skipped | Ignored | None
+Stats = tuple[int, int, list[Skipped], dict[int, tuple[str, int]]]  # Services, endpoints, skipped, health checks
 
 
 @dataclass
@@ -96,6 +98,7 @@ class Syncer:
         self.last_start = 0.0
         self.last_full = 0.0
         self.last_check = 0.0
+        self.sync_starts: deque[float] = deque(maxlen=64)  # monotonic start of recent syncs
 
     # -- intake (event loop thread) ---------------------------------------------------------
     def service_changed(self, key: str, obj: Mapping[str, Any] | None) -> None:
@@ -223,26 +226,43 @@ class Syncer:
                 await self.sync_once()
 
     async def sync_once(self) -> SyncResult:
+        """One sync: queued changes into the dataplane, compile + commit in a worker thread, then
+        the bookkeeping of a success (or of a failure, re-raised for the retry)."""
         self.last_start = time.monotonic()
+        self.sync_starts.append(self.last_start)
         full, check = self.full_due, self.check_due
         triggers = self._apply_pending()
         loop = asyncio.get_running_loop()
         try:
             result, stats, digest = await loop.run_in_executor(None, self._job, full, check)
         except Exception as e:
-            self.status.failures += 1
-            self.status.last_error = str(e)
-            self.status.in_sync = False
-            self.status.generation += 1
-            self.metrics.sync_failures.inc()
-            self.full_due = True  # the kernel may hold anything now: compare with it next time
-            self.changed.set()
-            log.error("sync failed: %s", e)
+            self._record_failure(e)
             raise
+        self._observe_programming_latency(triggers)
+        self._housekeeping(full or result.full, full or check)
+        self._record_success(result, stats, digest)
+        for hook in self.on_synced:
+            await hook(self.status)
+        self._observe_sync(result)
+        return result
+
+    def _record_failure(self, e: Exception) -> None:
+        self.status.failures += 1
+        self.status.last_error = str(e)
+        self.status.in_sync = False
+        self.status.generation += 1
+        self.metrics.sync_failures.inc()
+        self.full_due = True  # the kernel may hold anything now: compare with it next time
+        self.changed.set()
+        log.error("sync failed: %s", e)
+
+    def _observe_programming_latency(self, triggers: list[float]) -> None:
         now = time.time()
         for t in triggers:
             self.metrics.network_programming.observe(max(0.0, now - t))
-        if full or result.full:
+
+    def _housekeeping(self, was_full: bool, was_checked: bool) -> None:
+        if was_full:
             self.full_due = False
             self.last_full = self.last_start
             # The caches now hold ~10^6 long-lived objects: move them out of the cyclic GC's
@@ -250,10 +270,12 @@ class Syncer:
             gc.collect()
             gc.freeze()
             _malloc_trim()
-        if check or full:
+        if was_checked:
             self.check_due = False
             self.last_check = self.last_start
-            _malloc_trim()  # e.g. after kopf's start-up replay of every object (~100 MB at 10k)
+            _malloc_trim()
+
+    def _record_success(self, result: SyncResult, stats: Stats, digest: str | None) -> None:
         self.first_sync.set()
         s = self.status
         s.last_success = time.monotonic()
@@ -272,23 +294,20 @@ class Syncer:
             s.checksum = digest
         s.generation += 1
         self.changed.set()
-        for hook in self.on_synced:
-            await hook(s)
+
+    def _observe_sync(self, result: SyncResult) -> None:
         self.metrics.sync_duration.observe(result.seconds)
         (self.metrics.full_sync_duration if result.full else self.metrics.partial_sync_duration).observe(result.seconds)
-        self.metrics.last_sync.set(now)
+        self.metrics.last_sync.set(time.time())
         (log.info if result.full else log.debug)(
             "synced (%s): %d ops, %d element changes in %.3fs",
-            s.last_kind,
+            self.status.last_kind,
             result.operations,
             result.element_changes,
             result.seconds,
         )
-        return result
 
-    def _job(
-        self, full: bool, check: bool
-    ) -> tuple[SyncResult, tuple[int, int, list[Skipped], dict[int, tuple[str, int]]], str | None]:
+    def _job(self, full: bool, check: bool) -> tuple[SyncResult, Stats, str | None]:
         """Runs in a worker thread while the event loop only queues new changes."""
         if full:
             self.dp.forget()

@@ -165,14 +165,17 @@ def test_apiserver_restart_keeps_data(control_plane: ControlPlane) -> None:
 def test_stop_leaves_no_process() -> None:
     with ControlPlane() as cp:
         workdir = cp.workdir
+        etcd_dir = cp.etcd_data_dir
+        assert etcd_dir is not None and str(etcd_dir).startswith("/dev/shm/"), "etcd's data on tmpfs"
         pids = cp.pids
         assert set(pids) == {"etcd", "kube-apiserver"}
         assert cp.kubectl("get", "--raw", "/readyz").stdout.strip() == "ok"
-        assert len(_processes_mentioning(str(workdir))) == 2
+        assert len(_processes_mentioning(str(workdir))) == 1  # kube-apiserver (its certs)
+        assert len(_processes_mentioning(str(etcd_dir))) == 1  # etcd
     for pid in pids.values():
         assert not Path(f"/proc/{pid}").exists(), f"pid {pid} still there"
-    assert _processes_mentioning(str(workdir)) == []
-    assert not workdir.exists()
+    assert _processes_mentioning(str(workdir)) == [] and _processes_mentioning(str(etcd_dir)) == []
+    assert not workdir.exists() and not etcd_dir.exists()
 
 
 def test_stop_after_failed_start_leaves_no_process(tmp_path: Path) -> None:
@@ -222,8 +225,6 @@ def test_cli_up_and_down(tmp_path: Path) -> None:
 def test_our_initial_list_reads_every_object_page_by_page(control_plane: ControlPlane) -> None:
     """nftproxy's own initial list (``kube.pages``) follows the API's continue tokens: a list
     longer than one page arrives whole, in pages (parsed one at a time, not all at once)."""
-    import functools  # noqa: PLC0415
-
     from nftproxy.operator import kube  # noqa: PLC0415
 
     cp = control_plane
@@ -232,8 +233,9 @@ def test_our_initial_list_reads_every_object_page_by_page(control_plane: Control
     docs = [SERVICE_YAML.format(ns=ns).replace("name: web", f"name: web{i}") for i in range(5)]
     cp.kubectl("apply", "-f", "-", input="---\n".join(docs))
     api = kube.api_client(str(cp.kubeconfig))
-    call = functools.partial(client.CoreV1Api(api).list_namespaced_service, ns)
-    pages = list(kube.pages(call, limit=2))
+    versions: list[str] = []
+    pages = list(kube.pages(api, f"/api/v1/namespaces/{ns}/services", limit=2, on_version=versions.append))
     assert [len(p) for p in pages] == [2, 2, 1]
     assert sorted(s["metadata"]["name"] for p in pages for s in p) == [f"web{i}" for i in range(5)]
+    assert len(versions) == 1 and versions[0].isdigit(), versions  # the list's snapshot, once
     cp.kubectl("delete", "namespace", ns, "--wait=false")

@@ -14,8 +14,9 @@ import subprocess
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -202,13 +203,73 @@ def test_metrics_and_healthz_served_in_the_node_namespace(env: Env) -> None:
     assert re.search(r"^nftproxy_sync_proxy_rules_nftables_sync_failures_total 0", text, re.M)
 
 
-def test_api_outage_keeps_rules_and_converges_after(env: Env, control_plane: ControlPlane) -> None:
+def _metric(env: Env, name: str) -> float:
+    _, text = env.cl.http_get(env.node, 10249, "/metrics")
+    m = re.search(rf"^{re.escape(name)} (\S+)$", text, re.M)
+    return float(m.group(1)) if m else 0.0
+
+
+SYNCS = "nftproxy_sync_proxy_rules_duration_seconds_count"
+
+
+NODE_EVENTS = 'nftproxy_watch_events_total{resource="nodes"}'
+
+
+def test_only_our_own_nodes_events_reach_the_proxy(env: Env) -> None:
+    """1,000 other Nodes are created and their status updated (2,000 events in the API): the
+    proxy's Node watch receives none of them (server-side field selector), and still gets its
+    own Node's update. The counter counts every Node event kopf delivers, before any filter."""
+    import kubernetes  # noqa: PLC0415
+
+    from nftproxy.operator import kube  # noqa: PLC0415
+
+    api = kube.api_client(str(env.cl.cp.kubeconfig))
+    core = kubernetes.client.CoreV1Api(api)
+    names = [f"ft-bulk-{i}" for i in range(1000)]
+
+    def settled() -> float | None:
+        first = _metric(env, NODE_EVENTS)
+        time.sleep(1)
+        return first if _metric(env, NODE_EVENTS) == first else None
+
+    before = eventually(settled, what="no Node event in flight")
+
+    def create(name: str) -> None:
+        node = {"metadata": {"name": name, "labels": {"nftproxy-test": "bulk"}}}
+        core.create_node(cast(Any, node))
+
+    def update_status(name: str) -> None:
+        status = {"status": {"addresses": [{"type": "InternalIP", "address": "198.18.9.9"}]}}
+        core.patch_node_status(name, cast(Any, status))
+
+    try:
+        with ThreadPoolExecutor(8) as pool:
+            list(pool.map(create, names))
+            list(pool.map(update_status, names))
+        env.cl.cp.kubectl("label", "node", "e2e-node", "nftproxy-test=own", "--overwrite")
+        eventually(lambda: _metric(env, NODE_EVENTS) > before, what="our own Node's update received")
+        time.sleep(2)  # any other Node's event still in flight arrives meanwhile
+        received = _metric(env, NODE_EVENTS) - before
+        assert 1 <= received <= 2, f"{received} Node events received for 1 own update among 2,000 others"
+    finally:
+        env.cl.cp.kubectl("delete", "nodes", "-l", "nftproxy-test=bulk", "--wait=false", check=False)
+        env.cl.cp.kubectl("label", "node", "e2e-node", "nftproxy-test-", check=False)
+        api.close()
+
+
+def test_api_outage_keeps_rules_syncs_go_on_and_converges_after(env: Env, control_plane: ControlPlane) -> None:
     ns = env.cl.namespace("outage")
     env.cl.apply(k.service("o", ["10.96.1.70"], [k.port(80, "http")], namespace=ns), slice_for("o", ns, env.pods[:1]))
     eventually(lambda: env.probe(env.node, "10.96.1.70", 80, 1) == {"p0"}, what="o served")
     control_plane.stop_apiserver()
     try:
-        time.sleep(7)  # longer than the 5 s full resync: syncs go on without the API
+        syncs = _metric(env, SYNCS)
+        # The table is deleted while the API is down: only the operator's own periodic check
+        # (every --sync-period, 5 s here) can bring it back; it needs no API to do so.
+        subprocess.run(["ip", "netns", "exec", env.node.netns, "nft", "delete", "table", "ip", "nftproxy"], check=True)
+        assert env.probe(env.node, "10.96.1.70", 80, 1) != {"p0"}
+        eventually(lambda: env.probe(env.node, "10.96.1.70", 80, 1) == {"p0"}, timeout=20, what="repaired, no API")
+        assert _metric(env, SYNCS) > syncs, "syncs went on without the API"
         assert env.cl.proxies["e2e-node"].poll() is None, "the operator must not exit"
         assert env.probe(env.node, "10.96.1.70", 80, 3) == {"p0"}, "rules must stay"
     finally:

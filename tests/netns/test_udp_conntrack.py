@@ -20,8 +20,9 @@ import pytest
 from nftproxy.compiler import ProxyConfig
 from nftproxy.dataplane import Dataplane
 from nftproxy.model.types import Endpoint, EndpointPort, EndpointSlice, Service, ServicePort
+from nftproxy.nft.conntrack import parse as parse_conntrack
 from nftproxy.nft.fake import FakeBackend
-from nftproxy.nft.kernel import KernelBackend, parse_conntrack
+from nftproxy.nft.kernel import KernelBackend
 from nftproxy.nft.objects import Family, UdpFlow
 from testkit.netlab import Client, NetLab, Node, Pod, cleanup_stale
 from tests import k8sobjects as k

@@ -4,6 +4,7 @@ that only a failed attempt saw (kopf's replay would not delete it later)."""
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any, cast
@@ -19,7 +20,7 @@ from tests.unit.test_syncer import elements, make, svc
 def test_a_retried_list_forgets_what_only_the_failed_attempt_saw(monkeypatch: pytest.MonkeyPatch) -> None:
     attempts: list[int] = []
 
-    def service_pages(_: Any) -> Iterator[list[dict[str, Any]]]:
+    def service_pages(*_: Any) -> Iterator[list[dict[str, Any]]]:
         attempts.append(1)
         if len(attempts) == 1:
             yield [svc("a", "10.96.0.1"), svc("b", "10.96.0.2")]
@@ -27,7 +28,7 @@ def test_a_retried_list_forgets_what_only_the_failed_attempt_saw(monkeypatch: py
         yield [svc("a", "10.96.0.1")]  # b was deleted meanwhile
         yield [svc("c", "10.96.0.3")]
 
-    def slice_pages(_: Any) -> Iterator[list[dict[str, Any]]]:
+    def slice_pages(*_: Any) -> Iterator[list[dict[str, Any]]]:
         yield [k.endpoint_slice("a-1", "a", [k.endpoint("10.244.0.2")], [k.port(80, "http")])]
 
     monkeypatch.setattr(kube, "service_pages", service_pages)
@@ -56,44 +57,41 @@ def test_the_periodic_list_deletes_what_a_watch_outage_missed(monkeypatch: pytes
     hold and the API no longer has, but never what kopf reported while the list ran."""
     listing: list[list[dict[str, Any]]] = []
 
-    def service_pages(_: Any) -> Iterator[list[dict[str, Any]]]:
+    def service_pages(*_: Any) -> Iterator[list[dict[str, Any]]]:
         yield from listing
 
     monkeypatch.setattr(kube, "service_pages", service_pages)
-    monkeypatch.setattr(kube, "endpoint_slice_pages", lambda api: iter([]))
+    monkeypatch.setattr(kube, "endpoint_slice_pages", lambda *_: iter([]))
 
     async def go() -> None:
         syncer, fake = make()
         ctx = handlers.Context(syncer.settings, syncer, cast(Any, SimpleNamespace(node_uid=None)), api=None)
-        handlers.CTX = ctx
-        try:
-            syncer.mark_loaded()
-            for name, ip in (("a", "10.96.0.1"), ("b", "10.96.0.2"), ("c", "10.96.0.3"), ("e", "10.96.0.5")):
-                syncer.service_changed(f"default/{name}", _versioned(svc(name, ip), "1"))
-            await syncer.sync_once()
-            # b was deleted while the watch was away; during our list, events change c (the list
-            # has its older version), add d, and re-create e (deleted before the list's snapshot).
-            listing[:] = [[_versioned(svc("a", "10.96.0.1"), "1"), _versioned(svc("c", "10.96.0.3"), "1")]]
+        memo = handlers.memo_for(ctx)
+        syncer.mark_loaded()
+        for name, ip in (("a", "10.96.0.1"), ("b", "10.96.0.2"), ("c", "10.96.0.3"), ("e", "10.96.0.5")):
+            syncer.service_changed(f"default/{name}", _versioned(svc(name, ip), "1"))
+        await syncer.sync_once()
+        # b was deleted while the watch was away; during our list, events change c (the list
+        # has its older version), add d, and re-create e (deleted before the list's snapshot).
+        listing[:] = [[_versioned(svc("a", "10.96.0.1"), "1"), _versioned(svc("c", "10.96.0.3"), "1")]]
 
-            event = cast(Any, handlers.service_event)  # as kopf calls it
+        event = functools.partial(cast(Any, handlers.service_event), memo=memo)  # as kopf calls it
 
-            def pages_with_events(_: Any) -> Iterator[list[dict[str, Any]]]:
-                body = _versioned(svc("c", "10.96.0.9"), "5")
-                asyncio.run_coroutine_threadsafe(event(type="MODIFIED", body=body), loop)
-                body = _versioned(svc("e", "10.96.0.5"), "7")
-                asyncio.run_coroutine_threadsafe(event(type="ADDED", body=body), loop)
-                body = _versioned(svc("d", "10.96.0.4"), "6")
-                asyncio.run_coroutine_threadsafe(event(type="ADDED", body=body), loop).result()
-                yield from listing
+        def pages_with_events(*_: Any) -> Iterator[list[dict[str, Any]]]:
+            body = _versioned(svc("c", "10.96.0.9"), "5")
+            asyncio.run_coroutine_threadsafe(event(type="MODIFIED", body=body), loop)
+            body = _versioned(svc("e", "10.96.0.5"), "7")
+            asyncio.run_coroutine_threadsafe(event(type="ADDED", body=body), loop)
+            body = _versioned(svc("d", "10.96.0.4"), "6")
+            asyncio.run_coroutine_threadsafe(event(type="ADDED", body=body), loop).result()
+            yield from listing
 
-            loop = asyncio.get_running_loop()
-            monkeypatch.setattr(kube, "service_pages", pages_with_events)
-            await handlers.relist(ctx)
-            await syncer.sync_once()
-            want = {("10.96.0.1",), ("10.96.0.9",), ("10.96.0.4",), ("10.96.0.5",)}
-            assert elements(fake, "cluster-ips") == want
-            assert ctx.events_during_relist is None
-        finally:
-            handlers.CTX = None
+        loop = asyncio.get_running_loop()
+        monkeypatch.setattr(kube, "service_pages", pages_with_events)
+        await handlers.relist(ctx)
+        await syncer.sync_once()
+        want = {("10.96.0.1",), ("10.96.0.9",), ("10.96.0.4",), ("10.96.0.5",)}
+        assert elements(fake, "cluster-ips") == want
+        assert ctx.events_during_relist is None
 
     asyncio.run(go())

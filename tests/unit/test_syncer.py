@@ -4,15 +4,19 @@ batches, retries after a refused transaction, health, stats for ProxyStatus."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from typing import Any
 
 import pytest
+from prometheus_client import generate_latest
 
 from nftproxy.compiler import ProxyConfig
 from nftproxy.dataplane import Dataplane
 from nftproxy.nft.fake import FakeBackend
+from nftproxy.nft.kernel import NftError
 from nftproxy.nft.objects import Family
+from nftproxy.nft.transaction import Transaction
 from nftproxy.operator.metrics import Metrics
 from nftproxy.operator.settings import Settings
 from nftproxy.operator.status import render_status
@@ -65,40 +69,85 @@ def test_nothing_is_synced_before_the_initial_lists_are_complete() -> None:
     asyncio.run(go())
 
 
-def test_changes_within_min_sync_period_are_batched() -> None:
+def test_syncs_are_spaced_by_min_sync_period_while_changes_keep_coming() -> None:
+    """Changes every 10 ms for 1.2 s with --min-sync-period 0.3s: each sync starts at least
+    0.3 s after the one before (start times from the syncer's monotonic clock, so a slow,
+    loaded machine can only make the gaps longer, never fail the check), syncs still happen
+    during the stream (batched, not starved), and the last change is in the table."""
+
     async def go() -> None:
-        syncer, fake = make(min_sync_period=0.3)
+        period = 0.3
+        syncer, fake = make(min_sync_period=period)
         task = asyncio.create_task(syncer.run())
         syncer.mark_loaded()
         await asyncio.wait_for(syncer.first_sync.wait(), 2)
-        first = len(fake.transactions)
-        for i in range(20):
-            syncer.service_changed(f"default/s{i}", svc(f"s{i}", f"10.96.1.{i + 1}"))
-            await asyncio.sleep(0.005)
-        await asyncio.sleep(0.6)
-        assert len(elements(fake, "cluster-ips")) == 20
-        assert len(fake.transactions) - first <= 4, "20 changes in 0.1 s: at most a few syncs (2 families each)"
+        first = len(syncer.sync_starts)
+        t0 = time.monotonic()
+        i = 0
+        while time.monotonic() - t0 < 1.2:
+            syncer.service_changed(f"default/s{i}", svc(f"s{i}", f"10.96.{1 + i // 250}.{1 + i % 250}"))
+            i += 1
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(2 * period)
+        starts = list(syncer.sync_starts)
+        gaps = [b - a for a, b in itertools.pairwise(starts)]
+        assert gaps and min(gaps) >= period - 0.001, gaps
+        during = [t for t in starts[first:] if t <= t0 + 1.2]
+        assert len(during) >= 2, f"{len(during)} syncs while changes kept coming for 1.2 s"
+        elapsed = time.monotonic() - t0
+        assert len(starts) - first <= elapsed / period + 1, "no more syncs than the period allows"
+        assert len(elements(fake, "cluster-ips")) == i, "every change is in the table"
         task.cancel()
 
     asyncio.run(go())
 
 
-def test_a_refused_transaction_is_retried_and_counted() -> None:
+class FlakyBackend(FakeBackend):
+    """The kernel refuses the next ``fails`` transactions (then works again)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fails = 0
+        self.refused = 0
+
+    def apply(self, *txs: Transaction) -> None:
+        if self.fails:
+            self.fails -= 1
+            self.refused += 1
+            raise NftError("Error: Could not process rule: No buffer space available")
+        super().apply(*txs)
+
+
+def test_a_sync_refused_twice_is_retried_with_exponential_backoff() -> None:
+    """A refused sync is reported; then the kernel refuses two more in a row, and accepts:
+    tenacity retries after 0.5 s, then after 1 s (wait_exponential, multiplier 0.5), the failures
+    are counted, and the third attempt (a full sync: the kernel may hold anything after a
+    failure) programs the change."""
+
     async def go() -> None:
-        syncer, fake = make()
+        backend = FlakyBackend()
+        s = settings()
+        syncer = Syncer(Dataplane(backend, s.proxy), s, Metrics())
         syncer.mark_loaded()
         await syncer.sync_once()
         syncer.service_changed("default/a", svc("a", "10.96.0.1"))
-        fake.fail_next = "Error: Could not process rule: No buffer space available"
-        with pytest.raises(Exception, match="No buffer space"):
-            await syncer.sync_once()
+        backend.fails = 3
+        with pytest.raises(NftError, match="No buffer space"):
+            await syncer.sync_once()  # reported while it lasts
         st = render_status(syncer)
         assert st["failures"] == 1 and "No buffer space" in st["lastError"]
         assert st["conditions"][0]["status"] == "False"
-        await syncer.sync_with_retries()  # the next attempt compares with the kernel (full)
-        assert syncer.status.last_kind == "full" and ("10.96.0.1",) in elements(fake, "cluster-ips")
+        await asyncio.wait_for(syncer.sync_with_retries(), 20)
+        assert backend.refused == 3 and syncer.status.failures == 3
+        starts = list(syncer.sync_starts)[-3:]
+        gaps = [b - a for a, b in itertools.pairwise(starts)]
+        assert gaps[0] >= 0.5 and gaps[1] >= 1.0, gaps  # 0.5 s, then twice that
+        assert gaps[0] < 0.5 + 2.0 and gaps[1] < 1.0 + 2.0, gaps  # not the 30 s cap, not stuck
+        assert syncer.status.last_kind == "full" and ("10.96.0.1",) in elements(backend, "cluster-ips")
         st = render_status(syncer)
-        assert st["lastError"] is None and st["conditions"][0]["status"] == "True"
+        assert st["failures"] == 3 and st["lastError"] is None and st["conditions"][0]["status"] == "True"
+        text = generate_latest(syncer.metrics.registry).decode()
+        assert "nftproxy_sync_proxy_rules_nftables_sync_failures_total 3.0" in text
 
     asyncio.run(go())
 

@@ -1,0 +1,474 @@
+"""The convergence checker: does the kernel's table hold what the API says it should?
+
+``compare(desired, applied)`` is pure: the tables compiled from the API's objects (``compile_tables``)
+against the tables read back from the kernel (``Backend.read``), and every difference in words, one
+per line, naming the Service (``namespace/name:port``) it concerns. ``nftproxy verify`` wires it to
+the API (kubernetes client) and the kernel (libnftables in ``--netns``).
+
+Every element of every (non-dynamic) set is compared; the elements are then explained per frontend
+(Service IP . proto . port, or proto . NodePort): missing, extra, wrong endpoints, stale policy,
+stale affinity or source ranges. What no explanation covers is still reported, element by element,
+so an empty result means the tables' contents are equal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from nftproxy.compiler import ProxyConfig, compile_tables
+from nftproxy.compiler.build import Desired
+from nftproxy.model.parse import SERVICE_NAME_LABEL, parse_endpoint_slice, parse_node, parse_service
+from nftproxy.model.types import EndpointSlice, Node, Service, Skipped
+from nftproxy.nft.kernel import Backend
+from nftproxy.nft.objects import Element, Family, Key, Table
+
+# Maps whose keys start with a frontend, and how long that frontend part is.
+_DISPATCH = {  # the verdict finding the frontend: one of these holds it
+    "service-ips": 3,
+    "no-endpoint-services": 3,
+    "service-nodeports": 2,
+    "no-endpoint-nodeports": 2,
+}
+_FRONTEND_SETS = {
+    "affinity-services": 3,
+    "affinity-nodeports": 2,
+    "local-policy-short-circuit": 3,
+    "nodeport-short-circuit": 2,
+    "firewall-ips": 3,
+    "firewall-allow": 3,
+}
+_ENDPOINT_MAP = re.compile(r"^(endpoints|local-endpoints|nodeport-endpoints|nodeport-local-endpoints)-(\d+)$")
+_WORDS = {
+    "affinity-services": "session affinity",
+    "affinity-nodeports": "session affinity",
+    "local-policy-short-circuit": "externalTrafficPolicy short-circuit",
+    "nodeport-short-circuit": "externalTrafficPolicy short-circuit",
+    "firewall-ips": "loadBalancerSourceRanges",
+    "firewall-allow": "loadBalancerSourceRanges",
+}
+_CONFIG_SETS = {
+    "cluster-cidrs": "cluster CIDRs (--cluster-cidr)",
+    "nodeport-ips": "NodePort addresses (--nodeport-addresses, else the Node's IPs)",
+}
+_DYNAMIC = {"affinity"}  # written by the packet path
+_COUNT = re.compile(r"-\d+$")
+
+
+@dataclass(frozen=True)
+class Difference:
+    """One difference, in words; ``service`` is the "namespace/name" it concerns, when known."""
+
+    text: str
+    service: str | None = None
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def _frontend_len(set_name: str) -> int | None:
+    if set_name in _DISPATCH:
+        return _DISPATCH[set_name]
+    if set_name in _FRONTEND_SETS:
+        return _FRONTEND_SETS[set_name]
+    m = _ENDPOINT_MAP.match(set_name)
+    if m:
+        return 2 if m.group(1).startswith("nodeport") else 3
+    return None
+
+
+@dataclass
+class _View:
+    """What one side holds for one frontend."""
+
+    dispatch: tuple[str, tuple[str, ...] | None] | None = None  # (map, verdict)
+    comment: str | None = None
+    endpoints: dict[str, dict[str, tuple[str, ...]]] = field(default_factory=dict)  # kind -> slot -> value
+    sizes: dict[str, int] = field(default_factory=dict)  # kind -> N (from the map name)
+    extras: dict[str, set[tuple[tuple[str, ...], tuple[str, ...] | None]]] = field(default_factory=dict)
+
+
+def _frontend_text(fe: Key) -> str:
+    return " ".join(fe) if len(fe) == 3 else f"NodePort {fe[0]} {fe[1]}"
+
+
+def _verdict(v: tuple[str, ...] | None) -> str:
+    return " . ".join(v) if v else "(no verdict)"
+
+
+def _policy_kind(dispatch: tuple[str, tuple[str, ...] | None] | None) -> str:
+    """The kind of a dispatch verdict without its endpoint count (goto cluster-3 -> goto cluster)."""
+    if dispatch is None:
+        return ""
+    name, verdict = dispatch
+    return f"{name}: {_COUNT.sub('', _verdict(verdict))}"
+
+
+def _views(table: Table | None, dynamic: set[str]) -> tuple[dict[Key, _View], dict[str, dict[Key, Element]]]:
+    """Per frontend views, and the elements of the other sets (by set)."""
+    views: dict[Key, _View] = defaultdict(_View)
+    rest: dict[str, dict[Key, Element]] = {}
+    if table is None:
+        return views, rest
+    for set_name, els in table.elements.items():
+        if set_name in dynamic:
+            continue
+        n = _frontend_len(set_name)
+        if n is None:
+            rest[set_name] = dict(els)
+            continue
+        m = _ENDPOINT_MAP.match(set_name)
+        for key, el in els.items():
+            fe = key[:n]
+            v = views[fe]
+            if set_name in _DISPATCH:
+                if v.dispatch is not None:  # in two dispatch maps: keep both visible
+                    v.extras.setdefault("dispatch", set()).add(((set_name, *key), el.value))
+                else:
+                    v.dispatch = (set_name, el.value)
+                    v.comment = el.comment
+            elif m:
+                kind = m.group(1)
+                v.endpoints.setdefault(kind, {})[key[n] if len(key) > n else ""] = el.value or ()
+                v.sizes[kind] = int(m.group(2))
+            else:
+                v.extras.setdefault(set_name, set()).add((key[n:], el.value))
+    return views, rest
+
+
+def _endpoint_list(slots: Mapping[str, tuple[str, ...]]) -> list[str]:
+    return sorted({":".join(v) for v in slots.values()})
+
+
+def _describe(fe: Key, want: _View | None, have: _View | None) -> list[Difference]:
+    name = (want.comment if want else None) or (have.comment if have else None) or "?"
+    key = None if name == "?" else name.split(":")[0]
+    return [Difference(text, key) for text in _describe_texts(fe, name, want, have)]
+
+
+def _describe_texts(fe: Key, name: str, want: _View | None, have: _View | None) -> list[str]:
+    where = _frontend_text(fe)
+    svc = f"Service {name}"
+    if want is None or want.dispatch is None:
+        if have is not None and have.dispatch is not None:
+            return [f"{svc} extra: {where} is in the kernel ({_verdict(have.dispatch[1])}), not in the API"]
+        if have is not None:
+            return [f"{svc}: stale elements for {where} (no Service has it): {_summary(have)}"]
+        return []
+    if have is None or have.dispatch is None:
+        extra = f"; the kernel has stale elements for it: {_summary(have)}" if have else ""
+        return [f"{svc} missing: {where} is not in the kernel (want {_verdict(want.dispatch[1])}){extra}"]
+    out: list[str] = []
+    if _policy_kind(want.dispatch) != _policy_kind(have.dispatch):
+        out.append(
+            f"{svc} stale policy on {where}: kernel {have.dispatch[0]} {_verdict(have.dispatch[1])}, "
+            f"want {want.dispatch[0]} {_verdict(want.dispatch[1])}"
+        )
+    for kind in sorted(set(want.endpoints) | set(have.endpoints)):
+        w, h = want.endpoints.get(kind, {}), have.endpoints.get(kind, {})
+        if w == h and want.sizes.get(kind) == have.sizes.get(kind):
+            continue
+        wl, hl = _endpoint_list(w), _endpoint_list(h)
+        missing_eps = sorted(set(wl) - set(hl))
+        extra_eps = sorted(set(hl) - set(wl))
+        detail = []
+        if missing_eps:
+            detail.append(f"missing {', '.join(missing_eps)}")
+        if extra_eps:
+            detail.append(f"extra {', '.join(extra_eps)}")
+        if not detail:
+            detail.append("same endpoints in other slots")
+        out.append(
+            f"{svc} wrong endpoints on {where} ({kind}): kernel {len(h)} [{', '.join(hl)}], "
+            f"want {len(w)} [{', '.join(wl)}]: {'; '.join(detail)}"
+        )
+    if not out and want.dispatch != have.dispatch:  # same policy, other count: endpoints above say it
+        out.append(
+            f"{svc} wrong endpoints on {where}: kernel {_verdict(have.dispatch[1])}, want {_verdict(want.dispatch[1])}"
+        )
+    for set_name in sorted(set(want.extras) | set(have.extras)):
+        w_set, h_set = want.extras.get(set_name, set()), have.extras.get(set_name, set())
+        if w_set != h_set:
+            words = _WORDS.get(set_name, set_name)
+            out.append(
+                f"{svc} stale {words} on {where} ({set_name}): kernel {_elements(h_set)}, want {_elements(w_set)}"
+            )
+    if want.comment != have.comment and not out:
+        out.append(f"{svc}: {where} is Service {have.comment}'s in the kernel (element comment), want {want.comment}")
+    return out
+
+
+def _elements(items: Iterable[tuple[tuple[str, ...], tuple[str, ...] | None]]) -> str:
+    parts = [(" . ".join(k) or "present") + (f" : {_verdict(v)}" if v else "") for k, v in sorted(items)]
+    return "{" + ", ".join(parts) + "}" if parts else "none"
+
+
+def _summary(v: _View) -> str:
+    parts = [f"{kind} [{', '.join(_endpoint_list(s))}]" for kind, s in sorted(v.endpoints.items())]
+    parts += [f"{name} {_elements(items)}" for name, items in sorted(v.extras.items())]
+    return "; ".join(parts) or "none"
+
+
+def _ip_owners(views: Mapping[Key, _View]) -> dict[str, str]:
+    """Service IP -> the Service claiming it, endpoint address -> a Service using it."""
+    owners: dict[str, str] = {}
+    for fe, v in sorted(views.items()):
+        if not v.comment:
+            continue
+        if len(fe) == 3:
+            owners.setdefault(fe[0], v.comment.split(":")[0])
+        for slots in v.endpoints.values():
+            for value in slots.values():
+                if value:
+                    owners.setdefault(value[0], v.comment.split(":")[0])
+    return owners
+
+
+def _compare_rest(
+    family: Family, want: Mapping[str, Mapping[Key, Element]], have: Mapping[str, Mapping[Key, Element]],
+    owners: Mapping[str, str],
+) -> list[Difference]:  # fmt: skip
+    out: list[Difference] = []
+    for set_name in sorted(set(want) | set(have)):
+        w, h = want.get(set_name, {}), have.get(set_name, {})
+        if w == h:
+            continue
+        missing = sorted(" . ".join(k) for k in w if h.get(k) != w[k])
+        extra = sorted(" . ".join(k) for k in h if w.get(k) != h[k])
+        if set_name in _CONFIG_SETS:
+            have_text = ", ".join(sorted(" . ".join(k) for k in h))
+            want_text = ", ".join(sorted(" . ".join(k) for k in w))
+            out.append(
+                Difference(
+                    f"{family.value}: {_CONFIG_SETS[set_name]} differ: kernel {{{have_text}}}, want {{{want_text}}} "
+                    "(are the flags those of `nftproxy run`?)"
+                )
+            )
+        elif set_name == "cluster-ips":
+            for ip in missing:
+                owner = owners.get(ip)
+                out.append(Difference(f"Service {owner or '?'} missing: ClusterIP {ip} not in cluster-ips", owner))
+            for ip in extra:
+                owner = owners.get(ip)
+                text = f"Service {owner or '?'} extra: ClusterIP {ip} in cluster-ips, not in the API"
+                out.append(Difference(text, owner))
+        elif set_name == "hairpin-endpoints":
+            for k in missing:
+                ep = k.split(" . ")[0]
+                owner = owners.get(ep)
+                out.append(Difference(f"Service {owner or '?'}: hairpin endpoint {ep} missing", owner))
+            for k in extra:
+                ep = k.split(" . ")[0]
+                owner = owners.get(ep)
+                out.append(Difference(f"Service {owner or '?'}: hairpin endpoint {ep} extra (stale)", owner))
+        else:
+            out += [Difference(f"{family.value}: set {set_name}: element {k} missing") for k in missing]
+            out += [Difference(f"{family.value}: set {set_name}: element {k} extra") for k in extra]
+    return out
+
+
+def compare_table(desired: Table, applied: Table | None) -> list[Difference]:
+    """Every difference between one family's desired table and the kernel's, in words."""
+    return [d if isinstance(d, Difference) else Difference(d) for d in _compare_table(desired, applied)]
+
+
+def _compare_table(desired: Table, applied: Table | None) -> list[Difference | str]:
+    fam = desired.family.value
+    where = f"table {fam} {desired.name}"
+    if applied is None:
+        n = sum(len(e) for e in desired.elements.values())
+        return [f"{where} missing from the kernel (want {n} elements)"]
+    out: list[Difference | str] = []
+    if applied.comment != desired.comment:
+        out.append(
+            f"{where}: layout differs: kernel {applied.comment!r}, want {desired.comment!r} "
+            "(another version, or other --masquerade-all/--cluster-cidr flags than `nftproxy run`'s)"
+        )
+    # Per-count maps and chains (endpoints-3, cluster-3 …) follow from the elements: their
+    # differences are reported only when no element difference explains them.
+    objects: list[Difference | str] = []
+    for what, want_names, have_names in (
+        ("chains", set(desired.chains), set(applied.chains)),
+        ("sets/maps", set(desired.sets), set(applied.sets)),
+    ):
+        for words, names in (("missing", want_names - have_names), ("extra (stale)", have_names - want_names)):
+            base = sorted(n for n in names if not _COUNT.search(n))
+            per_count = sorted(n for n in names if _COUNT.search(n))
+            if base:
+                out.append(f"{where}: {what} {words}: {', '.join(base)}")
+            if per_count:
+                objects.append(f"{where}: {what} {words}: {', '.join(per_count)}")
+    dynamic = {n for n, s in desired.sets.items() if s.dynamic} | _DYNAMIC
+    want_views, want_rest = _views(desired, dynamic)
+    have_views, have_rest = _views(applied, dynamic)
+    for fe in sorted(set(want_views) | set(have_views)):
+        out += _describe(fe, want_views.get(fe), have_views.get(fe))
+    owners = {**_ip_owners(have_views), **_ip_owners(want_views)}
+    out += _compare_rest(desired.family, want_rest, have_rest, owners)
+    return out or objects
+
+
+def compare(desired: Sequence[Table], applied: Mapping[Family, Table | None]) -> list[Difference]:
+    """Every difference between the desired tables (one per family) and the kernel's, in words.
+
+    Pure: ``applied`` is what ``Backend.read`` returned per family (None: no table)."""
+    out: list[Difference] = []
+    for table in desired:
+        out += compare_table(table, applied.get(table.family))
+    return out
+
+
+def equal_contents(desired: Table, applied: Table | None) -> bool:
+    """The raw check ``compare_table`` explains: same comment, chains, sets and elements."""
+    if applied is None:
+        return False
+    dynamic = {n for n, s in desired.sets.items() if s.dynamic} | _DYNAMIC
+
+    def els(t: Table) -> dict[str, Mapping[Key, Element]]:
+        return {n: e for n, e in t.elements.items() if n not in dynamic and e}
+
+    return (
+        applied.comment == desired.comment
+        and set(applied.chains) == set(desired.chains)
+        and set(applied.sets) == set(desired.sets)
+        and els(applied) == els(desired)
+    )
+
+
+# -- the API and the kernel (the command) ----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Report:
+    differences: tuple[Difference, ...]
+    notes: tuple[str, ...]  # differences explained by invalid API objects, and what was skipped
+    services: int  # Services the API's objects program
+    elements: int  # elements of the desired tables
+
+
+def expected(
+    services: Iterable[Mapping[str, Any]],
+    slices: Iterable[Mapping[str, Any]],
+    node: Mapping[str, Any] | None,
+    config: ProxyConfig,
+) -> tuple[Desired, dict[str, str]]:
+    """The tables the API's raw objects call for, and the Services whose API version is unusable
+    ("namespace/name" -> reason): for those the proxy keeps serving its last good version."""
+    from nftproxy.cli import with_node_ips  # noqa: PLC0415  (cli imports this module)
+
+    good_services: list[Service] = []
+    good_slices: list[EndpointSlice] = []
+    ignored: list[str] = []
+    tainted: dict[str, str] = {}
+    for obj in services:
+        r = parse_service(obj, config.service_proxy_name)
+        if isinstance(r, Service):
+            good_services.append(r)
+        elif isinstance(r, Skipped):
+            tainted[f"{r.namespace}/{r.name}"] = str(r)
+        else:
+            meta = obj.get("metadata") or {}
+            ignored.append(f"{meta.get('namespace') or 'default'}/{meta.get('name')}")
+    for obj in slices:
+        s = parse_endpoint_slice(obj)
+        if isinstance(s, EndpointSlice):
+            good_slices.append(s)
+        elif isinstance(s, Skipped):
+            meta = obj.get("metadata") or {}
+            labels = meta.get("labels") or {}
+            owner = labels.get(SERVICE_NAME_LABEL) if isinstance(labels, Mapping) else None
+            if owner:
+                tainted.setdefault(f"{meta.get('namespace') or 'default'}/{owner}", str(s))
+    nodes = [n for n in ([parse_node(node)] if node is not None else []) if isinstance(n, Node)]
+    config = with_node_ips(config, nodes)
+    return compile_tables(good_services, good_slices, config, ignored), tainted
+
+
+def check(desired: Desired, applied: Mapping[Family, Table | None], tainted: Mapping[str, str]) -> Report:
+    """compare(), with the differences of Services whose API version is invalid set apart as notes."""
+    diffs: list[Difference] = []
+    notes: list[str] = []
+    for d in compare(desired.tables, applied):
+        if d.service is not None and d.service in tainted:
+            notes.append(f"{d} (expected: {tainted[d.service]}; the proxy keeps the last good version)")
+        else:
+            diffs.append(d)
+    notes += [f"skipped {s}" for s in desired.skipped]
+    n = sum(t.count_elements() for t in desired.tables)
+    return Report(tuple(diffs), tuple(notes), desired.services, n)
+
+
+def read_kernel(backend: Backend, table: str) -> dict[Family, Table | None]:
+    return {f: backend.read(f, table) for f in Family}
+
+
+def read_api(api: Any, node_name: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any] | None]:
+    """Every Service and EndpointSlice (paged lists), and this node's Node (None: not found)."""
+    from nftproxy.operator import kube  # noqa: PLC0415  (the kubernetes client: only for the command)
+
+    services = [o for page in kube.service_pages(api) for o in page]
+    slices = [o for page in kube.endpoint_slice_pages(api) for o in page]
+    return services, slices, kube.read_node(api, node_name)
+
+
+def verify_once(api: Any, backend: Backend, config: ProxyConfig) -> Report:
+    """Read the API, then the kernel, and compare (what changes in between shows as a difference:
+    callers checking a live cluster retry, see ``main``'s --wait)."""
+    assert config.node_name
+    services, slices, node = read_api(api, config.node_name)
+    desired, tainted = expected(services, slices, node, config)
+    return check(desired, read_kernel(backend, config.table), tainted)
+
+
+def main(args: argparse.Namespace, config: ProxyConfig) -> int:
+    """``nftproxy verify``: 0 when the kernel matches the API, 1 with each difference on a line of its
+    own, 2 when the check cannot be made (flags, kubeconfig, API or namespace unusable)."""
+    import time  # noqa: PLC0415
+
+    from nftproxy.nft.kernel import KernelBackend, NftError  # noqa: PLC0415
+    from nftproxy.operator import kube  # noqa: PLC0415
+
+    if not config.node_name:
+        print("nftproxy verify: --node-name (or NODE_NAME) is required", file=sys.stderr)
+        return 2
+    if args.netns and not os.path.exists(f"/run/netns/{args.netns}"):
+        print(f"nftproxy verify: no network namespace {args.netns!r}", file=sys.stderr)
+        return 2
+    try:
+        api = kube.api_client(args.kubeconfig)
+    except Exception as e:
+        print(f"nftproxy verify: cannot use the kubeconfig: {str(e).splitlines()[0] if str(e) else e}", file=sys.stderr)
+        return 2
+    backend = KernelBackend(args.netns)
+    deadline = time.monotonic() + max(0.0, args.wait)
+    try:
+        while True:
+            try:
+                report = verify_once(api, backend, config)
+            except NftError as e:
+                print(f"nftproxy verify: cannot read the kernel's table: {e}", file=sys.stderr)
+                return 2
+            except Exception as e:
+                first = str(e).splitlines()[0] if str(e) else type(e).__name__
+                print(f"nftproxy verify: cannot read the API: {first}", file=sys.stderr)
+                return 2
+            if not report.differences or time.monotonic() >= deadline:
+                break
+            time.sleep(1.0)
+    finally:
+        backend.close()
+    for note in report.notes:
+        print(f"nftproxy verify: note: {note}", file=sys.stderr)
+    for d in report.differences:
+        print(d)
+    if report.differences:
+        print(f"nftproxy verify: {len(report.differences)} differences", file=sys.stderr)
+        return 1
+    print(f"nftproxy verify: in sync: {report.services} Services, {report.elements} elements")
+    return 0

@@ -1,0 +1,307 @@
+"""Hypothesis strategies for raw API objects (dicts as the API serves them), valid and invalid.
+
+Names and addresses come from small pools most of the time, so Services meet their
+EndpointSlices, IPs collide and duplicates happen; every field is sometimes missing, of the wrong
+type, at an edge, unicode, empty or huge.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import strategies as st
+
+Obj = dict[str, Any]
+
+LONG = "x" * 63
+NAMES = ["a", "b", "web", "db", "wéb-ü", "日本", LONG, "a-b-c-d"]
+NAMESPACES = ["default", "ns1", "kube-system", LONG[:40], "ñs"]
+NODES = ["n1", "n2", "n3"]
+SVC4 = ["10.96.0.1", "10.96.0.2", "10.96.0.3", "10.96.0.4", "10.96.1.1", "10.96.255.254"]
+SVC6 = ["fd00:10:96::1", "fd00:10:96::2", "fd00:10:96::ffff", "FD00:10:96:0::3"]
+EXT4 = ["198.19.0.1", "198.19.0.2", "203.0.113.7"]
+EXT6 = ["fd00:198:19::1", "fd00:198:19::2"]
+EP4 = [f"10.244.{n}.{h}" for n in (1, 2) for h in (2, 3, 4, 5)]
+EP6 = [f"fd00:10:244:{n}::{h}" for n in (1, 2) for h in (2, 3, 4)]
+BAD_IPS = ["", "None", "300.1.1.1", "::g", "10.96.0", "1.2.3.4/32", " 10.96.0.9 ", "localhost"]
+CIDRS = ["10.0.0.0/8", "192.168.1.0/24", "0.0.0.0/0", "198.18.0.5/32", "fd00::/8", "::/0", "2001:db8::1/128"]
+BAD_CIDRS = ["10.0.0.0/33", "nope", "", "1.2.3.4/-1"]
+
+
+def garbage() -> st.SearchStrategy[Any]:
+    """A value of the wrong type or shape for almost any field."""
+    return st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(-(2**40), 2**40),
+        st.floats(allow_nan=True),
+        st.text(max_size=6),
+        st.lists(st.integers(), max_size=2),
+        st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
+    )
+
+
+def sometimes_bad(good: st.SearchStrategy[Any], weight: int = 6) -> st.SearchStrategy[Any]:
+    return st.one_of(*([good] * weight), garbage())
+
+
+def name() -> st.SearchStrategy[Any]:
+    return st.one_of(
+        *[st.sampled_from(NAMES)] * 6,
+        st.text(min_size=0, max_size=80),
+        st.just(""),
+        garbage(),
+    )
+
+
+def namespace() -> st.SearchStrategy[Any]:
+    return st.one_of(*[st.sampled_from(NAMESPACES)] * 6, st.none(), st.text(max_size=70))
+
+
+def ip(pool: list[str]) -> st.SearchStrategy[Any]:
+    return st.one_of(*[st.sampled_from(pool)] * 8, st.sampled_from(BAD_IPS), st.ip_addresses().map(str), garbage())
+
+
+def port_number() -> st.SearchStrategy[Any]:
+    return st.one_of(
+        st.sampled_from([1, 53, 80, 443, 8080, 65535]),
+        st.sampled_from([1, 80, 8080]),
+        st.integers(1, 65535),
+        st.sampled_from([0, -1, 65536, 10**9, True, "80", 80.0, None]),
+    )
+
+
+def protocol() -> st.SearchStrategy[Any]:
+    return st.one_of(
+        *[st.sampled_from(["TCP", "UDP", "SCTP"])] * 6, st.sampled_from([None, "tcp", "ICMP", ""]), garbage()
+    )
+
+
+def port_name() -> st.SearchStrategy[Any]:
+    return st.one_of(*[st.sampled_from(["", "http", "dns", "p"])] * 6, st.text(max_size=20), st.none())
+
+
+def optional_dict(
+    required: dict[str, st.SearchStrategy[Any]], optional: dict[str, st.SearchStrategy[Any]]
+) -> st.SearchStrategy[dict[str, Any]]:
+    return st.fixed_dictionaries(required, optional=optional)
+
+
+def metadata(service_label: bool = False) -> st.SearchStrategy[Any]:
+    labels: dict[str, st.SearchStrategy[Any]] = {
+        "service.kubernetes.io/service-proxy-name": st.one_of(st.sampled_from(["other", "nftproxy", ""]), garbage()),
+    }
+    req: dict[str, st.SearchStrategy[Any]] = {"name": name()}
+    if service_label:
+        req["labels"] = sometimes_bad(optional_dict({"kubernetes.io/service-name": name()}, {}), 10)
+    else:
+        req["labels"] = sometimes_bad(optional_dict({}, labels), 10)
+    return sometimes_bad(
+        optional_dict(
+            req,
+            {
+                "namespace": namespace(),
+                "resourceVersion": st.integers(1, 10**6).map(str),
+                "annotations": sometimes_bad(
+                    optional_dict(
+                        {},
+                        {
+                            "service.kubernetes.io/topology-mode": st.sampled_from(["Auto", "", "bogus"]),
+                            "endpoints.kubernetes.io/last-change-trigger-time": st.sampled_from(
+                                ["2026-01-01T00:00:00Z", "not a time"]
+                            ),
+                        },
+                    )
+                ),
+            },
+        ),
+        12,
+    )
+
+
+def service_port(types: str) -> st.SearchStrategy[Any]:
+    return sometimes_bad(
+        optional_dict(
+            {"port": port_number()},
+            {
+                "name": port_name(),
+                "protocol": protocol(),
+                "targetPort": st.one_of(port_number(), port_name()),
+                "nodePort": st.one_of(st.integers(30000, 30005), st.sampled_from([0, 1, 65535, 65536, None, "x"])),
+            },
+        ),
+        12,
+    )
+
+
+def service() -> st.SearchStrategy[Obj]:
+    ips = st.one_of(
+        st.lists(ip(SVC4), min_size=1, max_size=1),
+        st.lists(ip(SVC6), min_size=1, max_size=1),
+        st.tuples(ip(SVC4), ip(SVC6)).map(list),
+        st.tuples(ip(SVC6), ip(SVC4)).map(list),
+        st.lists(ip(SVC4 + SVC6), min_size=0, max_size=3),
+        st.just(["None"]),
+        garbage(),
+    )
+    ports = st.one_of(
+        *[st.lists(service_port("any"), min_size=1, max_size=4)] * 6,
+        st.just([]),
+        st.lists(service_port("any"), min_size=50, max_size=120),  # huge
+        garbage(),
+    )
+    spec = optional_dict(
+        {"ports": ports},
+        {
+            "type": st.one_of(
+                *[st.sampled_from(["ClusterIP", "NodePort", "LoadBalancer"])] * 6,
+                st.sampled_from(["ExternalName", "Bogus", ""]),
+                garbage(),
+            ),
+            "clusterIPs": ips,
+            "clusterIP": ip(SVC4 + SVC6),
+            "externalIPs": sometimes_bad(st.lists(ip(EXT4 + EXT6 + SVC4), max_size=3)),
+            "loadBalancerSourceRanges": sometimes_bad(
+                st.lists(st.sampled_from(CIDRS + BAD_CIDRS[:1]) | st.sampled_from(CIDRS), max_size=4)
+            ),
+            "externalTrafficPolicy": st.one_of(st.sampled_from(["Cluster", "Local"]), st.sampled_from(["", "local"])),
+            "internalTrafficPolicy": st.one_of(st.sampled_from(["Cluster", "Local"]), st.sampled_from(["", "x"])),
+            "sessionAffinity": st.sampled_from(["ClientIP", "None", ""]),
+            "sessionAffinityConfig": sometimes_bad(
+                optional_dict(
+                    {},
+                    {
+                        "clientIP": sometimes_bad(
+                            optional_dict(
+                                {},
+                                {"timeoutSeconds": st.one_of(st.sampled_from([1, 10, 10800, 86400, 0, 86401, True]))},
+                            )
+                        )
+                    },
+                )
+            ),
+            "healthCheckNodePort": st.one_of(st.integers(30000, 32767), st.sampled_from([0, 65536, None, "x"])),
+            "trafficDistribution": st.sampled_from(["PreferClose", "PreferSameNode", "", "x"]),
+        },
+    )
+    status = optional_dict(
+        {},
+        {
+            "loadBalancer": sometimes_bad(
+                optional_dict(
+                    {},
+                    {
+                        "ingress": sometimes_bad(
+                            st.lists(
+                                sometimes_bad(
+                                    optional_dict(
+                                        {},
+                                        {
+                                            "ip": ip(EXT4 + EXT6),
+                                            "ipMode": st.sampled_from(["VIP", "Proxy"]),
+                                            "hostname": st.just("lb.example"),
+                                        },
+                                    )
+                                ),
+                                max_size=3,
+                            )
+                        )
+                    },
+                )
+            )
+        },
+    )
+    return optional_dict(
+        {"kind": st.just("Service"), "metadata": metadata()},
+        {"spec": sometimes_bad(spec, 15), "status": status},
+    )
+
+
+def endpoint(version: int) -> st.SearchStrategy[Any]:
+    pool = EP4 if version == 4 else EP6
+    return sometimes_bad(
+        optional_dict(
+            {"addresses": st.one_of(*[st.lists(ip(pool), min_size=1, max_size=2)] * 8, st.just([]), garbage())},
+            {
+                "conditions": sometimes_bad(
+                    optional_dict(
+                        {},
+                        {
+                            "ready": st.one_of(st.booleans(), st.none()),
+                            "serving": st.one_of(st.booleans(), st.none()),
+                            "terminating": st.one_of(st.booleans(), st.none()),
+                        },
+                    )
+                ),
+                "nodeName": st.one_of(st.sampled_from(NODES), st.none(), garbage()),
+                "zone": st.one_of(st.sampled_from(["z1", "z2"]), garbage()),
+                "hints": sometimes_bad(
+                    optional_dict(
+                        {},
+                        {
+                            "forZones": sometimes_bad(
+                                st.lists(optional_dict({"name": st.sampled_from(["z1", "z2"])}, {}), max_size=2)
+                            ),
+                            "forNodes": sometimes_bad(
+                                st.lists(optional_dict({"name": st.sampled_from(NODES)}, {}), max_size=2)
+                            ),
+                        },
+                    )
+                ),
+            },
+        ),
+        12,
+    )
+
+
+def endpoint_slice() -> st.SearchStrategy[Obj]:
+    def build(version: int) -> st.SearchStrategy[Obj]:
+        eps = st.one_of(
+            *[st.lists(endpoint(version), max_size=6)] * 6,
+            st.lists(endpoint(version), min_size=100, max_size=200),  # huge
+            garbage(),
+        )
+        ports = st.one_of(
+            *[
+                st.lists(
+                    sometimes_bad(
+                        optional_dict({}, {"name": port_name(), "protocol": protocol(), "port": port_number()}), 12
+                    ),
+                    max_size=3,
+                )
+            ]
+            * 6,
+            garbage(),
+        )
+        atype = st.one_of(
+            *[st.just("IPv4" if version == 4 else "IPv6")] * 8, st.sampled_from(["FQDN", "IPv5", "ipv4"]), garbage()
+        )
+        return optional_dict(
+            {"kind": st.just("EndpointSlice"), "metadata": metadata(service_label=True)},
+            {"addressType": atype, "ports": ports, "endpoints": eps},
+        )
+
+    return st.one_of(build(4), build(6))
+
+
+def node() -> st.SearchStrategy[Obj]:
+    address = sometimes_bad(
+        optional_dict(
+            {},
+            {
+                "type": st.one_of(st.sampled_from(["InternalIP", "ExternalIP", "Hostname"]), garbage()),
+                "address": ip(["198.18.0.1", "fd00:198:18::1", "198.18.0.2", "n1"]),
+            },
+        ),
+        10,
+    )
+    return optional_dict(
+        {"kind": st.just("Node"), "metadata": sometimes_bad(optional_dict({"name": st.sampled_from(NODES)}, {}))},
+        {
+            "status": sometimes_bad(optional_dict({}, {"addresses": sometimes_bad(st.lists(address, max_size=4))}), 10),
+        },
+    )
+
+
+def any_object() -> st.SearchStrategy[Any]:
+    return st.one_of(service(), service(), endpoint_slice(), endpoint_slice(), node(), garbage())

@@ -1,0 +1,218 @@
+"""Random API objects, valid and invalid: never an exception out of parse or compile; every invalid
+object skipped with a reason naming it; every valid Service compiled (or reported as conflicting);
+every compiled table accepted by the kernel (libnftables check mode, in a namespace of our own)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from ipaddress import ip_address, ip_network
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from nftproxy.cli import with_node_ips
+from nftproxy.compiler import ProxyConfig, compile_tables
+from nftproxy.compiler.fragment import _short
+from nftproxy.model.parse import Ignored, parse_endpoint_slice, parse_node, parse_service
+from nftproxy.model.types import EndpointSlice, Node, Service, Skipped
+from nftproxy.nft.diff import plan
+from nftproxy.nft.objects import Family
+from tests.fuzz import strategies as S
+from tests.fuzz.conftest import DryRun, examples
+
+CONFIGS = [
+    ProxyConfig(node_name="n1", cluster_cidrs=(ip_network("10.244.0.0/16"), ip_network("fd00:10:244::/48"))),
+    ProxyConfig(node_name="n1", masquerade_all=True, nodeport_addresses=(ip_network("198.18.0.0/24"),)),
+    ProxyConfig(node_name="n2", node_ips=(ip_address("198.18.0.2"),), service_proxy_name="nftproxy"),
+    ProxyConfig(),
+]
+
+
+def _expected_name(obj: Any) -> str:
+    meta = obj.get("metadata") if isinstance(obj, Mapping) else None
+    raw = meta.get("name") if isinstance(meta, Mapping) else None
+    return str(raw) if raw else "?"
+
+
+Parsed = Service | EndpointSlice | Node | Skipped | Ignored
+
+
+def parse(obj: Any, config: ProxyConfig) -> Parsed:
+    kind = obj.get("kind")
+    if kind == "Service":
+        return parse_service(obj, config.service_proxy_name)
+    if kind == "EndpointSlice":
+        return parse_endpoint_slice(obj)
+    return parse_node(obj)
+
+
+def split(objs: list[Any], config: ProxyConfig) -> tuple[list[Service], list[EndpointSlice], list[Node], list[str]]:
+    services, slices, nodes, ignored = [], [], [], []
+    for obj in objs:
+        r = parse(obj, config)
+        if isinstance(r, Service):
+            services.append(r)
+        elif isinstance(r, EndpointSlice):
+            slices.append(r)
+        elif isinstance(r, Node):
+            nodes.append(r)
+        elif isinstance(r, Ignored) and obj["kind"] == "Service":
+            meta = obj["metadata"]
+            ignored.append(f"{meta.get('namespace') or 'default'}/{meta.get('name')}")
+    return services, slices, nodes, ignored
+
+
+objects = st.lists(st.one_of(S.service(), S.service(), S.endpoint_slice(), S.endpoint_slice(), S.node()), max_size=25)
+
+
+@settings(max_examples=examples(300, 5000))
+@given(obj=st.one_of(S.service(), S.endpoint_slice(), S.node()), cfg=st.sampled_from(CONFIGS))
+def test_parse_never_raises_and_names_what_it_skips(obj: dict[str, Any], cfg: ProxyConfig) -> None:
+    r = parse(obj, cfg)
+    assert isinstance(r, Service | EndpointSlice | Node | Skipped | Ignored)
+    if isinstance(r, Skipped):
+        assert r.kind == obj["kind"]
+        assert r.reason
+        assert r.name == _expected_name(obj), r
+        assert str(r).startswith(f"{r.kind} "), r
+    if isinstance(r, Ignored):
+        assert r.reason
+    if isinstance(r, Service | EndpointSlice):
+        hash(r)  # every parsed object is usable as a cache value (frozen, hashable fields)
+
+
+def _compiled(objs: list[Any], cfg: ProxyConfig) -> tuple[Any, list[Service], ProxyConfig]:
+    services, slices, nodes, ignored = split(objs, cfg)
+    cfg = with_node_ips(cfg, nodes)
+    desired = compile_tables(services, slices, cfg, ignored)
+    return desired, services, cfg
+
+
+def _present(desired: Any, svc: Service) -> bool:
+    """The Service's first port on its first ClusterIP is in a dispatch map, under its name."""
+    ip = svc.cluster_ips[0]
+    family = Family.IP if ip.version == 4 else Family.IP6
+    table = next(t for t in desired.tables if t.family == family)
+    p = svc.ports[0]
+    key = (str(ip), p.protocol.lower(), str(p.port))
+    comment = _short(f"{svc.key}:{p.name}" if p.name else svc.key)
+    for name in ("service-ips", "no-endpoint-services"):
+        el = table.elements[name].get(key)
+        if el is not None and el.comment == comment:
+            return True
+    return False
+
+
+@settings(max_examples=examples(150, 3000))
+@given(objs=objects, cfg=st.sampled_from(CONFIGS))
+def test_compile_never_raises_and_compiles_every_valid_service(objs: list[Any], cfg: ProxyConfig) -> None:
+    desired, services, cfg = _compiled(objs, cfg)
+    conflicting = {f"{s.namespace}/{s.name}" for s in desired.skipped if s.kind == "Service"}
+    for s in desired.skipped:
+        assert s.reason and s.name, s
+    by_key = {s.key: s for s in services}  # the last of duplicates (same key) is the one compiled
+    for key, svc in by_key.items():
+        assert _present(desired, svc) or key in conflicting, f"{key} neither compiled nor reported"
+
+
+@pytest.mark.netns
+@settings(max_examples=examples(60, 1500))
+@given(objs=objects, cfg=st.sampled_from(CONFIGS))
+def test_every_compiled_table_is_accepted_by_the_kernel(dry_run: DryRun, objs: list[Any], cfg: ProxyConfig) -> None:
+    desired, _, _ = _compiled(objs, cfg)
+    script = "".join(plan(None, t).render() for t in desired.tables)
+    rc, err = dry_run.check(script)
+    assert rc == 0, f"the kernel refused a compiled table: {err.strip()[:2000]}"
+
+
+GOOD_SERVICE: dict[str, Any] = {
+    "kind": "Service",
+    "metadata": {"name": "web", "namespace": "default", "labels": {}, "annotations": {}},
+    "spec": {
+        "type": "LoadBalancer",
+        "clusterIP": "10.96.0.10",
+        "clusterIPs": ["10.96.0.10"],
+        "ports": [{"name": "http", "port": 80, "protocol": "TCP", "nodePort": 30080, "targetPort": 8080}],
+        "externalIPs": ["198.19.0.1"],
+        "loadBalancerSourceRanges": ["10.0.0.0/8"],
+        "externalTrafficPolicy": "Local",
+        "internalTrafficPolicy": "Cluster",
+        "sessionAffinity": "ClientIP",
+        "sessionAffinityConfig": {"clientIP": {"timeoutSeconds": 10}},
+        "healthCheckNodePort": 32000,
+        "trafficDistribution": "PreferClose",
+    },
+    "status": {"loadBalancer": {"ingress": [{"ip": "198.19.1.1", "ipMode": "VIP"}]}},
+}
+GOOD_SLICE: dict[str, Any] = {
+    "kind": "EndpointSlice",
+    "metadata": {"name": "web-1", "namespace": "default", "labels": {"kubernetes.io/service-name": "web"},
+                 "annotations": {"endpoints.kubernetes.io/last-change-trigger-time": "2026-01-01T00:00:00Z"}},
+    "addressType": "IPv4",
+    "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
+    "endpoints": [
+        {
+            "addresses": ["10.244.1.2"],
+            "conditions": {"ready": True, "serving": True, "terminating": False},
+            "nodeName": "n1",
+            "zone": "z1",
+            "hints": {"forZones": [{"name": "z1"}], "forNodes": [{"name": "n1"}]},
+        }
+    ],
+}  # fmt: skip
+GOOD_NODE: dict[str, Any] = {
+    "kind": "Node",
+    "metadata": {"name": "n1", "labels": {"topology.kubernetes.io/zone": "z1"}},
+    "status": {"addresses": [{"type": "InternalIP", "address": "198.18.0.1"}]},
+}
+
+
+def _paths(obj: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Every field of a nested object (dict keys and list indexes), depth first."""
+    out: list[tuple[Any, ...]] = []
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            out += [(*prefix, k), *_paths(v, (*prefix, k))]
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            out += [(*prefix, i), *_paths(v, (*prefix, i))]
+    return out
+
+
+FIELDS = [(o, p) for o in (GOOD_SERVICE, GOOD_SLICE, GOOD_NODE) for p in _paths(o) if p != ("kind",)]
+
+
+def _replaced(obj: Any, path: tuple[Any, ...], value: Any, delete: bool) -> Any:
+    import copy  # noqa: PLC0415
+
+    out = copy.deepcopy(obj)
+    target = out
+    for part in path[:-1]:
+        target = target[part]
+    if delete:
+        del target[path[-1]]
+    else:
+        target[path[-1]] = value
+    return out
+
+
+@settings(max_examples=examples(400, 6000))
+@given(field=st.sampled_from(FIELDS), value=S.garbage(), delete=st.booleans())
+def test_every_field_missing_or_of_any_type(
+    field: tuple[dict[str, Any], tuple[Any, ...]], value: Any, delete: bool
+) -> None:
+    """Each field of a complete Service, EndpointSlice and Node, deleted or replaced by a value of
+    another type: parsed or skipped with a reason, never an exception; compiled without one."""
+    base, path = field
+    obj = _replaced(base, path, value, delete)
+    cfg = CONFIGS[0]
+    r = parse(obj, cfg)
+    assert isinstance(r, Service | EndpointSlice | Node | Skipped | Ignored)
+    if isinstance(r, Skipped):
+        assert r.reason and r.name == _expected_name(obj), r
+    else:
+        hash(r)
+    others = [o for o in (GOOD_SERVICE, GOOD_SLICE, GOOD_NODE) if o is not base]
+    _compiled([obj, *others], cfg)

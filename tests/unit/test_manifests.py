@@ -1,0 +1,114 @@
+"""Input reading: JSON read as JSON, YAML (C loader), stdin as a file; the fast address checks
+of the parser agree with ``ipaddress`` on every kind of text."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from nftproxy import manifests
+from nftproxy.manifests import ManifestError, classify, load
+from nftproxy.model.types import Skipped
+from tests import k8sobjects as k
+
+OBJS = [
+    k.service("web", ["10.96.0.10"], [k.port(80)]),
+    k.endpoint_slice("web-1", "web", [k.endpoint("10.244.1.2"), k.endpoint("10.244.1.3")], [k.port(8080)]),
+]
+LIST = {"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": ""}, "items": OBJS}
+
+
+def test_a_json_list_is_read_by_json_not_yaml(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    p = tmp_path / "in.json"
+    p.write_text(json.dumps(LIST, indent=4))
+
+    def no_yaml(*_: object, **__: object) -> None:
+        raise AssertionError("JSON went to the YAML parser")
+
+    monkeypatch.setattr(yaml, "load_all", no_yaml)
+    inputs = load([str(p)])
+    assert [s.name for s in inputs.services] == ["web"]
+    assert [e.address for e in inputs.slices[0].endpoints] == ["10.244.1.2", "10.244.1.3"]
+
+
+def test_yaml_uses_the_c_loader_when_present(tmp_path: Path) -> None:
+    p = k.write(tmp_path / "in.yaml", OBJS)
+    if yaml.__with_libyaml__:
+        assert manifests._YAML_LOADER is yaml.CSafeLoader
+    assert load([str(p)]) == load([str(k.write(tmp_path / "in2.yaml", [LIST]))])
+
+
+def test_json_that_json_refuses_falls_back_to_yaml_with_its_line(tmp_path: Path) -> None:
+    p = tmp_path / "two.json"
+    p.write_text(json.dumps(OBJS[0]) + "\n---\n" + json.dumps(OBJS[1]))  # a YAML stream of JSON docs
+    assert len(load([str(p)]).services) == 1 and len(load([str(p)]).slices) == 1
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"kind": "Service",\n "metadata": {"name": [}\n')
+    with pytest.raises(ManifestError, match=r"bad.json: not valid YAML/JSON \(line 2\)"):
+        load([str(bad)])
+
+
+def test_stdin_reads_like_a_file(tmp_path: Path) -> None:
+    p = tmp_path / "in.json"
+    p.write_text(json.dumps(LIST))
+    cmd = [sys.executable, "-m", "nftproxy", "render", "--node-ip", "198.18.0.1", "-f"]
+    from_file = subprocess.run([*cmd, str(p)], capture_output=True, text=True, check=True)
+    with p.open() as f:
+        from_stdin = subprocess.run([*cmd, "-"], stdin=f, capture_output=True, text=True, check=True)
+    assert "10.244.1.2" in from_file.stdout and from_stdin.stdout == from_file.stdout
+
+
+ADDRESSES = [
+    "10.1.2.3",
+    "0.0.0.0",
+    "255.255.255.255",
+    " 10.1.2.3",
+    "10.1.2.3 ",
+    "010.1.2.3",
+    "10.1.2",
+    "10.1.2.256",
+    "0x0a.1.2.3",
+    "1.2.3.4/32",
+    "",
+    "fd00::1",
+    "FD00:0:0::1",
+    "::ffff:10.1.2.3",
+    "2001:db8:0:0:1:0:0:1",
+    "fe80::1%eth0",
+    "nope",
+]
+
+
+@pytest.mark.parametrize("text", ADDRESSES)
+def test_endpoint_addresses_agree_with_ipaddress(text: str) -> None:
+    try:
+        addr = ipaddress.ip_address(text.strip())
+        want: str | None = str(addr) if addr.version == 4 else None
+    except ValueError:
+        want = None
+    objs = [*OBJS, k.endpoint_slice("x-1", "web", [k.endpoint(text)], [k.port(8080)])]
+    inputs = classify(objs)
+    got = [sl for sl in inputs.slices if sl.name == "x-1"]
+    if want is None:
+        assert not got and len(inputs.skipped) == 1 and isinstance(inputs.skipped[0], Skipped)
+    else:
+        assert [e.address for e in got[0].endpoints] == [want]
+
+
+@pytest.mark.parametrize("text", ADDRESSES)
+def test_cluster_ips_agree_with_ipaddress(text: str) -> None:
+    try:
+        want: object = ipaddress.ip_address(text.strip())
+    except ValueError:
+        want = None
+    inputs = classify([k.service("s", [text], [k.port(80)])])
+    if want is None:
+        assert not inputs.services and "invalid IP address" in inputs.skipped[0].reason
+    else:
+        assert inputs.services[0].cluster_ips == (want,)
