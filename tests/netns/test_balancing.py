@@ -27,6 +27,7 @@ pytestmark = pytest.mark.netns
 
 HTTP = [k.port(8080, "http")]
 SOURCES = [f"198.18.0.{i}" for i in range(150, 166)]  # extra addresses of the outside client
+SOURCES6 = [f"fd00:198:18::{i:x}" for i in range(150, 166)]
 
 
 def svc(name: str, ip: str, algorithm: str | None, node_port: int | None = None, **spec: Any) -> k.Obj:
@@ -39,6 +40,11 @@ def svc(name: str, ip: str, algorithm: str | None, node_port: int | None = None,
 
 def eps(name: str, pods: list[Pod]) -> k.Obj:
     return k.endpoint_slice(f"{name}-1", name, [k.endpoint(p.ipv4, node="node1") for p in pods], HTTP)
+
+
+def eps6(name: str, pods: list[Pod]) -> k.Obj:
+    return k.endpoint_slice(f"{name}-6", name, [k.endpoint(p.ipv6, node="node1") for p in pods], HTTP,
+                            address_type="IPv6")  # fmt: skip
 
 
 @dataclass
@@ -62,6 +68,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
         pods = [nl.add_pod(node, f"p{i}", tcp=(8080,)) for i in range(3)]
         ext = nl.add_client("ext", 100, via=node)
         nl.ip(ext, *(f"addr add {a}/32 dev eth0" for a in SOURCES))
+        nl.ip(ext, *(f"addr add {a}/128 dev eth0 nodad" for a in SOURCES6))
         p0, p1, p2 = pods
         objs = [
             svc("rr3", "10.96.4.10", "round-robin", node_port=30410), eps("rr3", pods),
@@ -72,10 +79,13 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
             svc("sticky-rr", "10.96.4.40", "round-robin", sessionAffinity="ClientIP",
                 sessionAffinityConfig={"clientIP": {"timeoutSeconds": 120}}), eps("sticky-rr", pods),
             svc("bad", "10.96.4.50", "least-connection"), eps("bad", pods),
+            svc("rr6", "fd00:10:96::410", "round-robin"), eps6("rr6", pods),
+            svc("sh6", "fd00:10:96::430", "source-hash", node_port=30431), eps6("sh6", pods),
         ]  # fmt: skip
         manifest = k.write(Path(tmp_path_factory.mktemp("lb")) / "objects.yaml", objs)
         r = nl.exec(node, sys.executable, "-m", "nftproxy", "apply", "-f", str(manifest), "--node-name", "node1",
-                    "--node-ip", node.ipv4, "--cluster-cidr", "10.244.0.0/16", check=False)  # fmt: skip
+                    "--node-ip", f"{node.ipv4},{node.ipv6}", "--cluster-cidr", "10.244.0.0/16,fd00:10:244::/48",
+                    check=False)  # fmt: skip
         assert r.returncode == 0, r.stderr
         assert "skipped Service default/bad: annotation nftproxy.io/load-balancing: 'least-connection'" in r.stderr
         yield Lab(nl, node, pods, ext)
@@ -133,3 +143,14 @@ def test_affinity_wins_over_round_robin(lab: Lab) -> None:
 def test_bad_value_is_load_balanced_at_random(lab: Lab) -> None:
     seen = Counter(lab.who(lab.node, "10.96.4.50", 80, count=60))
     assert set(seen) == {"p0", "p1", "p2"}, seen
+
+
+def test_ipv6_round_robin_and_source_hash(lab: Lab) -> None:
+    seq = lab.who(lab.node, "fd00:10:96::410", 80, count=9)
+    assert _is_rotation(seq, 3), seq
+    chosen = {}
+    for source in SOURCES6:
+        got = set(lab.who(lab.ext, lab.node.ipv6, 30431, count=4, source=source))
+        assert len(got) == 1, f"{source} reached {got}"
+        chosen[source] = got.pop()
+    assert len(set(chosen.values())) >= 2, chosen
