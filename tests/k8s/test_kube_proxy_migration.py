@@ -252,3 +252,43 @@ def test_explain_compares_the_kernel_with_the_api(env: Env) -> None:
     r = subprocess.run([sys.executable, "-m", "nftproxy", "cleanup", "--netns", env.node.netns],
                        capture_output=True, text=True, check=False)  # fmt: skip
     assert r.returncode == 0, r.stderr
+
+
+def test_load_balancing_annotation_through_the_operator(env: Env) -> None:
+    """The annotation from the API: round-robin rotates exactly; a bad value is reported on
+    ProxyStatus and as an Event on the Service, which still answers (at random)."""
+    http = [k.port(8080, "http")]
+    rr = k.service("rr", ["10.96.3.30"], [k.port(80, "http")], namespace=NS)
+    rr["metadata"]["annotations"] = {"nftproxy.io/load-balancing": "round-robin"}
+    bad = k.service("badlb", ["10.96.3.31"], [k.port(80, "http")], namespace=NS)
+    bad["metadata"]["annotations"] = {"nftproxy.io/load-balancing": "weighted"}
+    both = [k.endpoint(env.a.ipv4, node=NODE), k.endpoint(env.b.ipv4, node=NODE)]
+    env.cl.apply(rr, bad, k.endpoint_slice("rr-1", "rr", both, http, namespace=NS),
+                 k.endpoint_slice("badlb-1", "badlb", both, http, namespace=NS))  # fmt: skip
+    env.cl.start_proxy(env.node, *FLAGS)
+    try:
+        lab = env.cl.lab
+
+        def seq() -> list[str] | None:
+            got = [str(r.pod) for r in lab.probe(env.node, "tcp", "10.96.3.30", 80, count=8, timeout=1.0)]
+            return got if set(got) <= {"a", "b"} and len(set(got)) == 2 else None
+
+        got = eventually(seq, timeout=60, what="rr served")
+        assert all(got[i] != got[i + 1] for i in range(len(got) - 1)), got  # a, b, a, b, …
+        assert {r.pod for r in lab.probe(env.node, "tcp", "10.96.3.31", 80, count=20, timeout=1.0)} == {"a", "b"}
+
+        def reported() -> dict[str, Any] | None:
+            st = env.cl.proxy_status(env.node).get("status", {})
+            return next((x for x in st.get("skipped", []) if x["name"] == "badlb"), None)
+
+        x = eventually(reported, what="bad value on ProxyStatus")
+        assert "'weighted' is not one of random, round-robin, source-hash" in x["reason"]
+        events = json.loads(env.cl.cp.kubectl("get", "events", "-n", NS, "-o", "json").stdout)["items"]
+        assert any(e["involvedObject"].get("name") == "badlb" and "weighted" in e["message"] for e in events)
+    finally:
+        env.cl.stop_proxy(env.node)
+        for name in ("rr", "badlb"):
+            env.cl.delete("service", name, NS)
+    subprocess.run(
+        [sys.executable, "-m", "nftproxy", "cleanup", "--netns", env.node.netns], capture_output=True, check=True
+    )
