@@ -291,6 +291,12 @@ def render_packet(i: int, p: Packet) -> str:
 # -- running ----------------------------------------------------------------------------------
 
 
+def _die_with_parent() -> None:  # pragma: no cover - runs in the forked child
+    import ctypes  # noqa: PLC0415
+
+    ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
 class Tracer:
     """Installs the rule, runs the monitor, removes both (also from ``close`` after a signal)."""
 
@@ -307,7 +313,11 @@ class Tracer:
         # The monitor starts first (a child forked from the backend's thread: same netns).
         self.monitor = self.backend._call(
             lambda _: subprocess.Popen(
-                ["nft", "monitor", "trace"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, bufsize=0
+                ["nft", "monitor", "trace"],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                bufsize=0,
+                preexec_fn=_die_with_parent,  # noqa: PLW1509  (prctl only) a killed trace leaves no monitor
             )
         )
         time.sleep(0.2)  # the monitor subscribes before the first marked packet

@@ -8,7 +8,9 @@ after SIGTERM and SIGKILL: a killed trace's chains are inert and the next sync d
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -263,3 +265,31 @@ def test_check_tolerates_a_live_trace_and_repairs_after_its_deadline(lab: Lab) -
     finally:
         backend.close()
     lab.apply(*objects(lab.a, lab.b))
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError):
+            out += [int(c) for c in (task / "children").read_text().split()]
+    return out
+
+
+def test_a_killed_trace_leaves_no_monitor_behind(lab: Lab) -> None:
+    proc = _trace(lab, "--to", "10.96.0.10:80/tcp", "--timeout", "30")
+    _wait_installed(lab, proc)
+    monitors = [c for c in _children(proc.pid) if "monitor" in Path(f"/proc/{c}/cmdline").read_text()]
+    assert len(monitors) == 1
+    proc.kill()
+    proc.wait()
+    end = time.monotonic() + 5
+    while Path(f"/proc/{monitors[0]}").exists() and time.monotonic() < end:
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(monitors[0], os.WNOHANG)
+        time.sleep(0.05)
+    status = Path(f"/proc/{monitors[0]}/status")
+    assert not status.exists() or "zombie" in status.read_text(), "nft monitor outlived the killed trace"
+    # its chains stay until the deadline; the module's next apply (a full sync) removes them
+    assert _trace_chains(lab)
+    lab.apply(*objects(lab.a, lab.b))
+    assert not _trace_chains(lab)
