@@ -361,7 +361,7 @@ def explain(
     eps = sorted({e for f in fronts for e in f.endpoints})
     if outcomes == {"rejected"}:
         state = "no-endpoints"
-        summary = f"{what}: programmed as no endpoints -> reject (every frontend refuses new connections)"
+        summary = f'{what}: programmed as "no endpoints → reject" (every frontend refuses new connections)'
     elif outcomes == {"dropped"}:
         state = "no-local-endpoints"
         summary = f"{what}: programmed as no endpoints on this node -> drop (Local traffic policy)"

@@ -124,7 +124,7 @@ def test_explain_names_the_endpoints_that_answer(lab: Lab) -> None:
     sticky = nftproxy("explain", "default/sticky", "--netns", lab.node.netns).stdout
     assert "sessionAffinity ClientIP (60s)" in sticky
     empty = nftproxy("explain", "default/empty", "--netns", lab.node.netns).stdout
-    assert empty.startswith("default/empty: programmed as no endpoints -> reject")
+    assert empty.startswith('default/empty: programmed as "no endpoints → reject"')
     assert lab.lab.probe(lab.node, "tcp", "10.96.0.20", 80)[0].error == "refused"
 
 
