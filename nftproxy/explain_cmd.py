@@ -8,9 +8,10 @@ import json
 import os
 import sys
 from dataclasses import replace
+from typing import Any
 
 from nftproxy.compiler import ProxyConfig
-from nftproxy.explain import Explanation, explain, render_text
+from nftproxy.explain import Explanation, Frontend, explain, render_text
 from nftproxy.nft.kernel import KernelBackend
 from nftproxy.nft.objects import Family
 from nftproxy.tableview import TableView, read_view
@@ -25,6 +26,18 @@ def add_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--service-proxy-name", help="the --service-proxy-name nftproxy runs with")
     p.add_argument("-o", "--output", choices=("text", "json"), default="text")
     p.add_argument("--table", default="nftproxy", help=argparse.SUPPRESS)
+
+
+def relabel(f: Frontend, svc: dict[str, Any] | None) -> Frontend:
+    """The table cannot tell an externalIP from a LoadBalancer IP without source ranges: the API can."""
+    if svc is None or f.kind not in ("external IP", "LoadBalancer IP"):
+        return f
+    ingress = ((svc.get("status") or {}).get("loadBalancer") or {}).get("ingress") or []
+    if f.address in {i.get("ip") for i in ingress if isinstance(i, dict)}:
+        return replace(f, kind="LoadBalancer IP")
+    if f.address in ((svc.get("spec") or {}).get("externalIPs") or []):
+        return replace(f, kind="externalIP")
+    return f
 
 
 def read_views(netns: str | None, table: str) -> list[TableView | None]:
@@ -51,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
             api.close()
         config = ProxyConfig(node_name=args.node_name, service_proxy_name=args.service_proxy_name)
         check = compare([v for v in views if v is not None], args.service, svc, slices, node, status, config)
-        result = replace(result, api=check)
+        result = replace(result, api=check, frontends=tuple(relabel(f, svc) for f in result.frontends))
     if args.output == "json":
         json.dump(dataclasses.asdict(result), sys.stdout, indent=2)
         sys.stdout.write("\n")

@@ -137,3 +137,18 @@ def test_api_reason_from_proxystatus() -> None:
     config = replace(CASES["policies"][1], node_zone=None)
     check = compare([], "default/web", SVC, [SLICE], None, status, config)
     assert not check.matches and any("already used by Service default/aaa" in r for r in check.reasons), check
+
+
+def test_the_api_tells_external_ips_from_load_balancer_ips() -> None:
+    from nftproxy.explain_cmd import relabel  # noqa: PLC0415
+
+    vs, _ = views("demo-default")
+    web = explain(vs, TABLES, "default/web", None)
+    obj = k.service("web", ["10.96.0.10"], [k.port(80, "http")], external_ips=["198.19.0.20"], lb_ips=["198.19.0.10"])
+    kinds = {f.address: relabel(f, obj).kind for f in web.frontends}
+    assert kinds.get("198.19.0.20", "externalIP") == "externalIP"
+    assert kinds.get("198.19.0.10", "LoadBalancer IP") == "LoadBalancer IP"
+    assert kinds["10.96.0.10"] == "ClusterIP"
+    f = next(f for f in web.frontends if f.kind == "ClusterIP")
+    assert relabel(replace(f, kind="external IP", address="198.19.0.20"), obj).kind == "externalIP"
+    assert relabel(replace(f, kind="external IP", address="198.19.0.10"), obj).kind == "LoadBalancer IP"
