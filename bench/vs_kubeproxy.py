@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import subprocess
 import sys
@@ -171,42 +172,47 @@ def main() -> int:
     p.add_argument("--sizes", default="1000,5000,10000")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--timeout", type=float, default=900.0)
+    p.add_argument("--keep", action="store_true", help="keep the work directory (proxy logs)")
     args = p.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     work = Path(tempfile.mkdtemp(prefix="kp-bench-"))
     print("kube-proxy v1.34 (nftables mode) vs nftproxy: Services x 10 endpoints, real kube-apiserver on loopback")
     results: list[tuple[int, str, float, list[float], float]] = []
-    with ControlPlane() as cp:
-        cp.kubectl("apply", "-f", str(CRD))
-        cp.kubectl("create", "namespace", NS)
-        node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE},
-                "status": {"addresses": [{"type": "InternalIP", "address": "198.18.0.1"}]}}  # fmt: skip
-        cp.kubectl("apply", "-f", "-", input=json.dumps(node))
-        api = kube.api_client(str(cp.kubeconfig))
-        have = 0
-        for si, n in enumerate(sizes):
-            t0 = time.perf_counter()
-            create_many(api, have, n, 10)
-            have = n
-            print(f"  (created {n} Services + EndpointSlices in {time.perf_counter() - t0:.0f}s)", flush=True)
-            for pi, (name, cls) in enumerate((("kube-proxy", KubeProxyRunner), ("nftproxy", NftproxyRunner))):
-                wd = work / f"{name}-{n}"
-                wd.mkdir()
+    try:
+        with ControlPlane() as cp:
+            cp.kubectl("apply", "-f", str(CRD))
+            cp.kubectl("create", "namespace", NS)
+            node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE},
+                    "status": {"addresses": [{"type": "InternalIP", "address": "198.18.0.1"}]}}  # fmt: skip
+            cp.kubectl("apply", "-f", "-", input=json.dumps(node))
+            api = kube.api_client(str(cp.kubeconfig))
+            have = 0
+            for si, n in enumerate(sizes):
+                t0 = time.perf_counter()
+                create_many(api, have, n, 10)
+                have = n
+                print(f"  (created {n} Services + EndpointSlices in {time.perf_counter() - t0:.0f}s)", flush=True)
+                for pi, (name, cls) in enumerate((("kube-proxy", KubeProxyRunner), ("nftproxy", NftproxyRunner))):
+                    wd = work / f"{name}-{n}"
+                    wd.mkdir()
 
-                def make(netns: str, cls: type[Runner] = cls, wd: Path = wd) -> Runner:
-                    return cls(netns, cp, wd)  # type: ignore[call-arg]
+                    def make(netns: str, cls: type[Runner] = cls, wd: Path = wd) -> Runner:
+                        return cls(netns, cp, wd)  # type: ignore[call-arg]
 
-                def new_index(r: int, si: int = si, pi: int = pi) -> int:
-                    return NEW_BASE + si * 100 + pi * 50 + r
+                    def new_index(r: int, si: int = si, pi: int = pi) -> int:
+                        return NEW_BASE + si * 100 + pi * 50 + r
 
-                first, lat, rss = measure(api, make, n - 1, args.rounds, new_index, args.timeout)
-                results.append((n, name, first, lat, rss))
-                print(
-                    f"{n:>6} {name:<10} first sync {first:8.2f} s   new Service median "
-                    f"{statistics.median(lat) * 1000:9.1f} ms (min {min(lat) * 1000:.1f}, max {max(lat) * 1000:.1f})"
-                    f"   RSS {rss:6.0f} MB",
-                    flush=True,
-                )
+                    first, lat, rss = measure(api, make, n - 1, args.rounds, new_index, args.timeout)
+                    results.append((n, name, first, lat, rss))
+                    med, lo, hi = (x * 1000 for x in (statistics.median(lat), min(lat), max(lat)))
+                    print(
+                        f"{n:>6} {name:<10} first sync {first:8.2f} s   new Service median "
+                        f"{med:9.1f} ms (min {lo:.1f}, max {hi:.1f})   RSS {rss:6.0f} MB",
+                        flush=True,
+                    )
+    finally:
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
     print()
     print("| Services | kube-proxy first sync | nftproxy first sync | ratio | kube-proxy new Service | "
           "nftproxy new Service | ratio | kube-proxy RSS | nftproxy RSS |")  # fmt: skip

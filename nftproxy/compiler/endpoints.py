@@ -66,6 +66,9 @@ def topology_mode(ready: list[Target], node: str | None, zone: str | None) -> st
 
     Hints are used only when every ready endpoint has them and at least one is for us; otherwise
     they are ignored (all endpoints), so traffic never blackholes on missing or unusable hints.
+    The Service's ``trafficDistribution`` and ``topology-mode`` annotation are not consulted:
+    kube-proxy v1.34 (pkg/proxy/topology.go) decides from the hints alone, the EndpointSlice
+    controller having written them for those settings (tests/conformance ``topo-*`` cases).
     """
     eps = [t.endpoint for t in ready]
     if all(e.hint_nodes for e in eps) and any(node in (e.hint_nodes or ()) for e in eps):
