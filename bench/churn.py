@@ -24,7 +24,7 @@ from testkit.controlplane import ControlPlane
 
 def line(name: str, res: Result, faults: str) -> str:
     s = res.summary()
-    load = f"{s['services']} Services, {s['duration_s']:.0f} s at {s['achieved_rate_per_s']}/s"
+    load = f"{s['services']} Services, {s['churn_s']:.0f} s at {s['achieved_rate_per_s']}/s"
     return (
         f"| {name} | {load} | {faults} | {s['failed_connections']} of {s['connections']} | {s['lost_updates']} | "
         f"p50 {s['event_to_kernel_p50_ms']} / p99 {s['event_to_kernel_p99_ms']} ms | "

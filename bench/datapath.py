@@ -35,36 +35,15 @@ from pathlib import Path
 from typing import Any, cast
 
 from bench.operator import NS, create_many
-from bench.vs_kubeproxy import CRD, METRICS, NODE, NftproxyRunner, Runner
+from bench.vs_kubeproxy import CRD, METRICS, NODE, KubeProxyRunner, NftproxyRunner, Runner
 from nftproxy.operator import kube
 from testkit.controlplane import ControlPlane
-from testkit.kubeproxy import KubeProxy, wait_synced
+from testkit.kubeproxy import wait_synced
 from testkit.netlab import bare_netns
 
 PROBE_VIP, PROBE_PORT = "10.96.200.1", 80
 POD_IP, POD_PORT = "10.200.0.2", 8080
 CLIENT = Path(__file__).with_name("datapath_client.py")
-
-
-class KubeProxyMode(Runner):
-    def __init__(self, netns: str, cp: ControlPlane, workdir: Path, mode: str) -> None:
-        self.kp = KubeProxy(
-            netns, NODE, cp.kubeconfig, workdir, node_ip=METRICS[0], mode=mode, min_sync_period="1s", verbosity=0
-        )
-        self.prefix = "kubeproxy"
-
-    def start(self) -> None:
-        self.kp.start()
-
-    def pid(self) -> int:
-        pid = self.kp.pid
-        if pid is None:
-            raise RuntimeError(f"kube-proxy exited:\n{self.kp.log_tail()}")
-        return pid
-
-    def stop(self) -> None:
-        self.kp.stop()
-        self.kp.delete_tables()
 
 
 def probed_objects() -> list[dict[str, Any]]:
@@ -189,7 +168,7 @@ def main() -> int:
                 def make(netns: str, name: str = name, wd: Path = wd) -> Runner:
                     if name == "nftproxy":
                         return NftproxyRunner(netns, cp, wd)
-                    return KubeProxyMode(netns, cp, wd, name.rsplit("-", 1)[1])
+                    return KubeProxyRunner(netns, cp, wd, name.rsplit("-", 1)[1])
 
                 r = rows[(n, name)] = measure(make, args.connections, args.timeout)
                 figures = f"{r['p50_us']:>9.0f}{r['p99_us']:>9.0f}{r['sys_us_per_conn']:>13.1f}"

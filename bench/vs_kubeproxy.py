@@ -71,8 +71,10 @@ class Runner:
 class KubeProxyRunner(Runner):
     prefix = "kubeproxy"
 
-    def __init__(self, netns: str, cp: ControlPlane, workdir: Path) -> None:
-        self.kp = KubeProxy(netns, NODE, cp.kubeconfig, workdir, node_ip=METRICS[0], min_sync_period="1s", verbosity=0)
+    def __init__(self, netns: str, cp: ControlPlane, workdir: Path, mode: str = "nftables") -> None:
+        self.kp = KubeProxy(
+            netns, NODE, cp.kubeconfig, workdir, node_ip=METRICS[0], mode=mode, min_sync_period="1s", verbosity=0
+        )
 
     def start(self) -> None:
         self.kp.start()

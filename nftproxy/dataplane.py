@@ -15,6 +15,7 @@ import gc
 import hashlib
 import logging
 import time
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 from nftproxy import stale
 from nftproxy.compiler import skeleton
 from nftproxy.compiler.assembly import Assembly
-from nftproxy.compiler.build import orphan_slices, summarize
+from nftproxy.compiler.build import summarize
 from nftproxy.compiler.config import ProxyConfig
 from nftproxy.compiler.fragment import compile_fragment
 from nftproxy.model.types import EndpointSlice, Service, Skipped
@@ -67,7 +68,7 @@ class Dataplane:
         self.backend = backend
         self.config = config
         self.inputs = InputTracker()
-        self.assemblies = {f: Assembly(f, config) for f in Family}
+        self.assemblies = self._assemblies(config)
         self.in_sync = False  # the kernel holds what the assemblies last committed
         self.bulk_elements = 20_000  # a first creation this big goes through backend.load
         self.stream_services = 2_000  # … and from this many Services (from scratch), in chunks
@@ -91,9 +92,14 @@ class Dataplane:
         if config == self.config:
             return
         self.config = config
-        self.assemblies = {f: Assembly(f, config) for f in Family}
+        self.assemblies = self._assemblies(config)
         self.inputs.everything_dirty()
         self.in_sync = False
+
+    @staticmethod
+    def _assemblies(config: ProxyConfig) -> dict[Family, Assembly]:
+        holders: Counter[str] = Counter()  # shared: Services programmed in either family
+        return {f: Assembly(f, config, holders) for f in Family}
 
     def set_service(self, svc: Service) -> None:
         self.inputs.set_service(svc)
@@ -143,7 +149,7 @@ class Dataplane:
         # one health server and each reports its own family's count (not the sum).
         out: dict[int, tuple[str, dict[int, set[str]]]] = {}
         for i, a in enumerate(self.assemblies.values()):
-            for frag in a.fragments.values():
+            for frag in a.store.health.values():
                 if frag.health_check_port:
                     key, families = out.setdefault(frag.health_check_port, (frag.key, {}))
                     if key == frag.key:
@@ -163,8 +169,7 @@ class Dataplane:
         """(Services programmed, endpoints programmed, objects skipped with reasons)."""
         self.compile()
         n_svc, n_eps, skipped = summarize(self.assemblies.values())
-        orphans = orphan_slices(self.inputs.slices.values(), self.inputs.services.keys(), self.inputs.ignored)
-        return n_svc, n_eps, orphans + skipped
+        return n_svc, n_eps, self.inputs.orphans() + skipped
 
     # -- syncing -------------------------------------------------------------------------
     def verify(self) -> bool:

@@ -87,6 +87,7 @@ class Result:
     writes: int = 0
     write_failures: int = 0
     writes_skipped: int = 0  # not sent: every writer busy (an outage holding requests)
+    churn_seconds: float = 0.0
     latencies: list[float] = field(default_factory=list)
     sync_failures: int = 0
     rss_start_mb: float = 0.0
@@ -119,7 +120,8 @@ class Result:
             "writes": self.writes,
             "write_failures": self.write_failures,
             "writes_skipped": self.writes_skipped,
-            "achieved_rate_per_s": round(self.writes / self.plan.duration, 1) if self.plan.duration else 0,
+            "churn_s": round(self.churn_seconds, 1),
+            "achieved_rate_per_s": round(self.writes / self.churn_seconds, 1) if self.churn_seconds else 0,
             "latency_samples": len(self.latencies),
             "event_to_kernel_p50_ms": None if p50 is None else round(p50 * 1000, 1),
             "event_to_kernel_p99_ms": None if p99 is None else round(p99 * 1000, 1),
@@ -366,7 +368,9 @@ class Churn:
             return delete
         return lambda: self._create(i)
 
-    def churn(self) -> None:
+    def churn(self, until: Callable[[], bool] = lambda: True) -> None:
+        """Writes at the plan's rate for its duration, and on while ``until()`` is False (faults
+        still running: an outage always happens during churn)."""
         plan, res = self.plan, self.result
         writers = ThreadPoolExecutor(6, thread_name_prefix="writer")
         busy: set[Future[None]] = set()
@@ -374,7 +378,7 @@ class Churn:
         start = time.monotonic()
         next_at = start
         try:
-            while time.monotonic() - start < plan.duration:
+            while time.monotonic() - start < plan.duration or not until():
                 busy = {f for f in busy if not f.done()}
                 if len(busy) >= 6:
                     res.writes_skipped += 1
@@ -393,6 +397,7 @@ class Churn:
                 time.sleep(max(0.0, next_at - time.monotonic()))
         finally:
             writers.shutdown(wait=True)
+            res.churn_seconds = time.monotonic() - start
 
     # -- faults -----------------------------------------------------------------------------
     def crasher(self) -> None:
@@ -475,11 +480,12 @@ class Churn:
             faults.append(threading.Thread(target=self.crasher, daemon=True))
         res.outages = [Outage(what, at, seconds) for what, at, seconds in plan.outages]
         if res.outages:
-            faults.append(threading.Thread(target=self.run_outages, args=(churn_start,), daemon=True))
+            faults.append(threading.Thread(target=self.run_outages, args=(churn_start,), name="outages", daemon=True))
         for t in faults:
             t.start()
+        outages = [t for t in faults if t.name == "outages"]
         try:
-            self.churn()
+            self.churn(until=lambda: not any(t.is_alive() for t in outages))
         finally:
             self.stopping.set()
             for t in faults:

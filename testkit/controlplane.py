@@ -370,6 +370,7 @@ class ControlPlane:
         # etcd_data_dir: etcd's data elsewhere than WORKDIR/etcd (e.g. on tmpfs: a disk busy with
         # image layers made etcd's fdatasync take minutes); the caller removes it.
         self.etcd_data_dir = Path(etcd_data_dir) if etcd_data_dir is not None else None
+        self._own_etcd_dir: Path | None = None  # made on tmpfs by start(), removed by stop()
         self.etcd_port = 0
         self.etcd_peer_port = 0
         self.secure_port = 0
@@ -439,6 +440,10 @@ class ControlPlane:
         else:
             self._workdir = self._workdir_arg
             self._workdir.mkdir(parents=True, exist_ok=True)
+        if self.etcd_data_dir is None and not self.detached and Path("/dev/shm").is_dir():
+            # etcd on tmpfs: on a disk busy with other tests (image layers, big nft loads) its
+            # fdatasync took seconds and the apiserver's /readyz failed its etcd check.
+            self._own_etcd_dir = self.etcd_data_dir = Path(tempfile.mkdtemp(prefix="nftproxy-etcd-", dir="/dev/shm"))
         try:
             _generate_pki(self.cert_dir)
             self.etcd_port, self.etcd_peer_port, self.secure_port = (
@@ -480,6 +485,9 @@ class ControlPlane:
                 proc.stop()
         self._apiserver = None
         self._etcd = None
+        if self._own_etcd_dir is not None:
+            shutil.rmtree(self._own_etcd_dir, ignore_errors=True)
+            self._own_etcd_dir = self.etcd_data_dir = None
         if self._own_workdir and self._workdir is not None:
             shutil.rmtree(self._workdir, ignore_errors=True)
             self._workdir = None

@@ -142,12 +142,14 @@ def wait_synced(
     since: float,
     timeout: float = 60.0,
     quiet: float = 0.5,
+    change: bool = False,
 ) -> float:
     """Wait until a proxy serving ``<prefix>_sync_proxy_rules_*`` metrics has synced every change
     queued so far: its last sync (of any IP family) is after ``since`` (a time.time()), each family
     synced after its last queued change, no change is pending, and its
     sync count stayed the same for ``quiet`` seconds. Works for kube-proxy (``kubeproxy``) and
-    nftproxy (``nftproxy``). Returns the time of the last sync."""
+    nftproxy (``nftproxy``). With ``change``, a change must also have been queued after ``since``
+    (the watch event of what the caller just wrote has arrived). Returns the time of the last sync."""
     deadline = time.monotonic() + timeout
     last_key: tuple[float, float] | None = None
     stable_since = 0.0
@@ -165,8 +167,14 @@ def wait_synced(
             # family's last sync must be after its last queued change.
             stamps = _series(m, f"{prefix}_sync_proxy_rules_last_timestamp_seconds")
             # A change touches one family: only its proxier syncs (the other's stamp stays old).
-            synced = max(stamps.values(), default=0.0) >= since and all(
-                v >= m.get(k.replace("_last_timestamp_", "_last_queued_timestamp_"), 0.0) for k, v in stamps.items()
+            queued = _series(m, f"{prefix}_sync_proxy_rules_last_queued_timestamp_seconds")
+            arrived = not change or max(queued.values(), default=0.0) >= since
+            synced = (
+                arrived
+                and max(stamps.values(), default=0.0) >= since
+                and all(
+                    v >= m.get(k.replace("_last_timestamp_", "_last_queued_timestamp_"), 0.0) for k, v in stamps.items()
+                )
             )
             pending = sum(_series(m, f"{prefix}_sync_proxy_rules_service_changes_pending").values()) + sum(
                 _series(m, f"{prefix}_sync_proxy_rules_endpoint_changes_pending").values()
@@ -436,7 +444,9 @@ class KubeProxy:
     def healthz(self) -> tuple[int, str]:
         return http_get_in(self.netns, self.node_ip, self.healthz_port, "/healthz")
 
-    def wait_synced(self, since: float | None = None, timeout: float = 60.0, quiet: float = 0.5) -> float:
+    def wait_synced(
+        self, since: float | None = None, timeout: float = 60.0, quiet: float = 0.5, change: bool = False
+    ) -> float:
         """Wait until every change queued so far is in the kernel (see :func:`wait_synced`);
         ``since`` defaults to the start time (the first sync)."""
         self.check_running()
@@ -449,6 +459,7 @@ class KubeProxy:
                 since=self.started_at if since is None else since,
                 timeout=timeout,
                 quiet=quiet,
+                change=change,
             )
         except KubeProxyError as e:
             self.check_running()

@@ -10,6 +10,8 @@ kernel took it.
 
 from __future__ import annotations
 
+from collections import Counter
+
 from nftproxy.compiler import skeleton
 from nftproxy.compiler.changelog import ChangeLog, Obj, Slot
 from nftproxy.compiler.claims import Claims
@@ -25,11 +27,11 @@ AFFINITY_SETS = ("affinity-services", "affinity-nodeports")
 
 
 class Assembly:
-    def __init__(self, family: Family, config: ProxyConfig) -> None:
+    def __init__(self, family: Family, config: ProxyConfig, holders: Counter[str] | None = None) -> None:
         self.family = family
         self.config = config
         self.log = ChangeLog()
-        self.store = ElementStore(self.log)
+        self.store = ElementStore(self.log, holders)
         self.claims = Claims()
         self.render = Renderer(family, config)
 

@@ -713,3 +713,84 @@ def flow_cases() -> list[FlowCase]:
             )
         )
     return out
+
+
+# --------------------------------------------------------------------------- changes to Services
+
+
+@dataclass
+class ChangeCase:
+    """Objects created with the catalog, then changed (``after``: objects to apply, and
+    ``deletes``: (kind, name) to delete) while both proxies run; ``probes`` are made after."""
+
+    name: str
+    before: list[Obj]
+    after: list[Obj]
+    deletes: list[tuple[str, str]]
+    probes: list[Probe]
+    sticky_before: bool = False  # session affinity before the change: compare backend counts
+
+
+def change_cases() -> list[ChangeCase]:
+    out: list[ChangeCase] = []
+
+    def np_svc(name: str, **kw: Any) -> Obj:
+        return service(name, [port(80, 8080, "http", node_port=next(_np))], type="NodePort", **kw)
+
+    def sl(name: str, eps: list[Obj]) -> Obj:
+        return eslice(name, "a", eps, HTTP_EP)
+
+    name = "chg-service-deleted"
+    svc = np_svc(name)
+    out.append(ChangeCase(name, [svc, sl(name, [ep("a1")])], [], [("service", name)], list(frontends(svc))))
+    name = "chg-slice-deleted"
+    svc = np_svc(name)
+    out.append(
+        ChangeCase(name, [svc, sl(name, [ep("a1")])], [], [("endpointslice", f"{name}-a")], list(frontends(svc)))
+    )
+    name = "chg-slice-emptied"
+    svc = np_svc(name)
+    out.append(ChangeCase(name, [svc, sl(name, [ep("a1"), ep("b1")])], [sl(name, [])], [], list(frontends(svc))))
+    name = "chg-nodeport-renumbered"
+    svc = np_svc(name)
+    moved = json_copy(svc)
+    moved["spec"]["ports"][0]["nodePort"] = next(_np)
+    probes = list(frontends(svc, (), ("ext1", "node"))) + list(frontends(moved, (), ("ext1", "node")))
+    out.append(ChangeCase(name, [svc, sl(name, [ep("a2")])], [moved], [], probes))
+    name = "chg-nodeport-to-clusterip"
+    svc = np_svc(name)
+    plain = json_copy(svc)
+    plain["spec"]["type"] = "ClusterIP"
+    del plain["spec"]["ports"][0]["nodePort"]
+    out.append(ChangeCase(name, [svc, sl(name, [ep("a2")])], [plain], [], list(frontends(svc))))
+    name = "chg-etp-cluster-to-local"
+    svc = np_svc(name)
+    local = json_copy(svc)
+    local["spec"]["externalTrafficPolicy"] = "Local"
+    out.append(
+        ChangeCase(name, [svc, sl(name, [ep("a3"), ep("b2")])], [local], [], list(frontends(local, (), ("ext1",))))
+    )
+    name = "chg-endpoint-moved-to-this-node"
+    svc = service(name, HTTP, internalTrafficPolicy="Local")
+    out.append(
+        ChangeCase(
+            name, [svc, sl(name, [ep("b1")])], [sl(name, [ep("a1"), ep("b1")])], [], list(frontends(svc, ("pod",), ()))
+        )
+    )
+    name = "chg-affinity-turned-off"
+    svc = np_svc(name, sessionAffinity="ClientIP", sessionAffinityConfig={"clientIP": {"timeoutSeconds": 300}})
+    off = json_copy(svc)
+    off["spec"]["sessionAffinity"] = "None"
+    del off["spec"]["sessionAffinityConfig"]
+    out.append(
+        ChangeCase(
+            name, [svc, sl(name, [ep("a1"), ep("a2")])], [off], [], list(frontends(off, ("pod",), ("ext1",))), True
+        )
+    )
+    return out
+
+
+def json_copy(obj: Obj) -> Obj:
+    import json  # noqa: PLC0415
+
+    return dict(json.loads(json.dumps(obj)))

@@ -7,21 +7,14 @@ from collections.abc import Iterator
 
 import pytest
 
-from testkit.controlplane import ControlPlane, ControlPlaneError
+from testkit.controlplane import ControlPlane
 from tests.conformance.harness import REPORT
+from tests.controlplanes import started_control_plane
 
 
 @pytest.fixture(scope="module")
 def conformance_control_plane() -> Iterator[ControlPlane]:
-    cp = ControlPlane()
-    try:
-        cp.start()
-    except ControlPlaneError as e:
-        pytest.fail(f"control plane did not start: {e}", pytrace=False)
-    try:
-        yield cp
-    finally:
-        cp.stop()
+    yield from started_control_plane()
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

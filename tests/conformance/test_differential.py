@@ -10,6 +10,7 @@ unless its case is in tests/conformance/differences.py (the README mirrors that 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -54,6 +55,7 @@ class Duo:
     b: Side  # nftproxy
     cases: list[c.Case]
     flows: list[c.FlowCase]
+    changes: list[c.ChangeCase]
 
     @property
     def sides(self) -> tuple[Side, Side]:
@@ -80,14 +82,15 @@ def duo(conformance_control_plane: ControlPlane) -> Iterator[Duo]:
     cp = conformance_control_plane
     cleanup_stale("kp")
     workdir = Path(tempfile.mkdtemp(prefix="kp-conformance-"))
-    cases, flows = c.catalog(), c.flow_cases()
+    cases, flows, changes = c.catalog(), c.flow_cases(), c.change_cases()
     if only := os.environ.get("NFTPROXY_CONFORMANCE_ONLY"):  # a regex of case names, for development
         cases = [x for x in cases if re.search(only, x.name)]
         flows = [x for x in flows if re.search(only, x.name)]
+        changes = [x for x in changes if re.search(only, x.name)]
     with NetLab("kp") as lab_a, NetLab("kp") as lab_b:
         a = Side("kube-proxy", lab_a, build_lab(lab_a))
         b = Side("nftproxy", lab_b, build_lab(lab_b))
-        duo = Duo(cp, a, b, cases, flows)
+        duo = Duo(cp, a, b, cases, flows, changes)
         try:
             cp.kubectl("apply", "-f", str(CRD))
             cp.kubectl("wait", "--for=condition=Established", "crd/proxystatuses.nftproxy.io", "--timeout=30s")
@@ -97,6 +100,8 @@ def duo(conformance_control_plane: ControlPlane) -> Iterator[Duo]:
                 objects += case.objects
             for flow in flows:
                 objects += flow.before
+            for change in changes:
+                objects += change.before
             duo.apply(objects)
             (workdir / "a").mkdir()
             (workdir / "b").mkdir()
@@ -164,6 +169,33 @@ def test_services_neither_proxy_programs(duo: Duo) -> None:
     _check(rows)
 
 
+def test_changes_reach_the_kernel_as_with_kube_proxy(duo: Duo) -> None:
+    """Services and slices changed or deleted while both proxies run (partial syncs)."""
+    if not duo.changes:
+        pytest.skip("no change case selected (NFTPROXY_CONFORMANCE_ONLY)")
+
+    def probe_all(label: str, before: bool = False) -> list[Row]:
+        jobs = [
+            (ch.name, dataclasses.replace(p, sticky=before and ch.sticky_before))
+            for ch in duo.changes
+            for p in ch.probes
+        ]
+        results = parallel(lambda job: compare_probe(duo.a, duo.b, job[1]), jobs)
+        return [
+            REPORT.add(name, f"{p.path()} {label}", kp, np) for (name, p), (kp, np) in zip(jobs, results, strict=True)
+        ]
+
+    rows = probe_all("before the change", before=True)  # also: affinity entries exist when affinity is turned off
+    since = time.time()
+    duo.apply([o for ch in duo.changes for o in ch.after])
+    for ch in duo.changes:
+        for kind, name in ch.deletes:
+            duo.cp.kubectl("delete", kind, name, "-n", c.NS, "--wait=false")
+    settle(duo.sides, since, change=True)
+    rows += probe_all("after the change")
+    _check(rows)
+
+
 def _flow(duo: Duo, flows: list[c.FlowCase], label: str) -> list[Row]:
     """One datagram of each flow from the client pod (fixed source port), in both labs."""
     out: list[Row] = []
@@ -198,7 +230,7 @@ def test_open_udp_flows_across_changes(duo: Duo) -> None:
     rows = _flow(duo, duo.flows, "first datagram")
     since = time.time()
     duo.apply([o for f in live for o in f.after])
-    settle(duo.sides, since)
+    settle(duo.sides, since, change=True)
     rows += _flow(duo, live, "after the change")
     rows += _new_flows(duo, live, "after the change")
 

@@ -1,11 +1,11 @@
 """A transaction the kernel keeps refusing: the previous table keeps serving, ProxyStatus says why,
 the proxy retries with backoff, and converges once the kernel accepts again.
 
-The refusal is real (the kernel's EBUSY), injected from outside: a rule of ours (`reject-chain`,
-after its terminal `reject`: never reached by a packet) is made to reference `cluster-2`. When the
+The refusal is real (the kernel's EBUSY), injected from outside: a rule appended to our `services`
+chain (matching only 192.0.2.255, an address no packet here has) references `cluster-2`. When the
 Service scales from 2 endpoints to 3, `cluster-2` is no longer needed and deleting it is refused,
 by the incremental sync and by every full sync after it (an adopted chain is trusted by name, so
-the full sync does not rewrite `reject-chain`), until the test removes the reference.
+the full sync does not rewrite `services`), until the test removes the reference.
 """
 
 from __future__ import annotations
@@ -70,8 +70,8 @@ def test_refused_transaction_keeps_serving_is_reported_and_retried(cluster: Loca
 
     eventually(lambda: answers() == {"p0", "p1"}, timeout=30, what="web on p0, p1")
 
-    # The injected reference: after reject-chain's terminal `reject`, so no packet ever takes it.
-    nft(node.netns, "add", "rule", "ip", "nftproxy", "reject-chain", "jump", "cluster-2")
+    # The injected reference: a rule no packet matches (TEST-NET-1 broadcast), holding cluster-2.
+    nft(node.netns, "add", "rule", "ip", "nftproxy", "services", "ip", "daddr", "192.0.2.255", "jump", "cluster-2")
     cl.apply(web_slice(3))  # cluster-2 is no longer needed: deleting it is refused (EBUSY)
 
     def refused() -> dict[str, Any] | None:
@@ -92,10 +92,10 @@ def test_refused_transaction_keeps_serving_is_reported_and_retried(cluster: Loca
     # The kernel accepts again: the next retry converges, the checker finds nothing.
     handle = next(
         line.rsplit("# handle ", 1)[1]
-        for line in nft(node.netns, "-a", "list", "chain", "ip", "nftproxy", "reject-chain").splitlines()
+        for line in nft(node.netns, "-a", "list", "chain", "ip", "nftproxy", "services").splitlines()
         if "jump cluster-2" in line
     )
-    nft(node.netns, "delete", "rule", "ip", "nftproxy", "reject-chain", "handle", handle.strip())
+    nft(node.netns, "delete", "rule", "ip", "nftproxy", "services", "handle", handle.strip())
     eventually(lambda: answers(20) == {"p0", "p1", "p2"}, timeout=60, what="web on p0, p1, p2 after the retry")
     api = kube.api_client(str(cl.cp.kubeconfig))
     config = ProxyConfig(
