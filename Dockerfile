@@ -16,7 +16,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 # netbase: /etc/protocols and /etc/services. Without them nft lists "6" for tcp, so a table read
 # back never equals the desired one and every full sync re-sends every map element.
 RUN apt-get update \
- && apt-get install -y --no-install-recommends nftables python3-nftables conntrack netbase \
+ && apt-get install -y --no-install-recommends nftables python3-nftables conntrack netbase iptables iproute2 \
  && rm -rf /var/lib/apt/lists/*
 
 # python3-nftables installs only for Debian's /usr/bin/python3; this image runs /usr/local/bin/python

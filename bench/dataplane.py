@@ -45,13 +45,13 @@ def fresh_netns() -> AbstractContextManager[str]:
     return bare_netns("ntb")
 
 
-def full_sync(services: int, endpoints: int, nodeports: int, mix: bool = False) -> dict[str, float]:
+def full_sync(services: int, endpoints: int, nodeports: int, mix: bool = False, lb: bool = False) -> dict[str, float]:
     """Compile + commit of the whole table into an empty namespace (what a first start does).
 
     ``total``: from the inputs to the table committed (a big first load compiles in chunks while
     the kernel loads the previous one). ``compile``: the same compile alone, no kernel (for the
     breakdown; not part of ``total``)."""
-    svcs, slices = cluster(services, endpoints, nodeports=nodeports, mix=mix)
+    svcs, slices = cluster(services, endpoints, nodeports=nodeports, mix=mix, lb=lb)
     alone = Dataplane(FakeBackend(), CONFIG)
     start = time.perf_counter()
     feed(alone, svcs, slices)
@@ -93,8 +93,11 @@ def incremental(services: int, endpoints: int, rounds: int) -> list[float]:
 def one(kind: str, services: int, endpoints: int, repeat: int) -> dict[str, Any]:
     """Run one measurement in this process and report it with this process's peak RSS."""
     out: dict[str, Any] = {"kind": kind, "services": services, "endpoints": endpoints}
-    if kind in ("full", "mix"):
-        runs = [full_sync(services, endpoints, nodeports=services // 5, mix=kind == "mix") for _ in range(repeat)]
+    if kind in ("full", "mix", "lb"):
+        runs = [
+            full_sync(services, endpoints, nodeports=services // 5, mix=kind == "mix", lb=kind == "lb")
+            for _ in range(repeat)
+        ]
         out["total"] = statistics.median(r["total"] for r in runs)
         out["compile"] = statistics.median(r["compile"] for r in runs)
     elif kind == "incremental":
@@ -121,11 +124,14 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--one", nargs=4, metavar=("KIND", "SERVICES", "ENDPOINTS", "REPEAT"))
     p.add_argument("--quick", action="store_true", help="smaller sizes, fewer repeats (smoke run)")
+    p.add_argument("--balancing", action="store_true", help="only: plain vs 10%% round-robin + 10%% source-hash")
     args = p.parse_args()
     if args.one:
         kind, s, e, r = args.one
         print(json.dumps(one(kind, int(s), int(e), int(r))))
         return 0
+    if args.balancing:
+        return balancing(3000 if args.quick else 10000, 1 if args.quick else 5)
     sizes = [1000, 3000] if args.quick else [1000, 10000, 30000, 50000]
     repeat = 1 if args.quick else 5  # this host is noisy: medians of 5 (3 at 30k and more)
     print("nftproxy dataplane benchmark (Services x 10 endpoints, 20% NodePorts; medians)")
@@ -157,6 +163,21 @@ def main() -> int:
         print(f"  nftproxy 30k / 10k: {full[30000] / full[10000]:.1f}x (linear would be 3x)")
     if 10000 in full and 50000 in full:
         print(f"  nftproxy 50k / 10k: {full[50000] / full[10000]:.1f}x (linear would be 5x)")
+    return 0
+
+
+def balancing(n: int, repeat: int) -> int:
+    """Full sync at n Services: plain, then 10% round-robin + 10% source-hash, alternating runs."""
+    print(f"load-balancing algorithms at {n} Services x 10 endpoints, 20% NodePorts (medians of {repeat})")
+    print(f"{'layout':<34}{'Services':>9}{'compile s':>11}{'total s':>10}{'peak RSS MB':>13}")
+    plain = run_child("full", n, 10, repeat)
+    row("nftproxy full sync, random", n, plain)
+    lb = run_child("lb", n, 10, repeat)
+    row("10% round-robin + 10% source-hash", n, lb)
+    print(
+        f"  algorithms / plain at {n} Services: {lb['total'] / plain['total']:.2f}x "
+        f"(compile {lb['compile'] / plain['compile']:.2f}x)"
+    )
     return 0
 
 

@@ -315,7 +315,14 @@ class Churn:
                 return int(line.split()[1]) / 1024
         return 0.0
 
-    def check(self) -> Report:
+    def check(self, attempts: int = 30) -> Report:
+        """The checker; API errors (a pooled connection the restarted apiserver dropped) are retried."""
+        for _ in range(attempts - 1):
+            try:
+                return verify_once(self.api, self.kernel, self.config)
+            except Exception as e:
+                self.result.notes.append(f"checker retried: {str(e).splitlines()[0][:120]}")
+                time.sleep(1)
         return verify_once(self.api, self.kernel, self.config)
 
     # -- churn ------------------------------------------------------------------------------
@@ -475,21 +482,36 @@ class Churn:
         time.sleep(2)
         res.rss_start_mb = self.rss_mb()
         churn_start = time.monotonic()
-        faults = []
-        if plan.crash_every:
-            faults.append(threading.Thread(target=self.crasher, daemon=True))
+        crasher = threading.Thread(target=self.crasher, daemon=True) if plan.crash_every else None
         res.outages = [Outage(what, at, seconds) for what, at, seconds in plan.outages]
-        if res.outages:
-            faults.append(threading.Thread(target=self.run_outages, args=(churn_start,), name="outages", daemon=True))
-        for t in faults:
-            t.start()
-        outages = [t for t in faults if t.name == "outages"]
+        outages_done = threading.Event()
+        if not res.outages:
+            outages_done.set()
+        errors: list[BaseException] = []
+
+        def churn() -> None:
+            try:
+                self.churn(until=outages_done.is_set)
+            except BaseException as e:
+                errors.append(e)
+
+        writer = threading.Thread(target=churn, name="churn", daemon=True)
+        writer.start()
+        if crasher is not None:
+            crasher.start()
         try:
-            self.churn(until=lambda: not any(t.is_alive() for t in outages))
+            # In this thread: the control plane's children get SIGTERM when the thread that
+            # started them ends (PR_SET_PDEATHSIG), so a restarted apiserver/etcd must not be
+            # started from a short-lived thread.
+            self.run_outages(churn_start)
         finally:
+            outages_done.set()
+            writer.join()
             self.stopping.set()
-            for t in faults:
-                t.join(timeout=300)
+            if crasher is not None:
+                crasher.join(timeout=300)
+        if errors:
+            raise errors[0]
         res.rss_end_mb = self.rss_mb()
         t_end = time.monotonic()
         report = self.check()

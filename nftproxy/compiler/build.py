@@ -41,6 +41,11 @@ def summarize(assemblies: Iterable[Assembly]) -> tuple[int, int, list[Skipped]]:
     for a in assemblies:
         for s in a.skipped():
             skipped.setdefault(str(s), s)
+        for frag in a.store.warned.values():  # programmed, but reported (e.g. a bad annotation)
+            ns, _, name = frag.key.partition("/")
+            for w in frag.warnings:
+                x = Skipped("Service", ns, name, w)
+                skipped.setdefault(str(x), x)
     return services, endpoints, list(skipped.values())
 
 

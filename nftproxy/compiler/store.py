@@ -23,6 +23,7 @@ class ElementStore:
         # number of Services programmed is len(holders), not a walk of every fragment.
         self.holders: Counter[str] = Counter() if holders is None else holders
         self.health: dict[str, Fragment] = {}  # the fragments with a healthCheckNodePort
+        self.warned: dict[str, Fragment] = {}  # the fragments with warnings (reported as skips)
         self.values: dict[tuple[str, Key], Element] = {}  # (set, key) -> element
         self.counts: dict[tuple[str, Key], int] = {}  # (set, key) -> fragments holding it
         self.spreads: dict[tuple[str, Key], tuple[Slot, ...]] = {}  # (map, frontend) -> slot values
@@ -37,6 +38,8 @@ class ElementStore:
         self.holders[frag.key] += 1
         if frag.health_check_port:
             self.health[frag.key] = frag
+        if frag.warnings:
+            self.warned[frag.key] = frag
         values, counts = self.values, self.counts
         for set_name, el in frag.elements:
             k = (set_name, el.key)
@@ -67,6 +70,7 @@ class ElementStore:
         if frag is None:
             return None
         self.health.pop(key, None)
+        self.warned.pop(key, None)
         self.holders[key] -= 1
         if self.holders[key] <= 0:
             del self.holders[key]

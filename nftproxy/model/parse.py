@@ -12,6 +12,7 @@ from ipaddress import IPv4Address, ip_address, ip_network
 from socket import AF_INET, inet_pton
 from typing import Any
 
+from nftproxy.model import balancing
 from nftproxy.model.types import (
     PROTOCOLS,
     Endpoint,
@@ -159,6 +160,7 @@ def _service(obj: Mapping[str, Any], ns: str, name: str, proxy_name: str | None)
     etp, itp = _traffic_policies(spec)
     hc = spec.get("healthCheckNodePort")
     topology = _topology_mode(meta)
+    algorithm, warning = balancing.from_annotations(_map(meta.get("annotations"), "metadata.annotations"))
     return Service(
         namespace=ns,
         name=name,
@@ -174,6 +176,8 @@ def _service(obj: Mapping[str, Any], ns: str, name: str, proxy_name: str | None)
         health_check_node_port=_port(hc, "spec.healthCheckNodePort") if hc else None,
         traffic_distribution=str(spec["trafficDistribution"]) if spec.get("trafficDistribution") else None,
         topology_mode=str(topology) if topology else None,
+        load_balancing=algorithm,
+        warnings=(warning,) if warning else (),
     )
 
 

@@ -40,6 +40,8 @@ class Context:
     # resourceVersion of our initial list, per resource: kopf's watch starts there (no list of its own)
     list_versions: dict[str, str] = field(default_factory=dict)
     prefetched: dict[str, kube.Prefetch] = field(default_factory=dict)  # initial lists started early
+    relist_lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # one list of ours at a time
+    relist_queued: bool = False  # a list after kopf's is waiting for the lock
 
 
 def memo_for(ctx: Context) -> kopf.Memo:
@@ -121,6 +123,12 @@ async def initial_load(ctx: Context) -> None:
 
 
 async def relist(ctx: Context, initial: bool = False) -> tuple[int, int]:
+    """``_relist``, never two at once (each tracks kopf's events during its own list)."""
+    async with ctx.relist_lock:
+        return await _relist(ctx, initial)
+
+
+async def _relist(ctx: Context, initial: bool = False) -> tuple[int, int]:
     """Our own list of every Service and EndpointSlice, fed to the syncer; (Services, slices).
 
     Each page is parsed as it arrives (the raw objects of a 10k-Service list would be ~150 MB at
@@ -203,6 +211,26 @@ async def relist_periodically(ctx: Context) -> None:
             await relist(ctx)
         except Exception as e:  # never fatal: the watches go on, and the next period retries
             log.warning("periodic list failed: %s", e)
+
+
+def relist_soon(ctx: Context, why: str) -> None:
+    """Our own list now (unless one is already waiting): kopf relists after "410 Gone" (a watch away too long,
+    e.g. across an etcd outage) and replays only what exists, so deletions made meanwhile would
+    otherwise wait for the hourly list (found by tests/resilience's outage run)."""
+    if ctx.relist_queued:
+        return  # one is waiting: it lists after kopf's list anyway
+    ctx.relist_queued = True
+    log.info("%s: listing to find deletions it does not report", why)
+
+    async def go() -> None:
+        try:
+            async with ctx.relist_lock:
+                ctx.relist_queued = False
+                await _relist(ctx)
+        except Exception as e:
+            log.warning("list after kopf's relist failed: %s", e)
+
+    ctx.tasks.append(asyncio.create_task(go(), name="relist-now"))
 
 
 async def _retrying(what: str, call: Callable[[], Coroutine[Any, Any, T]]) -> T:
@@ -294,6 +322,8 @@ def watch_from_our_lists(ctx: Context) -> Callable[[], None]:
             return
         async for chunk in original(**kwargs):
             yield chunk
+        if kwargs["resource"].plural in ("services", "endpointslices"):
+            relist_soon(ctx, f"kopf listed {kwargs['resource'].plural} again")
 
     fetching.fetch_objs = fetch_objs
 

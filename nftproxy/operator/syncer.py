@@ -59,6 +59,7 @@ class Status:
     checksum: str = ""
     in_sync: bool = False
     health_checks: dict[int, tuple[str, int]] = field(default_factory=dict)  # port -> (Service, local eps)
+    conditions: list[dict[str, str]] = field(default_factory=list)  # more ProxyStatus conditions (kubeproxy_watch)
     generation: int = 0  # bumped whenever anything above changes
 
 

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from testkit.realcluster import workload as w
-from testkit.realcluster.cluster import ROOT, ClusterError, RealCluster, state_dir
+from testkit.realcluster.cluster import ClusterError, RealCluster, state_dir
 
 NAME = "demo"
 T = TypeVar("T")
@@ -58,14 +58,7 @@ def down() -> int:
 
 def requests(c: RealCluster, host: str, port: int, n: int) -> str:
     """N requests from the outside client: which pods answered."""
-    code = (
-        "import json; from testkit.realcluster.traffic import fetch; "
-        f"print(json.dumps([fetch({host!r}, {port}, 3.0)['pod'] for _ in range({n})]))"
-    )
-    out = subprocess.run(
-        c.client_argv([sys.executable, "-c", code]), capture_output=True, text=True, check=True, cwd=ROOT
-    ).stdout
-    counts = Counter(json.loads(out))
+    counts = Counter(w.fetch_from(c.client_argv([]), host, port)["pod"] for _ in range(n))
     return ", ".join(f"{pod}: {k}" for pod, k in sorted(counts.items()))
 
 

@@ -167,6 +167,19 @@ def cluster_ip(cluster: RealCluster, service: str) -> str:
     return str(cluster.kubectl_json("get", "service", service, "-n", "default")["spec"]["clusterIP"])
 
 
+def fetch_from(prefix: Sequence[str], host: str, port: int, timeout: float = 3.0) -> dict[str, str]:
+    """One request from a namespace (PREFIX: e.g. cluster.client_argv([])): the echo's answer."""
+    code = (
+        "import json; from testkit.realcluster.traffic import fetch; "
+        f"print(json.dumps(fetch({host!r}, {port}, {timeout})))"
+    )
+    out = subprocess.run(
+        [*prefix, sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=30, cwd=ROOT
+    ).stdout
+    answer: dict[str, str] = json.loads(out)
+    return answer
+
+
 def pod_get(cluster: RealCluster, pod: str, url: str, timeout: float = 5.0) -> dict[str, str]:
     """One request from a pod (busybox wget inside it, through kubectl exec)."""
     out = cluster.kubectl("exec", pod, "--", "timeout", str(int(timeout)), "wget", "-qO-", url, timeout=timeout + 30)

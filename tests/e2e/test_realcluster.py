@@ -10,34 +10,19 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
+from testkit.cluster import eventually
 from testkit.realcluster import RealCluster
 from testkit.realcluster import workload as w
 from tests.e2e.conftest import machine_sysctls
 
 pytestmark = pytest.mark.e2e
-T = TypeVar("T")
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def eventually(check: Callable[[], T | None], timeout: float = 60.0, what: str = "") -> T:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        try:
-            last = check()
-        except (subprocess.SubprocessError, RuntimeError, ValueError, KeyError) as e:
-            last = e
-        if last and not isinstance(last, Exception):
-            return last  # type: ignore[no-any-return]
-        time.sleep(0.5)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}; last: {last!r}")
 
 
 @pytest.fixture(scope="module")
@@ -63,19 +48,6 @@ def in_sync(c: RealCluster) -> dict[str, dict[str, Any]] | None:
 
 def served(c: RealCluster, node: str, ip: str) -> bool:
     return ip in w.nft_table(c, node)
-
-
-def get(prefix: list[str], host: str, port: int, timeout: float = 3.0) -> dict[str, str]:
-    """One request from a namespace (argv prefix): the echo server's answer."""
-    code = (
-        "import json; from testkit.realcluster.traffic import fetch; "
-        f"print(json.dumps(fetch({host!r}, {port}, {timeout})))"
-    )
-    out = subprocess.run(
-        [*prefix, sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=30, cwd=ROOT
-    ).stdout
-    answer: dict[str, str] = json.loads(out)
-    return answer
 
 
 def web_pods(c: RealCluster) -> dict[str, str]:
@@ -121,7 +93,7 @@ def test_helm_install_runs_one_ready_pod_per_node(release: RealCluster) -> None:
         p = w.nftproxy_pods(c)
         return p if len(p) == 2 and all(map(w.pod_ready, p.values())) else None
 
-    pods = eventually(ready, what="pods Ready")
+    pods = eventually(ready, timeout=60, what="pods Ready")
     assert set(pods) == {"node-1", "node-2"}
     for node, pod in pods.items():
         spec = pod["spec"]
@@ -134,7 +106,7 @@ def test_helm_install_runs_one_ready_pod_per_node(release: RealCluster) -> None:
         projected = [v["projected"] for v in spec["volumes"] if "projected" in v]
         assert any("serviceAccountToken" in s for p in projected for s in p["sources"])
         assert pod["status"]["containerStatuses"][0]["restartCount"] == 0
-    statuses = eventually(lambda: in_sync(c), what="both ProxyStatuses in sync")
+    statuses = eventually(lambda: in_sync(c), timeout=60, what="both ProxyStatuses in sync")
     assert set(statuses) == {"node-1", "node-2"}
     table = c.kubectl("get", "proxystatus")
     lines = table.splitlines()
@@ -183,7 +155,7 @@ def test_workload_services_answer_from_pods_nodes_and_outside(web: RealCluster) 
     assert {e["addresses"][0] for s in slices for e in s["endpoints"]} == set(pods.values())
     ip = w.cluster_ip(c, "web")
     for node in ("node-1", "node-2"):
-        eventually(lambda node=node: served(c, node, ip), what=f"{ip} in {node}'s table")  # type: ignore[misc]
+        eventually(lambda node=node: served(c, node, ip), timeout=60, what=f"{ip} in {node}'s table")  # type: ignore[misc]
     client_ip = c.kubectl_json("get", "pod", "client")["status"]["podIP"]
     assert client_ip.startswith("10.244.2.")
 
@@ -201,18 +173,18 @@ def test_workload_services_answer_from_pods_nodes_and_outside(web: RealCluster) 
     # a pod -> a NodePort of the node that runs the endpoints
     assert w.pod_get(c, "client", f"http://172.30.0.11:{w.WEB_NODEPORT}/")["pod"] in pods
     # a node -> ClusterIP
-    assert get(c.node_net_argv("node-2", []), ip, 80)["pod"] in pods
+    assert w.fetch_from(c.node_net_argv("node-2", []), ip, 80)["pod"] in pods
     # the outside client -> NodePort on either node (externalTrafficPolicy: Cluster)
     outside = c.client_argv([])
     for node_ip in ("172.30.0.11", "172.30.0.12"):
-        assert get(outside, node_ip, w.WEB_NODEPORT)["pod"] in pods
+        assert w.fetch_from(outside, node_ip, w.WEB_NODEPORT)["pod"] in pods
     # externalTrafficPolicy: Local: the node with endpoints answers and keeps the client's source;
     # the other one has none and drops it
-    local = get(outside, "172.30.0.11", w.WEB_LOCAL_NODEPORT)
+    local = w.fetch_from(outside, "172.30.0.11", w.WEB_LOCAL_NODEPORT)
     assert local["pod"] in pods
     assert local["peer"] == c.client_ip
     with pytest.raises(subprocess.CalledProcessError) as e:
-        get(outside, "172.30.0.12", w.WEB_LOCAL_NODEPORT, timeout=2)
+        w.fetch_from(outside, "172.30.0.12", w.WEB_LOCAL_NODEPORT, timeout=2)
     assert "TimeoutError" in (e.value.stderr or "") or "timed out" in (e.value.stderr or "")
 
 
@@ -258,8 +230,8 @@ def test_nftproxy_daemonset_rolling_update_under_traffic(web: RealCluster) -> No
             new = {n: p for n, p in pods.items() if p["metadata"]["name"] != old.get(n) and w.pod_ready(p)}
             return new if len(new) == 2 else None
 
-        eventually(replaced, what="a new Ready nftproxy pod on each node")
-        eventually(lambda: in_sync(c), what="both ProxyStatuses in sync")
+        eventually(replaced, timeout=60, what="a new Ready nftproxy pod on each node")
+        eventually(lambda: in_sync(c), timeout=60, what="both ProxyStatuses in sync")
 
     results = w.with_traffic(c, roll, settle=3)
     for name, r in results.items():
@@ -337,11 +309,11 @@ def test_helm_uninstall_leaves_the_rules_until_nftproxy_cleanup(web: RealCluster
     c = web
     ip = w.cluster_ip(c, "web")
     c.helm("uninstall", w.RELEASE, "-n", w.NAMESPACE, "--wait", "--timeout", "120s")
-    eventually(lambda: not w.nftproxy_pods(c) or None, what="the nftproxy pods gone")
+    eventually(lambda: not w.nftproxy_pods(c) or None, timeout=60, what="the nftproxy pods gone")
     # no proxy runs, the rules stay: Services keep working
     for n in c.nodes:
         assert ip in w.nft_table(c, n.name)
-    assert get(c.client_argv([]), "172.30.0.12", w.WEB_NODEPORT)["pod"] in web_pods(c)
+    assert w.fetch_from(c.client_argv([]), "172.30.0.12", w.WEB_NODEPORT)["pod"] in web_pods(c)
     # `nftproxy cleanup` on a node removes its tables, and only there
     c.on_node("node-1", sys.executable, "-m", "nftproxy", "cleanup")
     tables = c.on_node("node-1", "nft", "list", "tables")

@@ -97,6 +97,42 @@ def test_the_periodic_list_deletes_what_a_watch_outage_missed(monkeypatch: pytes
     asyncio.run(go())
 
 
+def test_kopfs_own_list_is_followed_by_ours_which_finds_deletions(monkeypatch: pytest.MonkeyPatch) -> None:
+    """After "410 Gone" kopf lists again and replays only what exists: a Service deleted while its
+    watch was away (e.g. across an apiserver restart) must not wait for the hourly list."""
+    from kopf._cogs.clients import fetching  # noqa: PLC0415
+
+    monkeypatch.setattr(kube, "service_pages", lambda *_: iter([[_versioned(svc("a", "10.96.0.1"), "1")]]))
+    monkeypatch.setattr(kube, "endpoint_slice_pages", lambda *_: iter([]))
+
+    async def kopfs_list(**_: Any) -> Any:
+        yield [], "9"
+
+    monkeypatch.setattr(fetching, "fetch_objs", kopfs_list)
+
+    async def go() -> None:
+        syncer, fake = make()
+        ctx = handlers.Context(syncer.settings, syncer, cast(Any, SimpleNamespace(node_uid=None)), api=None)
+        syncer.mark_loaded()
+        for name, ip in (("a", "10.96.0.1"), ("b", "10.96.0.2")):
+            syncer.service_changed(f"default/{name}", _versioned(svc(name, ip), "1"))
+        await syncer.sync_once()
+        undo = handlers.watch_from_our_lists(ctx)
+        try:
+            for _ in range(2):  # two lists in a row: one list of ours is queued, not two
+                fetch = cast(Any, fetching.fetch_objs)  # as kopf's watcher calls it
+                async for _chunk in fetch(resource=SimpleNamespace(plural="services"), namespace=None):
+                    pass
+            assert sum(t.get_name() == "relist-now" for t in ctx.tasks) == 1
+            await asyncio.gather(*ctx.tasks)
+        finally:
+            undo()
+        await syncer.sync_once()
+        assert elements(fake, "cluster-ips") == {("10.96.0.1",)}  # b is gone
+
+    asyncio.run(go())
+
+
 def test_lists_started_at_process_start_are_used_once_with_their_version(monkeypatch: pytest.MonkeyPatch) -> None:
     """The Services list prefetched at start is read (its resourceVersion kept for kopf's
     watch); the EndpointSlice prefetch failed, so the retry lists again, on its own."""

@@ -10,6 +10,7 @@ from nftproxy.dataplane import Dataplane
 from nftproxy.model.parse import parse_endpoint_slice, parse_service
 from nftproxy.model.types import Service, Skipped
 from nftproxy.nft.fake import FakeBackend
+from nftproxy.nft.kernel import NftError
 from nftproxy.nft.objects import Family
 from nftproxy.verify import check, compare, equal_contents, expected, read_kernel
 from tests import k8sobjects as k
@@ -111,3 +112,18 @@ def test_invalid_api_object_is_a_note_not_a_difference() -> None:
     report = check(desired, read_kernel(fake, "nftproxy"), tainted)
     assert report.differences == ()
     assert any("Service default/web:http extra" in n and "port 0 is not in 1-65535" in n for n in report.notes)
+
+
+def test_a_refused_sync_keeps_the_previous_table_and_the_checker_says_what_is_pending() -> None:
+    dp, fake = programmed([svc(1)], n=2)
+    dp.set_slice(eps(1, 3))
+    fake.fail_next = "Error: Could not process rule: No space left on device"
+    try:
+        dp.sync()
+        raise AssertionError("the injected failure did not happen")
+    except NftError:
+        pass
+    out = diffs(dp, fake)  # the kernel still holds the 2-endpoint table: the third is pending
+    assert any("wrong endpoints on 10.96.0.2 tcp 80" in x and "missing 10.244.1.3:8080" in x for x in out), out
+    assert dp.sync().full  # the retry compares with the kernel's whole table
+    assert diffs(dp, fake) == []
