@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import subprocess
 import sys
@@ -202,6 +203,7 @@ def main() -> int:
         subprocess.run(reset, check=False, capture_output=True)
         subprocess.run(cleanup, check=False, capture_output=True)
         subprocess.run(["ip", "netns", "del", netns], check=False)
+        shutil.rmtree(work, ignore_errors=True)
     return 0
 
 
