@@ -69,7 +69,7 @@ def _ip(value: Any, what: str) -> IPAddress:
     if type(value) is str:
         try:  # inet_pton takes exactly canonical dotted-quad IPv4 (no leading zeros, no spaces)
             return IPv4Address(inet_pton(AF_INET, value))
-        except OSError:
+        except (OSError, ValueError):  # ValueError: an embedded NUL (then the slow path says why)
             pass
     return _ip_slow(value, what)
 
@@ -93,7 +93,7 @@ def _endpoint_address(value: Any, version: int, what: str) -> str:
         try:
             inet_pton(AF_INET, value)
             return value
-        except OSError:
+        except (OSError, ValueError):
             pass
     addr = _ip_slow(value, what)
     if addr.version != version:
@@ -159,7 +159,6 @@ def _service(obj: Mapping[str, Any], ns: str, name: str, proxy_name: str | None)
     )
     etp, itp = _traffic_policies(spec)
     hc = spec.get("healthCheckNodePort")
-    topology = _topology_mode(meta)
     algorithm, warning = balancing.from_annotations(_map(meta.get("annotations"), "metadata.annotations"))
     return Service(
         namespace=ns,
@@ -174,8 +173,6 @@ def _service(obj: Mapping[str, Any], ns: str, name: str, proxy_name: str | None)
         session_affinity_timeout=_affinity_timeout(spec),
         load_balancer_source_ranges=ranges,
         health_check_node_port=_port(hc, "spec.healthCheckNodePort") if hc else None,
-        traffic_distribution=str(spec["trafficDistribution"]) if spec.get("trafficDistribution") else None,
-        topology_mode=str(topology) if topology else None,
         load_balancing=algorithm,
         warnings=(warning,) if warning else (),
     )
@@ -247,13 +244,6 @@ def _affinity_timeout(spec: Mapping[str, Any]) -> int | None:
     if isinstance(timeout, bool) or not isinstance(timeout, int) or not 1 <= timeout <= 86400:
         raise _Invalid(f"sessionAffinityConfig.clientIP.timeoutSeconds {timeout!r} not in 1-86400")
     return timeout
-
-
-def _topology_mode(meta: Mapping[str, Any]) -> Any:
-    annotations = _map(meta.get("annotations"), "metadata.annotations")
-    return annotations.get("service.kubernetes.io/topology-mode") or annotations.get(
-        "service.kubernetes.io/topology-aware-hints"
-    )
 
 
 def parse_endpoint_slice(obj: Mapping[str, Any]) -> EndpointSlice | Skipped | Ignored:
