@@ -1,11 +1,22 @@
 # The two commands of a fresh machine (see README): `make demo` and `make test`.
-.PHONY: demo demo-down demo-apply k8s-tools test bench install lint
+.PHONY: demo demo-down demo-quick demo-quick-down demo-apply images k8s-tools test bench bench-cluster install lint
 
+# The main job: a real cluster on this machine (kubelet nodes, images built here, helm install).
 demo: install k8s-tools
-	.venv/bin/python -m testkit.demo
+	.venv/bin/python -m testkit.realcluster.demo
 
 demo-down: install
+	.venv/bin/python -m testkit.realcluster.demo --down
+
+# The quick one: control plane + node namespaces + `nftproxy run` (no kubelet, no image).
+demo-quick: install k8s-tools
+	.venv/bin/python -m testkit.demo
+
+demo-quick-down: install
 	.venv/bin/python -m testkit.demo --down
+
+images: install
+	bash hack/images.sh
 
 demo-apply: install
 	.venv/bin/python -m testkit.demo_apply
@@ -18,6 +29,9 @@ test:
 
 bench: install
 	.venv/bin/python -m bench.dataplane
+
+bench-cluster: install k8s-tools
+	flock /tmp/nftproxy-heavy.lock .venv/bin/python -m bench.realcluster
 
 install:
 	bash hack/install.sh

@@ -4,13 +4,15 @@ Run: ``.venv/bin/python -m bench.apply [--services 10000] [--endpoints 10] [--ru
 It writes, in a temporary directory:
 * ``services.json``: one ``v1 List`` of N Services and N EndpointSlices of E endpoints, as
   ``kubectl get svc,endpointslices -A -o json`` prints them (metadata with uid, resourceVersion,
-  creationTimestamp, labels, ownerReferences: ~16 MB at 10k x 10), and ``services.yaml``;
+  creationTimestamp, labels, ownerReferences, written compact: ~25 MB at 10k x 10), and
+  ``services.yaml``;
 * ``minimal.nft``: the smallest table that serves the same traffic (a set of the N Service
   frontends, one map of the N x E endpoints keyed by frontend and slot, one DNAT rule with
   numgen): the kernel's and nft's own cost of loading that many elements;
 then, in a network namespace made (and deleted) here, times each command as a whole process,
 in turn (A B A B ...): `nftproxy apply -f services.json`, the same from stdin (`-f -`), from YAML,
-and `nft -f minimal.nft`; the table is deleted before each run (a cold load, as a first apply).
+and `nft -f minimal.nft`; the tables are deleted before each run, outside the timing (a cold
+load, as a first apply).
 Medians and the ratios to `nft -f`, pair by pair. ``--keep DIR`` writes the files there and
 stops (to time them with another tool).
 """
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import subprocess
 import sys
@@ -200,6 +203,7 @@ def main() -> int:
         subprocess.run(reset, check=False, capture_output=True)
         subprocess.run(cleanup, check=False, capture_output=True)
         subprocess.run(["ip", "netns", "del", netns], check=False)
+        shutil.rmtree(work, ignore_errors=True)
     return 0
 
 

@@ -1,8 +1,9 @@
 """Benchmark of the dataplane (issue: Service dataplane). Run: ``.venv/bin/python -m bench.dataplane``.
 
 Each measurement runs in a fresh network namespace created and deleted here, and each size in a
-fresh Python process so that peak memory is its own. Figures are medians; the classic upstream
-layout is loaded in the same run, on the same machine, for the ratio.
+fresh Python process so that peak memory is its own. Figures are medians. The comparison with the
+real kube-proxy is bench/vs_kubeproxy.py (first sync, event to kernel) and bench/datapath.py
+(packets).
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ from contextlib import AbstractContextManager
 from ipaddress import ip_address, ip_network
 from typing import Any
 
-from bench.classic import classic_script
 from bench.workload import cluster, endpoint_slice
 from nftproxy.compiler import ProxyConfig
 from nftproxy.dataplane import Dataplane
@@ -45,13 +45,13 @@ def fresh_netns() -> AbstractContextManager[str]:
     return bare_netns("ntb")
 
 
-def full_sync(services: int, endpoints: int, nodeports: int, mix: bool = False) -> dict[str, float]:
+def full_sync(services: int, endpoints: int, nodeports: int, mix: bool = False, lb: bool = False) -> dict[str, float]:
     """Compile + commit of the whole table into an empty namespace (what a first start does).
 
     ``total``: from the inputs to the table committed (a big first load compiles in chunks while
     the kernel loads the previous one). ``compile``: the same compile alone, no kernel (for the
     breakdown; not part of ``total``)."""
-    svcs, slices = cluster(services, endpoints, nodeports=nodeports, mix=mix)
+    svcs, slices = cluster(services, endpoints, nodeports=nodeports, mix=mix, lb=lb)
     alone = Dataplane(FakeBackend(), CONFIG)
     start = time.perf_counter()
     feed(alone, svcs, slices)
@@ -90,19 +90,14 @@ def incremental(services: int, endpoints: int, rounds: int) -> list[float]:
     return times
 
 
-def classic_load(services: int, endpoints: int) -> float:
-    script = classic_script(services, endpoints)
-    with fresh_netns() as ns:
-        start = time.perf_counter()
-        subprocess.run(["ip", "netns", "exec", ns, "nft", "-f", "-"], input=script, text=True, check=True)
-        return time.perf_counter() - start
-
-
 def one(kind: str, services: int, endpoints: int, repeat: int) -> dict[str, Any]:
     """Run one measurement in this process and report it with this process's peak RSS."""
     out: dict[str, Any] = {"kind": kind, "services": services, "endpoints": endpoints}
-    if kind in ("full", "mix"):
-        runs = [full_sync(services, endpoints, nodeports=services // 5, mix=kind == "mix") for _ in range(repeat)]
+    if kind in ("full", "mix", "lb"):
+        runs = [
+            full_sync(services, endpoints, nodeports=services // 5, mix=kind == "mix", lb=kind == "lb")
+            for _ in range(repeat)
+        ]
         out["total"] = statistics.median(r["total"] for r in runs)
         out["compile"] = statistics.median(r["compile"] for r in runs)
     elif kind == "incremental":
@@ -110,7 +105,7 @@ def one(kind: str, services: int, endpoints: int, repeat: int) -> dict[str, Any]
         out["median"] = statistics.median(times)
         out["p99"] = sorted(times)[int(len(times) * 0.99) - 1]
     else:
-        out["total"] = statistics.median(classic_load(services, endpoints) for _ in range(repeat))
+        raise ValueError(f"unknown kind {kind!r}")
     out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return out
 
@@ -129,13 +124,16 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--one", nargs=4, metavar=("KIND", "SERVICES", "ENDPOINTS", "REPEAT"))
     p.add_argument("--quick", action="store_true", help="smaller sizes, fewer repeats (smoke run)")
+    p.add_argument("--balancing", action="store_true", help="only: plain vs 10%% round-robin + 10%% source-hash")
     args = p.parse_args()
     if args.one:
         kind, s, e, r = args.one
         print(json.dumps(one(kind, int(s), int(e), int(r))))
         return 0
-    sizes = [1000, 3000] if args.quick else [1000, 10000, 30000]
-    repeat = 1 if args.quick else 5  # this host is noisy: medians of 5 (3 at 30k)
+    if args.balancing:
+        return balancing(3000 if args.quick else 10000, 1 if args.quick else 5)
+    sizes = [1000, 3000] if args.quick else [1000, 10000, 30000, 50000]
+    repeat = 1 if args.quick else 5  # this host is noisy: medians of 5 (3 at 30k and more)
     print("nftproxy dataplane benchmark (Services x 10 endpoints, 20% NodePorts; medians)")
     print(f"{'layout':<34}{'Services':>9}{'compile s':>11}{'total s':>10}{'peak RSS MB':>13}")
     full: dict[int, float] = {}
@@ -147,29 +145,39 @@ def main() -> int:
     r = run_child("mix", mix_n, 10, repeat)
     mix_total = r["total"]
     row("nftproxy full sync, policy mix (*)", mix_n, r)
-    classic: dict[int, float] = {}
-    for n in [1000, 3000]:
-        r = run_child("classic", n, 10, 1)
-        classic[n] = r["total"]
-        print(f"{'classic upstream layout (nft -f)':<34}{n:>9}{'':>11}{r['total']:>10.3f}{'':>13}")
-    inc_n = 3000 if args.quick else 10000
-    r = run_child("incremental", inc_n, 10, 50)
-    print(
-        f"\nincremental: one Service's endpoint replaced at {inc_n} Services: "
-        f"median {r['median'] * 1000:.1f} ms, p99 {r['p99'] * 1000:.1f} ms (50 rounds)"
-    )
+    print()
+    for inc_n in [3000] if args.quick else [10000, 50000]:
+        r = run_child("incremental", inc_n, 10, 50)
+        print(
+            f"incremental: one Service's endpoint replaced at {inc_n} Services: "
+            f"median {r['median'] * 1000:.2f} ms, p99 {r['p99'] * 1000:.2f} ms (50 rounds), "
+            f"peak RSS {r['peak_rss_mb']:.0f} MB"
+        )
     print("(*) 10% sessionAffinity ClientIP, 10% externalTrafficPolicy Local LoadBalancers, 5% with source ranges")
     print("\nratios (same run):")
     if mix_n in full:
         print(f"  policy mix / plain at {mix_n} Services: {mix_total / full[mix_n]:.2f}x")
-    for n, seconds in classic.items():
-        if n not in full:
-            full[n] = run_child("full", n, 10, repeat)["total"]
-        print(f"  classic / nftproxy at {n} Services: {seconds / full[n]:.1f}x")
     if 1000 in full and 10000 in full:
         print(f"  nftproxy 10k / 1k: {full[10000] / full[1000]:.1f}x (linear would be 10x)")
     if 10000 in full and 30000 in full:
         print(f"  nftproxy 30k / 10k: {full[30000] / full[10000]:.1f}x (linear would be 3x)")
+    if 10000 in full and 50000 in full:
+        print(f"  nftproxy 50k / 10k: {full[50000] / full[10000]:.1f}x (linear would be 5x)")
+    return 0
+
+
+def balancing(n: int, repeat: int) -> int:
+    """Full sync at n Services: plain, then 10% round-robin + 10% source-hash, alternating runs."""
+    print(f"load-balancing algorithms at {n} Services x 10 endpoints, 20% NodePorts (medians of {repeat})")
+    print(f"{'layout':<34}{'Services':>9}{'compile s':>11}{'total s':>10}{'peak RSS MB':>13}")
+    plain = run_child("full", n, 10, repeat)
+    row("nftproxy full sync, random", n, plain)
+    lb = run_child("lb", n, 10, repeat)
+    row("10% round-robin + 10% source-hash", n, lb)
+    print(
+        f"  algorithms / plain at {n} Services: {lb['total'] / plain['total']:.2f}x "
+        f"(compile {lb['compile'] / plain['compile']:.2f}x)"
+    )
     return 0
 
 

@@ -10,9 +10,10 @@ SERVICE_BASE = int(IPv4Address("10.96.0.0"))
 POD_BASE = int(IPv4Address("10.128.0.0"))
 
 
-def service(i: int, node_port: bool = False, mix: bool = False) -> Service:
+def service(i: int, node_port: bool = False, mix: bool = False, lb: bool = False) -> Service:
     """With ``mix``: 10% sessionAffinity, 10% externalTrafficPolicy Local LoadBalancers, 5% of
-    them with loadBalancerSourceRanges (the mix of the traffic-policy benchmark)."""
+    them with loadBalancerSourceRanges (the mix of the traffic-policy benchmark). With ``lb``:
+    10% round-robin, 10% source-hash (the load-balancing benchmark)."""
     affinity = mix and i % 10 == 1
     local_lb = mix and i % 10 == 2
     ranges = mix and i % 20 == 2
@@ -29,6 +30,7 @@ def service(i: int, node_port: bool = False, mix: bool = False) -> Service:
         if ranges
         else (),
         health_check_node_port=32000 + i % 700 if local_lb else None,
+        load_balancing=("round-robin" if i % 10 == 3 else "source-hash" if i % 10 == 4 else None) if lb else None,
     )
 
 
@@ -55,8 +57,8 @@ def endpoint_slice(i: int, endpoints: int, generation: int = 0) -> EndpointSlice
 
 
 def cluster(
-    services: int, endpoints: int, nodeports: int = 0, mix: bool = False
+    services: int, endpoints: int, nodeports: int = 0, mix: bool = False, lb: bool = False
 ) -> tuple[list[Service], list[EndpointSlice]]:
-    svcs = [service(i, node_port=i < nodeports, mix=mix) for i in range(services)]
+    svcs = [service(i, node_port=i < nodeports, mix=mix, lb=lb) for i in range(services)]
     slices = [endpoint_slice(i, endpoints) for i in range(services)]
     return svcs, slices

@@ -5,7 +5,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-APT_PKGS=(nftables python3-nftables libnftables1 iproute2 conntrack etcd-server openssl procps)
+APT_PKGS=(nftables python3-nftables libnftables1 iproute2 conntrack etcd-server openssl procps
+  # the real cluster (testkit.realcluster, hack/images.sh): node runtimes, CNI, image builds
+  containerd runc containernetworking-plugins iptables util-linux mmdebstrap buildah busybox-static)
 missing=()
 for p in "${APT_PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")

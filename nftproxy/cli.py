@@ -13,6 +13,7 @@ from nftproxy.compiler import ProxyConfig, compile_tables
 from nftproxy.compiler.build import Desired
 from nftproxy.dataplane import Dataplane
 from nftproxy.manifests import Inputs, ManifestError, load
+from nftproxy.model.balancing import ALGORITHMS
 from nftproxy.model.types import IPAddress, IPNetwork, Node
 from nftproxy.nft.diff import plan
 from nftproxy.nft.kernel import KernelBackend, NftError, PartialLoadError
@@ -45,6 +46,7 @@ def add_config_flags(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--masquerade-all", action="store_true", help="SNAT all traffic to Service IPs")
     p.add_argument("--service-proxy-name", help="handle only Services with this service-proxy-name label")
+    p.add_argument("--load-balancing", choices=ALGORITHMS, default="random", help="for Services without the annotation")
     p.add_argument("--table", default="nftproxy", help=argparse.SUPPRESS)
 
 
@@ -57,6 +59,7 @@ def config_from_args(args: argparse.Namespace) -> ProxyConfig:
         nodeport_addresses=tuple(_cidr(v) for v in _split(args.nodeport_addresses)),
         masquerade_all=args.masquerade_all,
         service_proxy_name=args.service_proxy_name,
+        load_balancing=args.load_balancing,
         table=args.table,
     )
 
@@ -135,7 +138,13 @@ def cmd_apply(args: argparse.Namespace) -> int:
 
 
 def cmd_cleanup(args: argparse.Namespace) -> int:
-    backend = KernelBackend()
+    if args.kube_proxy:
+        from nftproxy import kubeproxy  # noqa: PLC0415
+
+        report = kubeproxy.cleanup(args.netns)
+        sys.stdout.write(report.render())
+        return 1 if report.errors else 0
+    backend = KernelBackend(args.netns)
     try:
         removed = Dataplane(backend, ProxyConfig(table=args.table)).cleanup()
     finally:
@@ -152,11 +161,16 @@ def _add_run_parser(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from nftproxy.operator.main import run  # noqa: PLC0415  (kopf is heavy: only for `run`)
+    from nftproxy.operator import kube  # noqa: PLC0415
     from nftproxy.operator.settings import settings_from_args  # noqa: PLC0415
 
     args.node_ip = args.node_ip or None
-    return run(settings_from_args(args, config_from_args(args)))
+    settings = settings_from_args(args, config_from_args(args))
+    api = kube.api_client(settings.kubeconfig)
+    prefetched = kube.prefetch_lists(api)  # the initial lists load while kopf imports (~0.4 s)
+    from nftproxy.operator.main import run  # noqa: PLC0415  (kopf is heavy: only for `run`)
+
+    return run(settings, api, prefetched)
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
@@ -184,8 +198,22 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run_parser(p)  # the same flags as `run`: they shape the table
     p.add_argument("--wait", type=float, default=0.0, metavar="SECONDS", help="retry until in sync, this long")
     p.set_defaults(fn=cmd_verify)
+    from nftproxy import explain_cmd  # noqa: PLC0415
+
+    p = sub.add_parser("explain", help="one Service's path through this node's tables, in words and as a tree")
+    explain_cmd.add_flags(p)
+    p.set_defaults(fn=explain_cmd.run)
+    from nftproxy import trace_cmd  # noqa: PLC0415
+
+    p = sub.add_parser("trace", help="trace the next new connections to a Service address, in nftproxy's terms")
+    trace_cmd.add_flags(p)
+    p.set_defaults(fn=trace_cmd.run)
     p = sub.add_parser("cleanup", help="remove nftproxy's tables and nothing else")
     p.add_argument("--table", default="nftproxy", help=argparse.SUPPRESS)
+    p.add_argument(
+        "--kube-proxy", action="store_true", help="instead: remove what kube-proxy left (nft, iptables, IPVS)"
+    )
+    p.add_argument("--netns", help="in this named network namespace")
     p.set_defaults(fn=cmd_cleanup)
     return parser
 

@@ -15,14 +15,15 @@ import gc
 import hashlib
 import logging
 import time
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 
-from nftproxy import stale
+from nftproxy import stale, tracemark
 from nftproxy.compiler import skeleton
 from nftproxy.compiler.assembly import Assembly
-from nftproxy.compiler.build import orphan_slices, summarize
+from nftproxy.compiler.build import summarize
 from nftproxy.compiler.config import ProxyConfig
 from nftproxy.compiler.fragment import compile_fragment
 from nftproxy.model.types import EndpointSlice, Service, Skipped
@@ -67,7 +68,7 @@ class Dataplane:
         self.backend = backend
         self.config = config
         self.inputs = InputTracker()
-        self.assemblies = {f: Assembly(f, config) for f in Family}
+        self.assemblies = self._assemblies(config)
         self.in_sync = False  # the kernel holds what the assemblies last committed
         self.bulk_elements = 20_000  # a first creation this big goes through backend.load
         self.stream_services = 2_000  # … and from this many Services (from scratch), in chunks
@@ -91,9 +92,14 @@ class Dataplane:
         if config == self.config:
             return
         self.config = config
-        self.assemblies = {f: Assembly(f, config) for f in Family}
+        self.assemblies = self._assemblies(config)
         self.inputs.everything_dirty()
         self.in_sync = False
+
+    @staticmethod
+    def _assemblies(config: ProxyConfig) -> dict[Family, Assembly]:
+        holders: Counter[str] = Counter()  # shared: Services programmed in either family
+        return {f: Assembly(f, config, holders) for f in Family}
 
     def set_service(self, svc: Service) -> None:
         self.inputs.set_service(svc)
@@ -139,14 +145,16 @@ class Dataplane:
     def health_checks(self) -> dict[int, tuple[str, int]]:
         """healthCheckNodePort -> (Service, endpoints on this node), for eTP Local LoadBalancers."""
         self.compile()
-        out: dict[int, tuple[str, set[str]]] = {}
-        for a in self.assemblies.values():
-            for frag in a.fragments.values():
+        # Counted per IP family, the larger count answers: kube-proxy's per-family proxiers share
+        # one health server and each reports its own family's count (not the sum).
+        out: dict[int, tuple[str, dict[int, set[str]]]] = {}
+        for i, a in enumerate(self.assemblies.values()):
+            for frag in a.store.health.values():
                 if frag.health_check_port:
-                    key, addrs = out.setdefault(frag.health_check_port, (frag.key, set()))
+                    key, families = out.setdefault(frag.health_check_port, (frag.key, {}))
                     if key == frag.key:
-                        addrs.update(frag.local_endpoints)
-        return {port: (key, len(addrs)) for port, (key, addrs) in out.items()}
+                        families.setdefault(i, set()).update(frag.local_endpoints)
+        return {port: (key, max(map(len, fams.values()), default=0)) for port, (key, fams) in out.items()}
 
     def checksum(self) -> str:
         """sha256 of the programmed contents (chain names, every element), in a canonical order."""
@@ -161,8 +169,7 @@ class Dataplane:
         """(Services programmed, endpoints programmed, objects skipped with reasons)."""
         self.compile()
         n_svc, n_eps, skipped = summarize(self.assemblies.values())
-        orphans = orphan_slices(self.inputs.slices.values(), self.inputs.services.keys(), self.inputs.ignored)
-        return n_svc, n_eps, orphans + skipped
+        return n_svc, n_eps, self.inputs.orphans() + skipped
 
     # -- syncing -------------------------------------------------------------------------
     def verify(self) -> bool:
@@ -172,7 +179,10 @@ class Dataplane:
         if not self.in_sync:
             return False
         for a in self.assemblies.values():
-            if self.backend.chain_names(a.family, self.config.table) != a.chain_names():
+            have = self.backend.chain_names(a.family, self.config.table)
+            if have is not None:  # a trace in progress is tolerated until its deadline
+                have -= tracemark.live(have)
+            if have != a.chain_names():
                 self.forget()
                 return False
         return True

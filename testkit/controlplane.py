@@ -355,6 +355,8 @@ class ControlPlane:
         detached: bool = False,
         start_timeout: float = 90.0,
         extra_apiserver_args: Sequence[str] = (),
+        service_accounts: bool = False,
+        etcd_data_dir: str | os.PathLike[str] | None = None,
     ) -> None:
         self._own_workdir = workdir is None
         self._workdir_arg = Path(workdir).resolve() if workdir is not None else None
@@ -362,6 +364,13 @@ class ControlPlane:
         self.detached = detached
         self.start_timeout = start_timeout
         self.extra_apiserver_args = list(extra_apiserver_args)
+        # service_accounts: keep the ServiceAccount admission plugin on (a real cluster, with a
+        # controller-manager that creates the `default` ServiceAccounts and kube-root-ca.crt).
+        self.service_accounts = service_accounts
+        # etcd_data_dir: etcd's data elsewhere than WORKDIR/etcd (e.g. on tmpfs: a disk busy with
+        # image layers made etcd's fdatasync take minutes); the caller removes it.
+        self.etcd_data_dir = Path(etcd_data_dir) if etcd_data_dir is not None else None
+        self._own_etcd_dir: Path | None = None  # made on tmpfs by start(), removed by stop()
         self.etcd_port = 0
         self.etcd_peer_port = 0
         self.secure_port = 0
@@ -431,6 +440,10 @@ class ControlPlane:
         else:
             self._workdir = self._workdir_arg
             self._workdir.mkdir(parents=True, exist_ok=True)
+        if self.etcd_data_dir is None and not self.detached and Path("/dev/shm").is_dir():
+            # etcd on tmpfs: on a disk busy with other tests (image layers, big nft loads) its
+            # fdatasync took seconds and the apiserver's /readyz failed its etcd check.
+            self._own_etcd_dir = self.etcd_data_dir = Path(tempfile.mkdtemp(prefix="nftproxy-etcd-", dir="/dev/shm"))
         try:
             _generate_pki(self.cert_dir)
             self.etcd_port, self.etcd_peer_port, self.secure_port = (
@@ -472,6 +485,9 @@ class ControlPlane:
                 proc.stop()
         self._apiserver = None
         self._etcd = None
+        if self._own_etcd_dir is not None:
+            shutil.rmtree(self._own_etcd_dir, ignore_errors=True)
+            self._own_etcd_dir = self.etcd_data_dir = None
         if self._own_workdir and self._workdir is not None:
             shutil.rmtree(self._workdir, ignore_errors=True)
             self._workdir = None
@@ -552,6 +568,22 @@ class ControlPlane:
             raise KubectlError(proc.returncode, argv, proc.stdout, proc.stderr)
         return proc
 
+    def client_kubeconfig(self, path: str | os.PathLike[str], common_name: str, organization: str = "") -> Path:
+        """Write a kubeconfig at PATH with a new client certificate (CN, O) signed by the CA."""
+        name = "client-" + "".join(c if c.isalnum() else "-" for c in common_name)
+        subject = (f"/O={organization}" if organization else "") + f"/CN={common_name}"
+        _signed_cert(
+            self.cert_dir,
+            name,
+            subject,
+            "basicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=clientAuth\n",
+        )
+        user = {
+            "client-certificate-data": _b64(self.cert_dir / f"{name}.crt"),
+            "client-key-data": _b64(self.cert_dir / f"{name}.key"),
+        }
+        return _write_kubeconfig(Path(path), self.server, self.ca_file, user, name)
+
     def token_kubeconfig(self, token: str, path: str | os.PathLike[str]) -> Path:
         """Write a kubeconfig at PATH that authenticates with a bearer token; return its path."""
         return _write_kubeconfig(Path(path), self.server, self.ca_file, {"token": token}, "token")
@@ -569,7 +601,7 @@ class ControlPlane:
         return [
             str(etcd_bin),
             "--name=default",
-            f"--data-dir={self.workdir / 'etcd'}",
+            f"--data-dir={self.etcd_data_dir or self.workdir / 'etcd'}",
             f"--listen-client-urls={self.etcd_url}",
             f"--advertise-client-urls={self.etcd_url}",
             f"--listen-peer-urls={peer}",
@@ -598,9 +630,9 @@ class ControlPlane:
             f"--service-account-key-file={certs / 'sa.pub'}",
             f"--service-account-signing-key-file={certs / 'sa.key'}",
             f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
-            # No controller-manager creates the `default` ServiceAccount, so the admission plugin
-            # would reject every Pod (as envtest does, turn it off).
-            "--disable-admission-plugins=ServiceAccount",
+            # Without a controller-manager nothing creates the `default` ServiceAccount, so the
+            # admission plugin would reject every Pod (as envtest does, turn it off).
+            *([] if self.service_accounts else ["--disable-admission-plugins=ServiceAccount"]),
             # 127.0.0.1 is not a valid endpoint address: don't publish one for `kubernetes`.
             "--endpoint-reconciler-type=none",
             "--allow-privileged=true",

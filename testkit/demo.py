@@ -1,4 +1,4 @@
-"""`make demo`: a local cluster with nftproxy as its Service proxy, shown end to end.
+"""`make demo-quick`: a local cluster with nftproxy as its Service proxy, shown end to end (no kubelet).
 
 A real etcd + kube-apiserver on loopback, a node (network namespace) with three "pods" running
 real servers and an external client, `nftproxy run` for that node, example Services and

@@ -10,7 +10,9 @@ kernel took it.
 
 from __future__ import annotations
 
-from nftproxy.compiler import skeleton
+from collections import Counter
+
+from nftproxy.compiler import balancing, skeleton
 from nftproxy.compiler.changelog import ChangeLog, Obj, Slot
 from nftproxy.compiler.claims import Claims
 from nftproxy.compiler.config import ProxyConfig
@@ -25,11 +27,11 @@ AFFINITY_SETS = ("affinity-services", "affinity-nodeports")
 
 
 class Assembly:
-    def __init__(self, family: Family, config: ProxyConfig) -> None:
+    def __init__(self, family: Family, config: ProxyConfig, holders: Counter[str] | None = None) -> None:
         self.family = family
         self.config = config
         self.log = ChangeLog()
-        self.store = ElementStore(self.log)
+        self.store = ElementStore(self.log, holders)
         self.claims = Claims()
         self.render = Renderer(family, config)
 
@@ -110,7 +112,10 @@ class Assembly:
             return True
         values = self.store.values
         names = {2: "affinity-nodeports", 3: "affinity-services"}  # by the frontend key's length
-        return any((names[len(key)], key) in values for _, key in self.log.spreads)
+        return any(
+            (names[len(key)], key) in values if key else balancing.rr_sticky(map_name)  # round-robin: by its map
+            for map_name, key in self.log.spreads
+        )
 
     def affinity_timeout(self, frontend: Key) -> int | None:
         """The affinity timeout of a frontend (IP . proto . port, or proto . NodePort), if any."""
@@ -126,8 +131,15 @@ class Assembly:
         out: set[Slot] = set()
         spreads = self.store.spreads
         for kind, n in self.store.objects:
-            for prefix in maps.get(kind, ()):
-                values = spreads.get((f"{prefix}-{n}", frontend))
+            base, tag = balancing.split_kind(kind)  # any load-balancing algorithm's maps
+            for prefix in maps.get(base, ()):
+                values = spreads.get((balancing.name(prefix, tag, n), frontend))
                 if values:
                     out.update(values)
+        rr = (balancing.RR_NODEPORTS, balancing.RR_LOCAL_NODEPORTS) if len(frontend) == 2 else (
+            balancing.RR_SERVICES, balancing.RR_LOCAL_SERVICES)  # fmt: skip
+        for vmap in rr:  # round-robin: the frontend's own maps (keyed by slot only)
+            el = self.store.values.get((vmap, frontend))
+            if el is not None and el.value:
+                out.update(spreads.get((el.value[0].removeprefix("goto "), ()), ()))
         return out

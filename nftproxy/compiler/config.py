@@ -16,4 +16,5 @@ class ProxyConfig:
     nodeport_addresses: tuple[IPNetwork, ...] = ()  # --nodeport-addresses; empty: node_ips
     masquerade_all: bool = False  # --masquerade-all
     service_proxy_name: str | None = None  # handle only Services with this proxy-name label
+    load_balancing: str = "random"  # --load-balancing: for Services without the annotation
     table: str = "nftproxy"

@@ -31,12 +31,13 @@ class Categorized:
     any_usable: bool  # a usable endpoint exists anywhere (no local one -> drop, none -> reject)
 
 
-def targets(port: ServicePort, slices: Sequence[EndpointSlice]) -> list[Target]:
+def targets(port: ServicePort, slices: Sequence[EndpointSlice], node: str | None = None) -> list[Target]:
     """Endpoints of ``port`` from the Service's slices (of one family), matched by port name.
 
     The EndpointSlice controller resolves named targetPorts per slice, so the slice's port with the
     Service port's name (and protocol) gives this slice's endpoint port. Duplicates (an endpoint
-    listed by two slices) count once.
+    listed twice, by one slice or two) count once: the first copy, unless a later one says it is
+    on ``node`` (kube-proxy favours the local copy, whatever the slice order).
     """
     if len(slices) == 1:  # the common case: one slice, one port number (sorted by address)
         s = slices[0]
@@ -44,6 +45,8 @@ def targets(port: ServicePort, slices: Sequence[EndpointSlice]) -> list[Target]:
         if number is None:
             return []
         first = {ep.address: ep for ep in reversed(s.endpoints)}  # the first of duplicates wins
+        if node is not None and len(first) != len(s.endpoints):  # ... unless a copy is on this node
+            first.update({ep.address: ep for ep in s.endpoints if ep.node_name == node})
         return [_new(Target, (a, number, first[a])) for a in sorted(first)]
     found: dict[tuple[str, int], Target] = {}
     for s in slices:
@@ -52,7 +55,7 @@ def targets(port: ServicePort, slices: Sequence[EndpointSlice]) -> list[Target]:
             continue
         for ep in s.endpoints:
             k = (ep.address, number)
-            if k not in found:
+            if k not in found or (node is not None and ep.node_name == node):
                 found[k] = _new(Target, (ep.address, number, ep))
     return [found[k] for k in sorted(found)]
 
@@ -63,6 +66,9 @@ def topology_mode(ready: list[Target], node: str | None, zone: str | None) -> st
 
     Hints are used only when every ready endpoint has them and at least one is for us; otherwise
     they are ignored (all endpoints), so traffic never blackholes on missing or unusable hints.
+    The Service's ``trafficDistribution`` and ``topology-mode`` annotation are not consulted:
+    kube-proxy v1.34 (pkg/proxy/topology.go) decides from the hints alone, the EndpointSlice
+    controller having written them for those settings (tests/conformance ``topo-*`` cases).
     """
     eps = [t.endpoint for t in ready]
     if all(e.hint_nodes for e in eps) and any(node in (e.hint_nodes or ()) for e in eps):

@@ -14,6 +14,9 @@ from dataclasses import dataclass
 from ipaddress import collapse_addresses
 from typing import NamedTuple
 
+from nftproxy.compiler import balancing
+from nftproxy.compiler.balancing import name as tagged
+from nftproxy.compiler.balancing import with_tag
 from nftproxy.compiler.config import ProxyConfig
 from nftproxy.compiler.endpoints import Categorized, Target, categorize, targets
 from nftproxy.model.types import EndpointSlice, Service, ServicePort
@@ -39,11 +42,12 @@ class Fragment(NamedTuple):
     claims: tuple[Key, ...]  # Service IP . proto . port and proto . NodePort keys it owns
     objects: frozenset[tuple[str, int]]  # (kind, N) per-count maps/chains it needs
     endpoints: frozenset[tuple[str, int]]  # endpoint address:port pairs in use
-    local_endpoints: frozenset[str] = frozenset()  # this node's usable endpoint addresses
+    local_endpoints: frozenset[str] = frozenset()  # this node's READY endpoint addresses (health check)
     health_check_port: int | None = None  # healthCheckNodePort (LoadBalancer, eTP Local)
     # UDP frontends -> IPs of their serving endpoints: conntrack entries of a frontend DNATed to
     # any other address are stale (kube-proxy's CleanStaleEntries; none serving: left alone).
     udp_serving: tuple[tuple[Key, frozenset[str]], ...] = ()
+    warnings: tuple[str, ...] = ()  # reported like skips, the Service is programmed (bad annotation)
 
 
 COMMENT_MAX = 127  # nft refuses comments over 128 characters (a whole transaction fails)
@@ -99,6 +103,7 @@ class _Out:
         self.used: set[tuple[str, int]] = set()
         self.local: set[str] = set()
         self.udp_serving: list[tuple[Key, frozenset[str]]] = []
+        self.tag = ""  # the load-balancing algorithm's name infix for this port (balancing.py)
 
     def add(self, set_name: str, key: Key, value: tuple[str, ...] | None = None, comment: str | None = None) -> None:
         self.elements.append((set_name, Element(key, value, comment)))
@@ -106,8 +111,13 @@ class _Out:
     def spread(self, kind: str, map_name: str, key: Key, values: tuple[Slot, ...]) -> None:
         """Slot i of ``key`` in map ``map_name-N`` -> the i-th endpoint; needs object (kind, N)."""
         n = len(values)
-        self.objects.add((kind, n))
-        self.spreads.append((f"{map_name}-{n}", key, values))
+        t = self.tag if n > 1 else ""
+        self.objects.add((with_tag(kind, t), n))
+        self.spreads.append((tagged(map_name, t, n), key, values))
+
+    def name(self, base: str, n: int) -> str:
+        """A per-count chain of this port's algorithm (N <= 1: the plain one, nothing to choose)."""
+        return tagged(base, self.tag if n > 1 else "", n)
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,10 +221,10 @@ def _no_endpoints(out: _Out, p: _Port) -> None:
 def _cluster_ip(out: _Out, p: _Port, fe: _Frontends, cluster: tuple[Slot, ...], local: tuple[Slot, ...]) -> None:
     """The ClusterIP under internalTrafficPolicy (Local with none here: dropped)."""
     if not fe.itp_local:
-        out.add("service-ips", p.cluster, (f"goto cluster-{len(cluster)}",), p.comment)
+        out.add("service-ips", p.cluster, (f"goto {out.name('cluster', len(cluster))}",), p.comment)
         out.spread("lb", "endpoints", p.cluster, cluster)
     elif local:
-        out.add("service-ips", p.cluster, (f"goto cluster-local-{len(local)}",), p.comment)
+        out.add("service-ips", p.cluster, (f"goto {out.name('cluster-local', len(local))}",), p.comment)
         out.spread("local", "local-endpoints", p.cluster, local)
     else:
         out.add("no-endpoint-services", p.cluster, DROP, p.comment)  # endpoints exist, none here
@@ -227,15 +237,51 @@ def _external(
     externalTrafficPolicy: Cluster masquerades to all endpoints; Local keeps the source and uses
     this node's endpoints (none: dropped), except for pod and node traffic (short-circuit)."""
     if not etp_local:
-        out.add(n.dispatch, key, (f"goto {n.cluster_chain}-{len(cluster)}",), comment)
+        out.add(n.dispatch, key, (f"goto {out.name(n.cluster_chain, len(cluster))}",), comment)
         out.spread(n.kind, n.endpoints, key, cluster)
         return
-    out.add(n.dispatch, key, (f"goto {n.local_chain}-{len(local)}",), comment)
-    out.objects.add((n.local_kind, len(local)))  # N = 0 too: that chain drops
+    out.add(n.dispatch, key, (f"goto {out.name(n.local_chain, len(local))}",), comment)
     if local:
         out.spread(n.local_kind, n.local_endpoints, key, local)
-    out.add(n.short_circuit, key, (f"goto {n.balance_chain}-{len(cluster)}",), comment)
+    else:
+        out.objects.add((n.local_kind, 0))  # that chain drops
+    out.add(n.short_circuit, key, (f"goto {out.name(n.balance_chain, len(cluster))}",), comment)
     out.spread(n.kind, n.endpoints, key, cluster)
+
+
+def _round_robin(
+    out: _Out, p: _Port, fe: _Frontends, cluster: tuple[Slot, ...], local: tuple[Slot, ...], t: str
+) -> None:
+    """round-robin (balancing.py): this port's own chain and map per endpoint list (all, and
+    this node's for Local policies), reached through the shared entry chains."""
+    out.objects.add((balancing.RR_ENTRY, 0))
+
+    def chain(tag: str, values: tuple[Slot, ...]) -> str:
+        n = len(values)
+        out.objects.add((balancing.rr_kind(tag), n))
+        out.spreads.append((balancing.rr_name(tag, n), (), values))
+        return f"goto {balancing.rr_name(tag, n)}"
+
+    to_all = chain(t, cluster)
+    to_local = chain(t + "l", local) if local and (fe.itp_local or fe.etp_local) else None
+    if not fe.itp_local:
+        out.add("service-ips", p.cluster, ("goto cluster-rr",), p.comment)
+        out.add(balancing.RR_SERVICES, p.cluster, (to_all,), p.comment)
+    elif to_local:
+        out.add("service-ips", p.cluster, ("goto cluster-rr",), p.comment)
+        out.add(balancing.RR_SERVICES, p.cluster, (to_local,), p.comment)
+    else:
+        out.add("no-endpoint-services", p.cluster, DROP, p.comment)  # endpoints exist, none here
+    fronts = [("service-ips", k, balancing.RR_SERVICES, balancing.RR_LOCAL_SERVICES, "external") for k in p.externals]
+    if p.node_port:
+        fronts.append(
+            ("service-nodeports", p.node_port, balancing.RR_NODEPORTS, balancing.RR_LOCAL_NODEPORTS, "nodeport")
+        )
+    for dispatch, key, all_map, local_map, entry in fronts:
+        out.add(dispatch, key, (f"goto {entry}-local-rr" if fe.etp_local else f"goto {entry}-rr",), p.comment)
+        out.add(all_map, key, (to_all,), p.comment)
+        if fe.etp_local and to_local:
+            out.add(local_map, key, (to_local,), p.comment)
 
 
 def _affinity(out: _Out, p: _Port, timeout: int) -> None:
@@ -263,7 +309,7 @@ def _hairpin(out: _Out, cat: Categorized, node: str | None) -> None:
     out.used.update([(t.address, t.port) for t in both])
     for a in [t.address for t in both if node is None or t.endpoint.node_name in (None, node)]:
         out.add("hairpin-endpoints", (a, a))
-    out.local.update([t.address for t in cat.local])
+    out.local.update([t.address for t in cat.local if t.endpoint.ready])  # health check: ready ones only
 
 
 def _udp_serving(out: _Out, p: _Port, found: list[Target]) -> None:
@@ -284,11 +330,12 @@ def compile_fragment(
     atype = "IPv4" if family is Family.IP else "IPv6"
     mine = [s for s in slices if s.address_type == atype]
     out = _Out()
+    algorithm = svc.load_balancing or config.load_balancing
     out.add("cluster-ips", (fe.cluster_ip,))
     for port in svc.ports:
         p = _port_keys(svc, fe, port)
         out.claims += [p.cluster, *p.externals, *([p.node_port] if p.node_port else [])]
-        found = targets(port, mine)
+        found = targets(port, mine, config.node_name)
         if p.proto == "udp":
             _udp_serving(out, p, found)
         cat = categorize(found, config.node_name, config.node_zone)
@@ -296,11 +343,16 @@ def compile_fragment(
             _no_endpoints(out, p)
             continue
         cluster, local = slot_values(cat.cluster), slot_values(cat.local)
-        _cluster_ip(out, p, fe, cluster, local)
-        for k in p.externals:
-            _external(out, EXTERNAL_IP, k, p.comment, cluster, local, fe.etp_local)
-        if p.node_port:
-            _external(out, NODEPORT, p.node_port, p.comment, cluster, local, fe.etp_local)
+        t = balancing.tag(algorithm, svc.key, port.name or str(port.port), p.proto, bool(svc.session_affinity_timeout))
+        if algorithm == balancing.ROUND_ROBIN and max(len(cluster), len(local)) > 1:
+            _round_robin(out, p, fe, cluster, local, t)
+        else:
+            out.tag = t if algorithm == balancing.SOURCE_HASH else ""
+            _cluster_ip(out, p, fe, cluster, local)
+            for k in p.externals:
+                _external(out, EXTERNAL_IP, k, p.comment, cluster, local, fe.etp_local)
+            if p.node_port:
+                _external(out, NODEPORT, p.node_port, p.comment, cluster, local, fe.etp_local)
         if svc.session_affinity_timeout:
             _affinity(out, p, svc.session_affinity_timeout)
         if fe.ranges:
@@ -316,4 +368,5 @@ def compile_fragment(
         frozenset(out.local),
         svc.health_check_node_port if svc.type == "LoadBalancer" and fe.etp_local else None,
         tuple(out.udp_serving),
+        svc.warnings,
     )

@@ -36,6 +36,8 @@ class Renderer:
         self.pods = bool(mine)  # pod sources are known: Local-policy short-circuits apply to them
         self.base_sets = {s.name: s for s in skeleton.base_sets(f)}
         self.base_chains = {c.name: c for c in skeleton.base_chains(f)}
+        self._parts: dict[Obj, tuple[list[Set], list[Chain]]] = {}
+        self._set_owner: dict[str, Obj] = {}  # map name -> the object declaring it (memo)
         self.static: dict[str, dict[Key, Element]] = {"cluster-cidrs": {}, "nodeport-ips": {}}
         for net in collapse_addresses(mine):  # type: ignore[type-var]
             self.static["cluster-cidrs"][(_addr_or_cidr(net),)] = Element((_addr_or_cidr(net),))
@@ -46,8 +48,18 @@ class Renderer:
             self.static["nodeport-ips"][(_addr_or_cidr(net),)] = Element((_addr_or_cidr(net),))
 
     def object_parts(self, obj: Obj) -> tuple[list[Set], list[Chain]]:
-        kind, n = obj
-        return skeleton.count_objects(self.family, kind, n, self.masquerade, self.pods)
+        """Memoized: with round-robin Services (objects of their own, balancing.py) there are
+        thousands of objects, and a bulk load asks for each map's declaration."""
+        parts = self._parts.get(obj)
+        if parts is None:
+            if len(self._parts) > 50_000:  # bound the memo (objects come and go with Services)
+                self._parts.clear()
+                self._set_owner.clear()
+            kind, n = obj
+            parts = self._parts[obj] = skeleton.count_objects(self.family, kind, n, self.masquerade, self.pods)
+            for st in parts[0]:
+                self._set_owner[st.name] = obj
+        return parts
 
     def comment(self) -> str:
         return skeleton.layout_comment(self.family, self.masquerade, self.pods)
@@ -62,6 +74,11 @@ class Renderer:
     def set_named(self, store: ElementStore, name: str) -> Set:
         if name in self.base_sets:
             return self.base_sets[name]
+        owner = self._set_owner.get(name)
+        if owner is not None and owner in store.objects:
+            for s in self.object_parts(owner)[0]:
+                if s.name == name:
+                    return s
         for obj in store.objects:
             for s in self.object_parts(obj)[0]:
                 if s.name == name:

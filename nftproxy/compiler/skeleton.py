@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 
+from nftproxy.compiler import balancing
 from nftproxy.nft.objects import Chain, Family, Hook, Set
 
 LAYOUT = 1
@@ -300,8 +301,15 @@ def count_objects(
     family: Family, kind: str, n: int, masquerade: str | None, pods: bool
 ) -> tuple[list[Set], list[Chain]]:
     """The map and chains one (kind, N) pair needs; kinds: lb, nodeport, local, nodeport-local, and
-    affinity (N: the timeout in seconds)."""
+    affinity (N: the timeout in seconds). ``kind@tag``: the same for another load-balancing
+    algorithm (balancing.py), renamed with the tag."""
     f = family
+    if kind.startswith(balancing.RR):  # round-robin: objects of its own (balancing.py)
+        return balancing.rr_objects(family, kind, n, masquerade, pods, _sticky(family))
+    base, t = balancing.split_kind(kind)
+    if t:
+        sets, chains = count_objects(family, base, n, masquerade, pods)
+        return balancing.retag(sets, chains, t, n, family.value)
     if kind == "affinity":
         return [], [affinity_record_chain(f, n)]
     if kind == "lb":
@@ -338,6 +346,12 @@ def layout_comment(family: Family, masquerade: str | None, pods: bool) -> str:
     """
     sizes = {"lb": (1,), "nodeport": (1,), "local": (0, 1), "nodeport-local": (0, 1), "affinity": (1,)}
     parts = [count_objects(family, kind, n, masquerade, pods) for kind in KINDS for n in sizes[kind]]
+    # the other load-balancing algorithms' templates (a round-robin tag stands for all of them)
+    parts += [count_objects(family, f"{kind}@sh", 2, masquerade, pods) for kind in KINDS[:4]]
+    parts += [
+        count_objects(family, kind, 2, masquerade, pods)
+        for kind in (balancing.RR_ENTRY, "rr:0000000000s", "rr:0000000000")
+    ]
     text = repr((base_chains(family), base_sets(family), parts))
     digest = hashlib.sha256(text.encode()).hexdigest()[:12]
     return f"nftproxy layout {LAYOUT} rules {digest}: managed by nftproxy, do not edit"

@@ -16,9 +16,14 @@ from nftproxy.nft.objects import Element, Key
 
 
 class ElementStore:
-    def __init__(self, log: ChangeLog) -> None:
+    def __init__(self, log: ChangeLog, holders: Counter[str] | None = None) -> None:
         self.log = log
         self.fragments: dict[str, Fragment] = {}  # programmed, by Service key
+        # Service key -> stores (families) holding it: shared by a dataplane's families, so the
+        # number of Services programmed is len(holders), not a walk of every fragment.
+        self.holders: Counter[str] = Counter() if holders is None else holders
+        self.health: dict[str, Fragment] = {}  # the fragments with a healthCheckNodePort
+        self.warned: dict[str, Fragment] = {}  # the fragments with warnings (reported as skips)
         self.values: dict[tuple[str, Key], Element] = {}  # (set, key) -> element
         self.counts: dict[tuple[str, Key], int] = {}  # (set, key) -> fragments holding it
         self.spreads: dict[tuple[str, Key], tuple[Slot, ...]] = {}  # (map, frontend) -> slot values
@@ -30,6 +35,11 @@ class ElementStore:
         log = self.log
         tracking = log.enabled  # off during a full compile: 10^5 calls saved
         self.fragments[frag.key] = frag
+        self.holders[frag.key] += 1
+        if frag.health_check_port:
+            self.health[frag.key] = frag
+        if frag.warnings:
+            self.warned[frag.key] = frag
         values, counts = self.values, self.counts
         for set_name, el in frag.elements:
             k = (set_name, el.key)
@@ -59,6 +69,11 @@ class ElementStore:
         frag = self.fragments.pop(key, None)
         if frag is None:
             return None
+        self.health.pop(key, None)
+        self.warned.pop(key, None)
+        self.holders[key] -= 1
+        if self.holders[key] <= 0:
+            del self.holders[key]
         log = self.log
         for set_name, el in frag.elements:
             k = (set_name, el.key)

@@ -12,6 +12,7 @@ from ipaddress import IPv4Address, ip_address, ip_network
 from socket import AF_INET, inet_pton
 from typing import Any
 
+from nftproxy.model import balancing
 from nftproxy.model.types import (
     PROTOCOLS,
     Endpoint,
@@ -68,7 +69,7 @@ def _ip(value: Any, what: str) -> IPAddress:
     if type(value) is str:
         try:  # inet_pton takes exactly canonical dotted-quad IPv4 (no leading zeros, no spaces)
             return IPv4Address(inet_pton(AF_INET, value))
-        except (OSError, ValueError):  # ValueError: an embedded NUL character
+        except (OSError, ValueError):  # ValueError: an embedded NUL (then the slow path says why)
             pass
     return _ip_slow(value, what)
 
@@ -92,7 +93,7 @@ def _endpoint_address(value: Any, version: int, what: str) -> str:
         try:
             inet_pton(AF_INET, value)
             return value
-        except (OSError, ValueError):  # ValueError: an embedded NUL character
+        except (OSError, ValueError):
             pass
     addr = _ip_slow(value, what)
     if addr.version != version:
@@ -158,7 +159,7 @@ def _service(obj: Mapping[str, Any], ns: str, name: str, proxy_name: str | None)
     )
     etp, itp = _traffic_policies(spec)
     hc = spec.get("healthCheckNodePort")
-    topology = _topology_mode(meta)
+    algorithm, warning = balancing.from_annotations(_map(meta.get("annotations"), "metadata.annotations"))
     return Service(
         namespace=ns,
         name=name,
@@ -172,8 +173,8 @@ def _service(obj: Mapping[str, Any], ns: str, name: str, proxy_name: str | None)
         session_affinity_timeout=_affinity_timeout(spec),
         load_balancer_source_ranges=ranges,
         health_check_node_port=_port(hc, "spec.healthCheckNodePort") if hc else None,
-        traffic_distribution=str(spec["trafficDistribution"]) if spec.get("trafficDistribution") else None,
-        topology_mode=str(topology) if topology else None,
+        load_balancing=algorithm,
+        warnings=(warning,) if warning else (),
     )
 
 
@@ -243,13 +244,6 @@ def _affinity_timeout(spec: Mapping[str, Any]) -> int | None:
     if isinstance(timeout, bool) or not isinstance(timeout, int) or not 1 <= timeout <= 86400:
         raise _Invalid(f"sessionAffinityConfig.clientIP.timeoutSeconds {timeout!r} not in 1-86400")
     return timeout
-
-
-def _topology_mode(meta: Mapping[str, Any]) -> Any:
-    annotations = _map(meta.get("annotations"), "metadata.annotations")
-    return annotations.get("service.kubernetes.io/topology-mode") or annotations.get(
-        "service.kubernetes.io/topology-aware-hints"
-    )
 
 
 def parse_endpoint_slice(obj: Mapping[str, Any]) -> EndpointSlice | Skipped | Ignored:
@@ -329,13 +323,19 @@ def _endpoint(e: Any, i: int, version: int) -> Endpoint:
             zones = tuple(str(_map(z, "zone").get("name", "")) for z in _list(raw, f"endpoints[{i}].hints.forZones"))
         if (raw := hints.get("forNodes")) is not None:
             nodes = tuple(str(_map(n, "node").get("name", "")) for n in _list(raw, f"endpoints[{i}].hints.forNodes"))
+    node_name = e.get("nodeName")
+    if node_name is not None and type(node_name) is not str:  # the message is made only then
+        node_name = _opt_str(node_name, f"endpoints[{i}].nodeName")
+    zone = e.get("zone")
+    if zone is not None and type(zone) is not str:
+        zone = _opt_str(zone, f"endpoints[{i}].zone")
     return Endpoint(
         address,
         ready,
-        ready if serving is None else bool(serving),
+        serving is not False,  # nil means true (API docs, kube-proxy)
         bool(cond.get("terminating")),
-        _opt_str(e.get("nodeName"), f"endpoints[{i}].nodeName"),
-        _opt_str(e.get("zone"), f"endpoints[{i}].zone"),
+        node_name,
+        zone,
         zones,
         nodes,
     )

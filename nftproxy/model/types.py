@@ -33,8 +33,8 @@ class Service:
     session_affinity_timeout: int | None = None  # seconds when sessionAffinity is ClientIP
     load_balancer_source_ranges: tuple[IPNetwork, ...] = ()
     health_check_node_port: int | None = None
-    traffic_distribution: str | None = None
-    topology_mode: str | None = None  # service.kubernetes.io/topology-mode annotation
+    load_balancing: str | None = None  # nftproxy.io/load-balancing annotation (None: the node's default)
+    warnings: tuple[str, ...] = ()  # reported, the Service still programmed (e.g. a bad annotation)
 
     @property
     def key(self) -> str:

@@ -165,9 +165,11 @@ class KernelBackend:
             obj = item.get("map")
             if obj:
                 default = int(obj.get("timeout", 0))
+                protos = _proto_fields(obj.get("type"))
                 for raw in obj.get("elem", []):
                     key = raw[0]["elem"] if isinstance(raw[0], dict) and "elem" in raw[0] else {"val": raw[0]}
-                    out.append(DynamicElement(_parts(key["val"]), _parts(raw[1]), int(key.get("timeout", default))))
+                    parts = _proto_names(_parts(key["val"]), protos)
+                    out.append(DynamicElement(parts, _parts(raw[1]), int(key.get("timeout", default))))
         return out
 
     def load(self, steps: Iterable[LoadStep]) -> int:
@@ -268,11 +270,29 @@ def table_from_json(doc: dict[str, Any], family: Family, name: str, comment: str
             sname = obj["name"]
             sets[sname] = Set(sname, spec="type ? : ?" if is_map else "type ?")
             els: dict[Key, Element] = {}
+            protos = _proto_fields(obj.get("type"))
             for raw in obj.get("elem", []):
                 e = _element(raw, is_map)
+                if protos:
+                    e = e._replace(key=_proto_names(e.key, protos))
                 els[e.key] = e
             elements[sname] = els
     return Table(family, name, comment, chains, sets, elements, adopted=True)
+
+
+# nft prints a protocol by its /etc/protocols name, and by number where that file is missing (a
+# minimal container image): read back, numbers are named as the compiler names them, or every
+# full sync would see every map element as changed.
+_PROTO_NAMES = {"6": "tcp", "17": "udp", "132": "sctp", "1": "icmp", "58": "ipv6-icmp"}
+
+
+def _proto_fields(types: Any) -> tuple[int, ...]:
+    types = [types] if isinstance(types, str) else types or []
+    return tuple(i for i, t in enumerate(types) if t == "inet_proto")
+
+
+def _proto_names(key: Key, fields: tuple[int, ...]) -> Key:
+    return tuple(_PROTO_NAMES.get(part, part) if i in fields else part for i, part in enumerate(key))
 
 
 def _element(raw: Any, is_map: bool) -> Element:

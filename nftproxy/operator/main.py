@@ -5,10 +5,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from typing import Any
 
 import kopf
 
 from nftproxy.dataplane import Dataplane
+from nftproxy.kubeproxy_watch import KubeProxyWatch, period_from_env
 from nftproxy.nft.kernel import KernelBackend
 from nftproxy.operator import handlers, health, kube
 from nftproxy.operator.metrics import Metrics
@@ -19,7 +21,7 @@ from nftproxy.operator.syncer import Status, Syncer
 log = logging.getLogger("nftproxy")
 
 
-def run(settings: Settings) -> int:
+def run(settings: Settings, api: Any = None, prefetched: dict[str, kube.Prefetch] | None = None) -> int:
     logging.basicConfig(
         level=getattr(logging, settings.log_level.upper()),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -27,19 +29,19 @@ def run(settings: Settings) -> int:
     logging.getLogger("kopf.objects").setLevel(logging.WARNING)  # one line per event is too much
     backend = KernelBackend(settings.netns)
     try:
-        asyncio.run(_main(settings, backend))
+        asyncio.run(_main(settings, backend, api, prefetched or {}))
     finally:
         backend.close()
     log.info("stopped; the nftables rules stay in place")
     return 0
 
 
-async def _main(settings: Settings, backend: KernelBackend) -> None:
+async def _main(settings: Settings, backend: KernelBackend, api: Any, prefetched: dict[str, kube.Prefetch]) -> None:
     metrics = Metrics()
-    api = kube.api_client(settings.kubeconfig)
+    api = api or kube.api_client(settings.kubeconfig)
     syncer = Syncer(Dataplane(backend, settings.proxy), settings, metrics)
     writer = StatusWriter(api, syncer, settings.node_name, settings.status_period)
-    ctx = handlers.Context(settings, syncer, writer, api)
+    ctx = handlers.Context(settings, syncer, writer, api, prefetched=prefetched)
 
     runners = []
     if settings.healthz:
@@ -58,6 +60,8 @@ async def _main(settings: Settings, backend: KernelBackend) -> None:
 
     syncer.on_synced.append(health_checks)
     tasks = [asyncio.create_task(syncer.run(), name="syncer"), asyncio.create_task(writer.run(), name="status")]
+    watch = KubeProxyWatch(settings.netns, period_from_env())  # kube-proxy's rules on this node?
+    tasks.append(asyncio.create_task(watch.run(syncer, api, settings.node_name), name="kube-proxy-watch"))
     log.info(
         "nftproxy %s on node %s%s",
         settings.proxy.table,

@@ -8,6 +8,7 @@ import re
 from dataclasses import dataclass
 
 from nftproxy.compiler.config import ProxyConfig
+from nftproxy.model.balancing import ALGORITHMS
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
@@ -52,7 +53,14 @@ ENV = {
     "status_period": "NFTPROXY_STATUS_PERIOD",
     "log_level": "NFTPROXY_LOG_LEVEL",
     "kopf_liveness": "NFTPROXY_KOPF_LIVENESS",
+    "load_balancing": "NFTPROXY_LOAD_BALANCING",
 }
+
+
+def algorithm(text: str) -> str:
+    if text not in ALGORITHMS:
+        raise argparse.ArgumentTypeError(f"invalid load-balancing {text!r}: one of {', '.join(ALGORITHMS)}")
+    return text
 
 
 @dataclass(frozen=True)
@@ -95,6 +103,10 @@ def add_run_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--netns", default=env("netns") or None, help="program this named network namespace")
     p.add_argument("--status-period", type=duration, default=duration(env("status_period", "5s") or "5s"))
     p.add_argument("--log-level", default=env("log_level", "info"), choices=["debug", "info", "warning", "error"])
+    p.add_argument(
+        "--load-balancing", type=algorithm, default=env("load_balancing", "random"), metavar="|".join(ALGORITHMS),
+        help="for Services without the nftproxy.io/load-balancing annotation (env NFTPROXY_LOAD_BALANCING)",
+    )  # fmt: skip
     p.add_argument(
         "--kopf-liveness",
         default=env("kopf_liveness") or None,

@@ -47,7 +47,8 @@ def render_status(syncer: Syncer) -> dict[str, Any]:
                 "status": "True" if in_sync else "False",
                 "reason": "Synced" if in_sync else ("SyncFailed" if s.last_error else "Pending"),
                 "message": s.last_error or why,
-            }
+            },
+            *s.conditions,
         ],
     }
 

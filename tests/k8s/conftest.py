@@ -10,18 +10,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from testkit.controlplane import ControlPlane, ControlPlaneError
+from testkit.controlplane import ControlPlane
+from tests.controlplanes import started_control_plane
 
 
 @pytest.fixture(scope="session")
 def control_plane() -> Iterator[ControlPlane]:
     """One started control plane for the whole session; stopped (no process left) at the end."""
-    cp = ControlPlane()
-    try:
-        cp.start()
-    except ControlPlaneError as e:
-        pytest.fail(f"control plane did not start: {e}", pytrace=False)
-    try:
-        yield cp
-    finally:
-        cp.stop()
+    yield from started_control_plane()

@@ -112,6 +112,12 @@ def install(
     values: Mapping[str, str] | Iterable[str] = (),
 ) -> Release:
     """``helm install NAME charts/nftproxy`` into NAMESPACE (created if missing). No --wait: the
-    test control plane runs no controllers, so the DaemonSet never gets pods."""
-    helm("install", name, str(CHART), "--namespace", namespace, "--create-namespace", *set_args(values))
+    test control plane runs no controllers, so the DaemonSet never gets pods.
+
+    The node-bound identity policy is off here: these tests use TokenRequest tokens bound to no
+    pod or node, which it refuses (tests/e2e checks it with real pods' tokens)."""
+    helm(
+        "install", name, str(CHART), "--namespace", namespace, "--create-namespace",
+        "--set", "nodeBoundIdentity.enabled=false", *set_args(values),
+    )  # fmt: skip
     return Release(control_plane, helm, name, namespace)

@@ -175,6 +175,7 @@ def test_daemonset_defaults(helm: Helm) -> None:
         "NFTPROXY_HEALTHZ_BIND_ADDRESS": "0.0.0.0:10256",
         "NFTPROXY_METRICS_BIND_ADDRESS": "0.0.0.0:10249",
         "NFTPROXY_LOG_LEVEL": "info",
+        "NFTPROXY_LOAD_BALANCING": "random",
     }
 
     assert {p["name"]: p["containerPort"] for p in c["ports"]} == {"healthz": 10256, "metrics": 10249}

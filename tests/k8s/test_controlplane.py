@@ -165,14 +165,17 @@ def test_apiserver_restart_keeps_data(control_plane: ControlPlane) -> None:
 def test_stop_leaves_no_process() -> None:
     with ControlPlane() as cp:
         workdir = cp.workdir
+        etcd_dir = cp.etcd_data_dir
+        assert etcd_dir is not None and str(etcd_dir).startswith("/dev/shm/"), "etcd's data on tmpfs"
         pids = cp.pids
         assert set(pids) == {"etcd", "kube-apiserver"}
         assert cp.kubectl("get", "--raw", "/readyz").stdout.strip() == "ok"
-        assert len(_processes_mentioning(str(workdir))) == 2
+        assert len(_processes_mentioning(str(workdir))) == 1  # kube-apiserver (its certs)
+        assert len(_processes_mentioning(str(etcd_dir))) == 1  # etcd
     for pid in pids.values():
         assert not Path(f"/proc/{pid}").exists(), f"pid {pid} still there"
-    assert _processes_mentioning(str(workdir)) == []
-    assert not workdir.exists()
+    assert _processes_mentioning(str(workdir)) == [] and _processes_mentioning(str(etcd_dir)) == []
+    assert not workdir.exists() and not etcd_dir.exists()
 
 
 def test_stop_after_failed_start_leaves_no_process(tmp_path: Path) -> None:

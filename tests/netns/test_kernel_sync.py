@@ -287,3 +287,22 @@ def _state(backend: KernelBackend) -> tuple[dict[str, dict[tuple[str, ...], obje
     t = backend.read(Family.IP, "nftproxy")
     assert t is not None
     return {name: dict(els) for name, els in t.elements.items()}, set(t.chains)
+
+
+def test_a_node_without_etc_protocols_reads_the_table_back_the_same(netns: str, tmp_path: Path) -> None:
+    """Without /etc/protocols (a minimal image) nft prints protocols by number: read back, they
+    are named as the compiler names them, so a second apply still sends nothing (before, every
+    map element looked changed and every full sync rewrote them all)."""
+    objs = [*GOOD, k.service("u", ["10.96.9.1"], [k.port(53, "dns", "UDP", node_port=30953)], type="NodePort")]
+    objs.append(k.endpoint_slice("u-1", "u", [k.endpoint("10.244.9.2")], [k.port(5353, "dns", "UDP")]))
+    manifest = k.write(tmp_path / "objs.yaml", objs)
+    apply = f"{sys.executable} -m nftproxy apply -f {manifest} --node-name n1 --node-ip 198.18.0.1"
+    script = f"mount --bind /dev/null /etc/protocols && ip netns exec {netns} {apply} && ip netns exec {netns} {apply}"
+    r = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True, check=False)
+    assert r.returncode == 0, r.stderr
+    first, second = r.stdout.strip().splitlines()
+    assert ": 0 operations" not in first, r.stdout
+    assert ": 0 operations, 0 element changes" in second, r.stdout
+    show = f"mount --bind /dev/null /etc/protocols && ip netns exec {netns} nft list map ip nftproxy service-ips"
+    listing = subprocess.run(["unshare", "-m", "sh", "-c", show], capture_output=True, text=True, check=True).stdout
+    assert " . 17 . 53 " in listing, "the check is real: this nft does print numbers here"

@@ -6,19 +6,12 @@ from collections.abc import Iterator
 
 import pytest
 
-from testkit.controlplane import ControlPlane, ControlPlaneError
+from testkit.controlplane import ControlPlane
 from testkit.netlab import cleanup_stale
+from tests.controlplanes import started_control_plane
 
 
 @pytest.fixture
 def own_control_plane() -> Iterator[ControlPlane]:
     cleanup_stale("vf")
-    cp = ControlPlane()
-    try:
-        cp.start()
-    except ControlPlaneError as e:
-        pytest.fail(f"control plane did not start: {e}", pytrace=False)
-    try:
-        yield cp
-    finally:
-        cp.stop()
+    yield from started_control_plane()

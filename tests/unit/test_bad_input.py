@@ -44,6 +44,8 @@ BAD = [
         "EndpointSlice default/bad-1: endpoints[0]: fd00::1 is not an IPv4",
     ),
     (_slice(endpoints=[{"addresses": []}]), "endpoints[0] has no addresses"),
+    (_svc(externalIPs=["198.19.0.1\x00"]), "spec.externalIPs: invalid IP address '198.19.0.1\\x00'"),
+    (_slice(endpoints=[{"addresses": ["\x00"]}]), "endpoints[0]: invalid IP address '\\x00'"),
     (_slice(ports=[{"port": 0}]), "ports[0]: port 0 is not in 1-65535"),
     (_slice(addressType="IPv5"), "unknown addressType 'IPv5'"),
     (_slice(metadata={"name": "bad-1", "namespace": "default"}), "no kubernetes.io/service-name label"),

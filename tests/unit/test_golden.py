@@ -47,6 +47,12 @@ CASES: dict[str, tuple[Path, ProxyConfig]] = {
             cluster_cidrs=(ip_network("10.244.0.0/16"),),
         ),
     ),
+    "balancing": (
+        GOLDEN / "balancing.yaml",
+        ProxyConfig(
+            node_name="node-1", node_ips=(ip_address("198.18.0.1"),), cluster_cidrs=(ip_network("10.244.0.0/16"),)
+        ),
+    ),
 }
 
 

@@ -20,7 +20,7 @@ from nftproxy.nft.transaction import Transaction
 from nftproxy.operator.metrics import Metrics
 from nftproxy.operator.settings import Settings
 from nftproxy.operator.status import render_status
-from nftproxy.operator.syncer import Syncer
+from nftproxy.operator.syncer import STATS_PERIOD, Syncer
 from tests import k8sobjects as k
 
 
@@ -211,5 +211,71 @@ def test_a_replayed_version_is_not_queued_again() -> None:
         syncer.service_changed("default/a", moved)  # re-created with the version we saw last
         await syncer.sync_once()
         assert elements(fake, "cluster-ips") == {("10.96.0.2",)}
+
+    asyncio.run(go())
+
+
+def test_counts_are_not_computed_after_every_partial_sync_but_catch_up() -> None:
+    """The counts walk the whole table (~70 ms at 50k Services): ten partial syncs in quick
+    succession compute them a few times at most, and they are right within STATS_PERIOD
+    afterwards, with no further change."""
+
+    async def go() -> None:
+        syncer, fake = make()
+        calls: list[float] = []
+        stats = syncer.dp.stats
+
+        def counted() -> Any:
+            calls.append(time.monotonic())
+            return stats()
+
+        syncer.dp.stats = counted  # type: ignore[method-assign]
+        task = asyncio.create_task(syncer.run())
+        syncer.mark_loaded()
+        await asyncio.wait_for(syncer.first_sync.wait(), 2)
+        first = syncer.status.syncs
+        t0 = time.monotonic()
+        for i in range(10):
+            syncer.service_changed(f"default/s{i}", svc(f"s{i}", f"10.96.1.{i + 1}"))
+            while syncer.status.syncs == first + i:
+                await asyncio.sleep(0.001)
+        assert time.monotonic() - t0 < STATS_PERIOD, "the machine was too slow for this check"
+        assert len([t for t in calls if t >= t0]) <= 2, "counts computed after each partial sync"
+        await asyncio.sleep(STATS_PERIOD + 0.5)
+        assert syncer.status.services == 10 and len(elements(fake, "cluster-ips")) == 10
+        task.cancel()
+
+    asyncio.run(go())
+
+
+def test_the_checksum_waits_until_no_change_is_queued() -> None:
+    """The checksum walks every element (~0.9 s at 50k Services): a change queued during the
+    first (full) sync is synced first, then the checksum is computed, with no further change."""
+
+    async def go() -> None:
+        syncer, fake = make()
+        at_checksum: list[int] = []
+        checksum = syncer.dp.checksum
+
+        def recorded() -> str:
+            at_checksum.append(syncer.status.syncs)
+            return checksum()
+
+        syncer.dp.checksum = recorded  # type: ignore[method-assign]
+
+        async def queue_once(_: object) -> None:
+            if syncer.status.syncs == 1:
+                syncer.service_changed("default/late", svc("late", "10.96.0.9"))
+
+        syncer.on_synced.append(queue_once)
+        task = asyncio.create_task(syncer.run())
+        syncer.mark_loaded()
+        for _ in range(200):
+            if syncer.status.checksum:
+                break
+            await asyncio.sleep(0.01)
+        assert at_checksum == [2], "the queued change was synced before the checksum"
+        assert syncer.status.checksum and ("10.96.0.9",) in elements(fake, "cluster-ips")
+        task.cancel()
 
     asyncio.run(go())

@@ -1,0 +1,165 @@
+#!/usr/bin/env bash
+# Builds the container images of the local cluster (testkit/realcluster) without any registry:
+#   localhost/nftproxy-base:bookworm   Debian bookworm minbase + python3 + pip, made by mmdebstrap
+#   localhost/nftproxy:<digest>        the repository's Dockerfile, FROM that base (build argument)
+#   localhost/nftproxy-pause:1         busybox-static, a shell that sleeps and reaps orphans (the sandbox image)
+#   localhost/nftproxy-echo:1          busybox-static httpd answering {"pod": HOSTNAME, "peer": REMOTE_ADDR}
+# as docker-archive tarballs in ${NFTPROXY_IMAGES:-${NFTPROXY_CACHE:-~/.cache/nftproxy}/images}
+# (imported into each node's containerd by testkit.realcluster), listed in images.json there.
+# Rebuilt only when their inputs changed: the nftproxy image's tag is a digest of the Dockerfile,
+# .dockerignore, pyproject.toml and the nftproxy package; a second run prints "cached".
+# buildah uses its own storage under the cache (vfs driver: no mounts at all) and every step runs in
+# a private mount namespace, so nothing of it stays mounted in the machine's mount namespace.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+
+CACHE=${NFTPROXY_CACHE:-$HOME/.cache/nftproxy}
+OUT=${NFTPROXY_IMAGES:-$CACHE/images}
+STORE=$OUT/storage
+RUNROOT=$OUT/run
+SUITE=bookworm
+BASE_REF=localhost/nftproxy-base:$SUITE
+BASE_PKGS=python3,python3-pip,python-is-python3,ca-certificates
+PAUSE_REF=localhost/nftproxy-pause:1
+ECHO_REF=localhost/nftproxy-echo:1
+
+START=$SECONDS
+log() { printf '==> [images %4ss] %s\n' "$((SECONDS - START))" "$*"; }
+
+mkdir -p "$OUT" "$RUNROOT"
+exec 9>"$OUT/.images.lock"
+flock 9
+
+for tool in mmdebstrap buildah busybox; do
+  command -v "$tool" >/dev/null || { echo "images: $tool missing (run hack/install.sh)" >&2; exit 1; }
+done
+BUSYBOX=$(command -v busybox)
+# The static one: the images have no libc.
+[ -x /bin/busybox ] && BUSYBOX=/bin/busybox
+file_static() { ! ldd "$1" >/dev/null 2>&1; }
+file_static "$BUSYBOX" || { echo "images: $BUSYBOX is not static (install busybox-static)" >&2; exit 1; }
+
+# buildah with our own storage, in a private mount namespace (mounts vanish with it).
+bah() {
+  unshare --mount --propagation private -- \
+    buildah --root "$STORE" --runroot "$RUNROOT" --storage-driver vfs "$@"
+}
+stamp_ok() { [ -f "$OUT/$1.tar" ] && [ "$(cat "$OUT/.$1.stamp" 2>/dev/null)" = "$2" ]; }
+stamp() { echo "$2" > "$OUT/.$1.stamp"; }
+has_image() { bah inspect --type image "$1" >/dev/null 2>&1; }
+# archive NAME REF: REF as a docker-archive at $OUT/NAME.tar (atomically).
+archive() {
+  rm -f "$OUT/$1.tar.tmp"
+  bah push -q "$2" "docker-archive:$OUT/$1.tar.tmp:$2" >/dev/null
+  mv -f "$OUT/$1.tar.tmp" "$OUT/$1.tar"
+}
+
+# ------------------------------------------------------------------ base (mmdebstrap)
+base_key="$SUITE $BASE_PKGS v2 $(cat /usr/local/share/ca-certificates/* 2>/dev/null | sha256sum | cut -c1-12)"
+if [ "$(cat "$OUT/.base.stamp" 2>/dev/null)" = "$base_key" ] && has_image "$BASE_REF"; then
+  log "$BASE_REF: cached"
+else
+  log "[base] mmdebstrap --variant=minbase $SUITE (+ $BASE_PKGS): ~2 min, downloads ~60 MB from the Debian mirror"
+  tmp=$(mktemp -d /var/tmp/nftproxy-rc-base.XXXXXX)
+  trap 'rm -rf "$tmp"' EXIT
+  # Like the python:*-slim images: pip may install into the system interpreter, no docs or caches.
+  # This machine's own extra CAs (/usr/local/share/ca-certificates: e.g. an egress proxy's) are
+  # trusted inside too, so the Dockerfile's apt and pip steps reach their mirrors as the host does.
+  unshare --mount --propagation private -- mmdebstrap --quiet --variant=minbase --include="$BASE_PKGS" \
+    --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-exclude=/usr/share/man/*' \
+    --dpkgopt='path-exclude=/usr/share/locale/*' \
+    --customize-hook='rm -f "$1"/usr/lib/python3*/EXTERNALLY-MANAGED' \
+    --customize-hook='copy-in /usr/local/share/ca-certificates /usr/local/share' \
+    --customize-hook='chroot "$1" update-ca-certificates >/dev/null' \
+    --customize-hook='rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/*.bin' \
+    "$SUITE" "$tmp/rootfs.tar"
+  log "[base] rootfs $(du -h "$tmp/rootfs.tar" | cut -f1); importing into buildah"
+  bah rmi -f "$BASE_REF" >/dev/null 2>&1 || true
+  c=$(bah from --pull=never scratch)
+  bah add "$c" "$tmp/rootfs.tar" / >/dev/null
+  bah config --env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin --env LANG=C.UTF-8 \
+    --cmd python3 "$c"
+  bah commit -q --rm "$c" "$BASE_REF" >/dev/null
+  rm -rf "$tmp"
+  trap - EXIT
+  stamp base "$base_key"
+  log "[base] $BASE_REF built"
+fi
+
+# ------------------------------------------------------------------ nftproxy (Dockerfile)
+NFTPROXY_RECIPE=1  # bump when the build steps below change
+digest=$( { echo "$NFTPROXY_RECIPE"; cat Dockerfile .dockerignore pyproject.toml "$OUT/.base.stamp";
+            find nftproxy -type f -name '*.py' -o -type f -name '*.typed' | LC_ALL=C sort | xargs cat; } \
+          | sha256sum | cut -c1-12)
+NFTPROXY_REF=localhost/nftproxy:$digest
+if stamp_ok nftproxy "$digest"; then
+  log "$NFTPROXY_REF: cached"
+else
+  log "[nftproxy] buildah bud Dockerfile (FROM $BASE_REF): ~1 min, pip installs the runtime dependencies"
+  bah bud -q --pull=never --network=host --isolation=oci --layers=false \
+    --build-arg "BASE=$BASE_REF" -t "$NFTPROXY_REF" -f Dockerfile . >/dev/null
+  archive nftproxy "$NFTPROXY_REF"
+  # Keep only this build in the storage (earlier digests are unreachable anyway).
+  for old in $(bah images --format '{{.Name}}:{{.Tag}}' | grep '^localhost/nftproxy:' | grep -v ":$digest\$" || true); do
+    bah rmi -f "$old" >/dev/null 2>&1 || true
+  done
+  stamp nftproxy "$digest"
+  log "[nftproxy] $NFTPROXY_REF built ($(du -h "$OUT/nftproxy.tar" | cut -f1))"
+fi
+
+# ------------------------------------------------------------------ pause + echo (busybox-static)
+small_key="$(sha256sum "$BUSYBOX" | cut -c1-16) $(sha256sum hack/images.sh | cut -c1-16)"
+# small NAME REF SETUP: a busybox rootfs, SETUP adds files to it ($1 = rootfs dir), then config.
+small() {
+  local name=$1 ref=$2 setup=$3; shift 3
+  if stamp_ok "$name" "$small_key"; then log "$ref: cached"; return; fi
+  local tmp; tmp=$(mktemp -d /var/tmp/nftproxy-rc-img.XXXXXX)
+  mkdir -p "$tmp/rootfs/bin" "$tmp/rootfs/tmp" "$tmp/rootfs/etc"
+  cp "$BUSYBOX" "$tmp/rootfs/bin/busybox"
+  for applet in sh sleep usleep hostname httpd wget cat ls ip nc date timeout; do ln -s busybox "$tmp/rootfs/bin/$applet"; done
+  echo 'root:x:0:0:root:/:/bin/sh' > "$tmp/rootfs/etc/passwd"
+  echo 'root:x:0:' > "$tmp/rootfs/etc/group"
+  # PID 1 of a pod (the sandbox, or a container that only waits): sleeps and reaps the orphans
+  # that exec'd commands leave (busybox `timeout` leaves one per call; thousands pile up otherwise).
+  printf '#!/bin/sh\ntrap "exit 0" TERM INT\nwhile :; do sleep 10 & wait; done\n' > "$tmp/rootfs/bin/init"
+  chmod 755 "$tmp/rootfs/bin/init"
+  "$setup" "$tmp/rootfs"
+  tar -C "$tmp/rootfs" -cf "$tmp/rootfs.tar" .
+  bah rmi -f "$ref" >/dev/null 2>&1 || true
+  local c; c=$(bah from --pull=never scratch)
+  bah add "$c" "$tmp/rootfs.tar" / >/dev/null
+  bah config --env PATH=/bin "$@" "$c"
+  bah commit -q --rm "$c" "$ref" >/dev/null
+  archive "$name" "$ref"
+  rm -rf "$tmp"
+  stamp "$name" "$small_key"
+  log "$ref built"
+}
+pause_setup() { :; }
+echo_setup() {
+  mkdir -p "$1/www/cgi-bin"
+  cat > "$1/www/cgi-bin/index.cgi" <<'EOF'
+#!/bin/sh
+# busybox httpd runs this for every request to "/": who answered, and the client address it saw.
+printf 'Content-Type: application/json\r\nConnection: close\r\n\r\n{"pod": "%s", "peer": "%s"}\n' "$(hostname)" "$REMOTE_ADDR"
+EOF
+  chmod 755 "$1/www/cgi-bin/index.cgi"
+  # PID 1 ignores SIGTERM without a handler: stop httpd on TERM (after the pod's preStop).
+  cat > "$1/bin/echo-server" <<'EOF'
+#!/bin/sh
+httpd -f -p "0.0.0.0:${PORT:-8080}" -h /www &
+trap 'kill $!; exit 0' TERM INT
+wait
+EOF
+  chmod 755 "$1/bin/echo-server"
+}
+small pause "$PAUSE_REF" pause_setup --entrypoint '["/bin/init"]'
+small echo "$ECHO_REF" echo_setup --entrypoint '["/bin/echo-server"]' --port 8080
+
+cat > "$OUT/images.json.tmp" <<EOF
+{"nftproxy": "$NFTPROXY_REF", "pause": "$PAUSE_REF", "echo": "$ECHO_REF",
+ "archives": {"nftproxy": "$OUT/nftproxy.tar", "pause": "$OUT/pause.tar", "echo": "$OUT/echo.tar"}}
+EOF
+mv -f "$OUT/images.json.tmp" "$OUT/images.json"
+log "ready: $OUT/images.json"

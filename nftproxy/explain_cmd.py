@@ -1,0 +1,73 @@
+"""The ``explain`` subcommand: read the kernel (and the API), print text or JSON."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+from dataclasses import replace
+from typing import Any
+
+from nftproxy.compiler import ProxyConfig
+from nftproxy.explain import Explanation, Frontend, explain, render_text
+from nftproxy.nft.kernel import KernelBackend
+from nftproxy.nft.objects import Family
+from nftproxy.tableview import TableView, read_view
+
+
+def add_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("service", metavar="NAMESPACE/NAME")
+    p.add_argument("--port", help="only this port (its name or number)")
+    p.add_argument("--netns", help="read the tables of this named network namespace")
+    p.add_argument("--kubeconfig", help="also compare the kernel with what the API holds now")
+    p.add_argument("--node-name", default=os.environ.get("NODE_NAME"), help="this node (Local policies, ProxyStatus)")
+    p.add_argument("--service-proxy-name", help="the --service-proxy-name nftproxy runs with")
+    p.add_argument("-o", "--output", choices=("text", "json"), default="text")
+    p.add_argument("--table", default="nftproxy", help=argparse.SUPPRESS)
+
+
+def relabel(f: Frontend, svc: dict[str, Any] | None) -> Frontend:
+    """The table cannot tell an externalIP from a LoadBalancer IP without source ranges: the API can."""
+    if svc is None or f.kind not in ("external IP", "LoadBalancer IP"):
+        return f
+    ingress = ((svc.get("status") or {}).get("loadBalancer") or {}).get("ingress") or []
+    if f.address in {i.get("ip") for i in ingress if isinstance(i, dict)}:
+        return replace(f, kind="LoadBalancer IP")
+    if f.address in ((svc.get("spec") or {}).get("externalIPs") or []):
+        return replace(f, kind="externalIP")
+    return f
+
+
+def read_views(netns: str | None, table: str) -> list[TableView | None]:
+    backend = KernelBackend(netns)
+    try:
+        return [read_view(backend, f, table) for f in Family]
+    finally:
+        backend.close()
+
+
+def run(args: argparse.Namespace) -> int:
+    if "/" not in args.service:
+        raise argparse.ArgumentTypeError(f"expected NAMESPACE/NAME, got {args.service!r}")
+    views = read_views(args.netns, args.table)
+    result: Explanation = explain(views, [f"{f.value} {args.table}" for f in Family], args.service, args.port)
+    if args.kubeconfig:
+        from nftproxy.explain_api import compare, fetch  # noqa: PLC0415  (kubernetes client: only when asked)
+        from nftproxy.operator.kube import api_client  # noqa: PLC0415
+
+        api = api_client(args.kubeconfig)
+        try:
+            svc, slices, node, status = fetch(api, args.service, args.node_name)
+        finally:
+            api.close()
+        config = ProxyConfig(node_name=args.node_name, service_proxy_name=args.service_proxy_name)
+        check = compare([v for v in views if v is not None], args.service, svc, slices, node, status, config)
+        result = replace(result, api=check, frontends=tuple(relabel(f, svc) for f in result.frontends))
+    if args.output == "json":
+        json.dump(dataclasses.asdict(result), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        sys.stdout.write(render_text(result))
+    return 0

@@ -1,0 +1,49 @@
+"""The cluster's images: built by hack/images.sh (cached), listed in images.json."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from testkit.controlplane import cache_dir
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def images_dir() -> Path:
+    """Where hack/images.sh keeps its builds ($NFTPROXY_IMAGES, default CACHE/images)."""
+    return Path(os.environ.get("NFTPROXY_IMAGES") or cache_dir() / "images")
+
+
+def images_json() -> Path:
+    return images_dir() / "images.json"
+
+
+def build(log: Callable[[str], None]) -> dict[str, Any]:
+    """Run hack/images.sh (a no-op when nothing changed), its progress lines through LOG."""
+    proc = subprocess.Popen(
+        ["bash", str(ROOT / "hack" / "images.sh")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=ROOT,
+    )
+    assert proc.stdout is not None
+    tail: list[str] = []
+    for line in proc.stdout:
+        line = line.rstrip()
+        tail = [*tail[-40:], line]
+        if line.startswith("==>"):
+            log("    " + line)
+    if proc.wait() != 0:
+        raise RuntimeError("hack/images.sh failed:\n" + "\n".join(tail))
+    return load()
+
+
+def load() -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(images_json().read_text())
+    return data

@@ -1,0 +1,796 @@
+"""The differential suite's catalog: API objects, and the connections made to each of them.
+
+Topology (the same in both labs, see harness.py): node-1 (zone-a, the proxied node: kube-proxy in
+lab A, nftproxy in lab B) with pods a1, a2, a3, c1 (c1 is the client pod, and an endpoint for
+hairpin) and a host-network server ``host-1`` on the node's own address; node-2 (zone-b, no proxy)
+with pods b1, b2, c2 (a client pod on another node) and ``host-2``. Outside clients ext1 (198.18.0.100)
+and ext2 (198.18.0.101) on
+the node network route the LoadBalancer/external ranges via node-1.
+
+Every pod serves TCP 8080, 8081, 9090 and UDP 5353, 5354, 9090; the host servers TCP 8090 and UDP
+5390. Each :class:`Case` is one Service (or a few objects) with the probes to make against it.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+Obj = dict[str, Any]
+NS = "conf"
+NODE = "node-1"  # the proxied node's name (both proxies)
+OTHER = "node-2"
+ZONE, OTHER_ZONE = "zone-a", "zone-b"
+NODE4, NODE6 = "198.18.0.1", "fd00:198:18::1"
+NODE2_4 = "198.18.0.2"
+
+# Pod addresses, in the order harness.build_lab creates them (asserted there).
+PODS: dict[str, tuple[str, str, str]] = {  # name -> (node, ipv4, ipv6)
+    "a1": (NODE, "10.244.1.2", "fd00:10:244:1::2"),
+    "a2": (NODE, "10.244.1.3", "fd00:10:244:1::3"),
+    "a3": (NODE, "10.244.1.4", "fd00:10:244:1::4"),
+    "c1": (NODE, "10.244.1.5", "fd00:10:244:1::5"),
+    "b1": (OTHER, "10.244.2.2", "fd00:10:244:2::2"),
+    "b2": (OTHER, "10.244.2.3", "fd00:10:244:2::3"),
+    "c2": (OTHER, "10.244.2.4", "fd00:10:244:2::4"),  # a client pod on the other node
+}
+HOSTS: dict[str, tuple[str, str, str]] = {
+    "host-1": (NODE, NODE4, NODE6),
+    "host-2": (OTHER, NODE2_4, "fd00:198:18::2"),
+}
+POD_TCP = (8080, 8081, 9090)
+POD_UDP = (5353, 5354, 9090)
+HOST_TCP, HOST_UDP = (8090,), (5390,)
+
+SOURCES = ("pod", "node", "ext1", "ext2", "pod2")  # pod2: only to NodePorts (no route to LB IPs)
+
+
+@dataclass(frozen=True)
+class Probe:
+    src: str  # pod | node | ext1 | ext2 | pod2
+    proto: str  # tcp | udp
+    host: str
+    port: int
+    what: str  # ClusterIP, NodePort, LB, externalIP, ...
+    sticky: bool = False  # session affinity: compare how many backends each client got
+
+    def path(self) -> str:
+        h = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{self.src} → {self.what} {h}:{self.port}/{self.proto}"
+
+
+@dataclass(frozen=True)
+class HealthCheck:
+    port: int
+    ipv6: bool = False
+
+
+@dataclass
+class Case:
+    name: str
+    objects: list[Obj]
+    probes: list[Probe] = field(default_factory=list)
+    health: list[HealthCheck] = field(default_factory=list)
+    rules_mention: str | None = None  # check that neither proxy programs this Service
+
+
+# --------------------------------------------------------------------------- builders
+
+_v4 = (f"10.96.10.{i}" for i in itertools.count(10))
+_v6 = (f"fd00:10:96::{0xA00 + i:x}" for i in itertools.count(10))
+_lb = (f"198.19.1.{i}" for i in itertools.count(10))
+_ext = (f"198.19.2.{i}" for i in itertools.count(10))
+_np = iter(range(30100, 32000))
+_hc = iter(range(32100, 32700))
+
+
+def port(port: int, target: int | str, name: str = "", proto: str = "TCP", node_port: int | None = None) -> Obj:
+    p: Obj = {"port": port, "targetPort": target, "protocol": proto}
+    if name:
+        p["name"] = name
+    if node_port:
+        p["nodePort"] = node_port
+    return p
+
+
+def service(
+    name: str,
+    ports: Sequence[Obj],
+    *,
+    type: str = "ClusterIP",
+    families: Sequence[int] = (4,),
+    lb_ingress: Sequence[Obj] = (),
+    labels: Obj | None = None,
+    annotations: Obj | None = None,
+    **spec: Any,
+) -> Obj:
+    ips = [next(_v4) if f == 4 else next(_v6) for f in families]
+    if type != "ClusterIP":  # every NodePort explicit: a random one could take a later explicit port
+        ports = [p if p.get("nodePort") else {**p, "nodePort": next(_np)} for p in ports]
+    s: Obj = {
+        "type": type,
+        "clusterIP": ips[0],
+        "clusterIPs": ips,
+        "ipFamilies": ["IPv4" if f == 4 else "IPv6" for f in families],
+        "ipFamilyPolicy": "RequireDualStack" if len(families) == 2 else "SingleStack",
+        "ports": list(ports),
+        **spec,
+    }
+    meta: Obj = {"name": name, "namespace": NS}
+    if labels:
+        meta["labels"] = labels
+    if annotations:
+        meta["annotations"] = annotations
+    obj: Obj = {"apiVersion": "v1", "kind": "Service", "metadata": meta, "spec": s}
+    if lb_ingress:
+        obj["status"] = {"loadBalancer": {"ingress": list(lb_ingress)}}
+    return obj
+
+
+def ep(
+    pod: str,
+    *,
+    ready: bool | None = True,
+    serving: bool | None = True,
+    terminating: bool | None = False,
+    family: int = 4,
+    node: str | None = "",
+    zones: Sequence[str] | None = None,
+    nodes: Sequence[str] | None = None,
+) -> Obj:
+    """An endpoint for a pod (or host server); a None condition is left out (unset)."""
+    where, v4, v6 = PODS.get(pod) or HOSTS[pod]
+    cond = {k: v for k, v in (("ready", ready), ("serving", serving), ("terminating", terminating)) if v is not None}
+    e: Obj = {"addresses": [v4 if family == 4 else v6], "conditions": cond}
+    node_name = where if node == "" else node
+    if node_name:
+        e["nodeName"] = node_name
+    hints: Obj = {}
+    if zones is not None:
+        hints["forZones"] = [{"name": z} for z in zones]
+    if nodes is not None:
+        hints["forNodes"] = [{"name": n} for n in nodes]
+    if hints:
+        e["hints"] = hints
+    return e
+
+
+def eslice(
+    svc: str,
+    suffix: str,
+    endpoints: Iterable[Obj],
+    ports: Sequence[Obj] | None,
+    *,
+    family: int = 4,
+    labelled: bool = True,
+) -> Obj:
+    meta: Obj = {"name": f"{svc}-{suffix}", "namespace": NS}
+    if labelled:
+        meta["labels"] = {"kubernetes.io/service-name": svc, "endpointslice.kubernetes.io/managed-by": "conformance"}
+    obj: Obj = {
+        "apiVersion": "discovery.k8s.io/v1",
+        "kind": "EndpointSlice",
+        "metadata": meta,
+        "addressType": "IPv4" if family == 4 else "IPv6",
+        "endpoints": list(endpoints),
+    }
+    if ports is not None:
+        obj["ports"] = list(ports)
+    return obj
+
+
+def sport(port: int, name: str = "", proto: str = "TCP") -> Obj:
+    """An EndpointSlice port."""
+    return {"name": name, "port": port, "protocol": proto}
+
+
+def frontends(
+    svc: Obj, sources_cluster: Sequence[str] = ("pod", "node"), sources_external: Sequence[str] = SOURCES
+) -> Iterator[Probe]:
+    """Probes for every frontend of a Service: each ClusterIP (from a pod and the node), each
+    NodePort on the node's addresses, each LoadBalancer IP and externalIP (from every source)."""
+    spec = svc["spec"]
+    fams = [4 if f == "IPv4" else 6 for f in spec["ipFamilies"]]
+    lb = [i["ip"] for i in (svc.get("status") or {}).get("loadBalancer", {}).get("ingress", []) if "ip" in i]
+    for p in spec["ports"]:
+        proto = p["protocol"].lower()
+        for ip in spec["clusterIPs"]:
+            for s in sources_cluster:
+                yield Probe(s, proto, ip, p["port"], "ClusterIP")
+        if p.get("nodePort"):
+            for f in fams:
+                for s in sources_external:
+                    yield Probe(s, proto, NODE4 if f == 4 else NODE6, p["nodePort"], "NodePort")
+        for ip in lb:
+            for s in (s for s in sources_external if s != "pod2"):
+                yield Probe(s, proto, ip, p["port"], "LB")
+        for ip in spec.get("externalIPs", []):
+            for s in (s for s in sources_external if s != "pod2"):
+                yield Probe(s, proto, ip, p["port"], "externalIP")
+
+
+def simple(
+    name: str, svc_ports: Sequence[Obj], endpoints: Sequence[Obj], slice_ports: Sequence[Obj], **kw: Any
+) -> Case:
+    svc = service(name, svc_ports, **kw)
+    return Case(name, [svc, eslice(name, "a", endpoints, slice_ports)], list(frontends(svc)))
+
+
+HTTP = [port(80, 8080, "http")]
+HTTP_EP = [sport(8080, "http")]
+
+
+# --------------------------------------------------------------------------- the catalog
+
+
+def catalog() -> list[Case]:
+    cases: list[Case] = []
+    add = cases.append
+
+    # ---- Service types and port shapes
+    c = simple("cip-basic", [port(80, 8080)], [ep("a1"), ep("b1")], [sport(8080)])
+    c.probes.append(Probe("pod", "tcp", c.objects[0]["spec"]["clusterIP"], 81, "ClusterIP unknown port"))
+    c.probes.append(Probe("pod", "udp", c.objects[0]["spec"]["clusterIP"], 80, "ClusterIP unknown proto"))
+    add(c)
+    add(
+        simple(
+            "cip-multiport",
+            [port(80, "http", "http"), port(53, "dns", "dns", "UDP"), port(9090, 9090, "metrics")],
+            [ep("a1"), ep("b2")],
+            [sport(8080, "http"), sport(5353, "dns", "UDP"), sport(9090, "metrics")],
+        )
+    )
+    add(
+        simple(
+            "cip-tcp-udp-same-port",
+            [port(53, 9090, "t"), port(53, 9090, "u", "UDP")],
+            [ep("a2")],
+            [sport(9090, "t"), sport(9090, "u", "UDP")],
+        )
+    )
+    add(  # the slice names its port differently from the Service: no endpoint for that port
+        simple("cip-port-name-mismatch", [port(80, "http", "http")], [ep("a1")], [sport(8080, "web")])
+    )
+    c = simple(
+        "np-basic", [port(80, 8080, "http", node_port=next(_np))], [ep("a1"), ep("b1")], HTTP_EP, type="NodePort"
+    )
+    np_port = c.objects[0]["spec"]["ports"][0]["nodePort"]
+    c.probes += [  # NodePorts on loopback (kube-proxy's nftables mode has no localhost NodePorts)
+        Probe("node", "tcp", "127.0.0.1", np_port, "NodePort on localhost"),
+        Probe("node", "tcp", NODE2_4, np_port, "NodePort on another node"),
+    ]
+    add(c)
+    same = next(_np)
+    add(
+        simple(
+            "np-same-number-tcp-udp",
+            [port(53, 8081, "t", node_port=same), port(53, 5353, "u", "UDP", node_port=same)],
+            [ep("a3"), ep("b2")],
+            [sport(8081, "t"), sport(5353, "u", "UDP")],
+            type="NodePort",
+        )
+    )
+    add(
+        simple(
+            "lb-two-ips",
+            [port(80, 8080, "http", node_port=next(_np))],
+            [ep("a2"), ep("b2")],
+            HTTP_EP,
+            type="LoadBalancer",
+            lb_ingress=[{"ip": next(_lb)}, {"ip": next(_lb)}],
+        )
+    )
+    add(
+        simple(
+            "lb-ipmode-proxy",
+            [port(80, 8080, "http", node_port=next(_np))],
+            [ep("a1")],
+            HTTP_EP,
+            type="LoadBalancer",
+            lb_ingress=[{"ip": next(_lb), "ipMode": "Proxy"}, {"ip": next(_lb), "ipMode": "VIP"}],
+        )
+    )
+    add(
+        simple(
+            "extip-node-ip",
+            [port(8888, 8080, "http")],
+            [ep("a1"), ep("b1")],
+            HTTP_EP,
+            externalIPs=[NODE4],
+        )
+    )
+    add(simple("extip", [port(80, 8080, "http")], [ep("a2"), ep("b1")], HTTP_EP, externalIPs=[next(_ext)]))
+    add(simple("no-endpoints-cip", HTTP, [], HTTP_EP))
+    nosl = service("no-slice-np", [port(80, 8080, "http", node_port=next(_np))], type="NodePort")
+    add(Case("no-slice-np", [nosl], list(frontends(nosl))))
+
+    # ---- traffic policies
+    for name, eps, kind in (
+        ("etp-local-np", [ep("a1"), ep("b1")], "NodePort"),
+        ("etp-local-np-remote-only", [ep("b1")], "NodePort"),
+        ("etp-local-lb", [ep("a1"), ep("a2"), ep("b1")], "LoadBalancer"),
+        ("etp-local-lb-remote-only", [ep("b1"), ep("b2")], "LoadBalancer"),
+        ("etp-local-lb-terminating-only", [ep("a1", ready=False, terminating=True), ep("b1")], "LoadBalancer"),
+        (
+            "etp-local-lb-local-notready",
+            [ep("a1", ready=False, serving=False), ep("b1")],
+            "LoadBalancer",
+        ),
+    ):
+        extra: dict[str, Any] = {}
+        if kind == "LoadBalancer":
+            extra = {"lb_ingress": [{"ip": next(_lb)}], "healthCheckNodePort": next(_hc)}
+        c = simple(
+            name,
+            [port(80, 8080, "http", node_port=next(_np))],
+            eps,
+            HTTP_EP,
+            type=kind,
+            externalTrafficPolicy="Local",
+            **extra,
+        )
+        if kind == "LoadBalancer":
+            c.health.append(HealthCheck(extra["healthCheckNodePort"]))
+        add(c)
+    add(
+        simple(
+            "etp-local-extip",
+            [port(80, 8080, "http")],
+            [ep("a3"), ep("b2")],
+            HTTP_EP,
+            externalIPs=[next(_ext)],
+            externalTrafficPolicy="Local",
+        )
+    )
+    for name, eps in (
+        ("itp-local", [ep("a1"), ep("b1")]),
+        ("itp-local-remote-only", [ep("b1"), ep("b2")]),
+        ("itp-local-terminating-local", [ep("a1", ready=False, terminating=True), ep("b1")]),
+        ("itp-local-none", [ep("a1", ready=False, serving=False)]),
+    ):
+        add(simple(name, HTTP, eps, HTTP_EP, internalTrafficPolicy="Local"))
+    add(
+        simple(
+            "itp-local-etp-local-np",
+            [port(80, 8080, "http", node_port=next(_np))],
+            [ep("a2"), ep("b1")],
+            HTTP_EP,
+            type="NodePort",
+            internalTrafficPolicy="Local",
+            externalTrafficPolicy="Local",
+        )
+    )
+
+    # ---- endpoint conditions, every combination of true/false/unset (ready, serving, terminating)
+    vals: list[bool | None] = [True, False, None]
+    for i, (r, s, t) in enumerate(itertools.product(vals, vals, vals)):
+        tag = "".join("T" if v else ("F" if v is False else "U") for v in (r, s, t))
+        hc = next(_hc)
+        name = f"cond-{tag.lower()}-alone"
+        svc = service(
+            name,
+            [port(80, 8080, "http", node_port=next(_np))],
+            type="LoadBalancer",
+            externalTrafficPolicy="Local",
+            healthCheckNodePort=hc,
+        )
+        probes = [p for p in frontends(svc, ("pod",), ("ext1",))]
+        add(
+            Case(
+                name,
+                [svc, eslice(name, "a", [ep("a1", ready=r, serving=s, terminating=t)], HTTP_EP)],
+                probes,
+                [HealthCheck(hc)],
+            )
+        )
+        name = f"cond-{tag.lower()}-with-ready"
+        svc = service(name, HTTP)
+        add(
+            Case(
+                name,
+                [svc, eslice(name, "a", [ep("a1", ready=r, serving=s, terminating=t), ep("b1")], HTTP_EP)],
+                list(frontends(svc, ("pod",), ())),
+            )
+        )
+        del i
+
+    # ---- slices: duplicates, no ports, no labels, several slices
+    dup = "dup-across-slices-itp-local"
+    svc = service(dup, HTTP, internalTrafficPolicy="Local")
+    add(
+        Case(
+            dup,
+            [
+                svc,
+                eslice(dup, "a", [ep("a1", node=OTHER)], HTTP_EP),  # says another node
+                eslice(dup, "b", [ep("a1")], HTTP_EP),  # says this node
+            ],
+            list(frontends(svc, ("pod",), ())),
+        )
+    )
+    dup = "dup-across-slices-etp-local"
+    svc = service(dup, [port(80, 8080, "http", node_port=next(_np))], type="NodePort", externalTrafficPolicy="Local")
+    add(
+        Case(
+            dup,
+            [svc, eslice(dup, "a", [ep("a2"), ep("b1")], HTTP_EP), eslice(dup, "b", [ep("a2", node=OTHER)], HTTP_EP)],
+            list(frontends(svc, ("pod",), ("ext1",))),
+        )
+    )
+    name = "slice-without-ports"
+    svc = service(name, HTTP)
+    add(Case(name, [svc, eslice(name, "a", [ep("a1")], None)], list(frontends(svc, ("pod",), ()))))
+    name = "slice-without-label"
+    svc = service(name, HTTP)
+    add(
+        Case(
+            name,
+            [svc, eslice(name, "a", [ep("a1")], HTTP_EP), eslice(name, "b", [ep("b1")], HTTP_EP, labelled=False)],
+            list(frontends(svc, ("pod",), ())),
+        )
+    )
+    name = "two-slices-different-target-ports"
+    svc = service(name, [port(80, "web", "web")])
+    add(
+        Case(
+            name,
+            [
+                svc,
+                eslice(name, "a", [ep("a1")], [sport(8080, "web")]),
+                eslice(name, "b", [ep("b1")], [sport(8081, "web")]),
+            ],
+            list(frontends(svc, ("pod",), ())),
+        )
+    )
+    name = "endpoint-without-node-name"
+    svc = service(name, [port(80, 8080, "http", node_port=next(_np))], type="NodePort", externalTrafficPolicy="Local")
+    add(
+        Case(
+            name,
+            [svc, eslice(name, "a", [ep("a3", node=None), ep("b1")], HTTP_EP)],
+            list(frontends(svc, ("pod",), ("ext1",))),
+        )
+    )
+
+    # ---- session affinity
+    name = "affinity-clientip"
+    svc = service(
+        name,
+        [port(80, 8080, "http", node_port=next(_np)), port(53, 5353, "dns", "UDP", node_port=next(_np))],
+        type="NodePort",
+        sessionAffinity="ClientIP",
+        sessionAffinityConfig={"clientIP": {"timeoutSeconds": 300}},
+    )
+    sticky = [
+        Probe(p.src, p.proto, p.host, p.port, p.what, sticky=True)
+        for p in frontends(svc, ("pod", "node"), ("ext1", "ext2"))
+    ]
+    add(
+        Case(
+            name,
+            [svc, eslice(name, "a", [ep("a1"), ep("a2"), ep("b1")], [sport(8080, "http"), sport(5353, "dns", "UDP")])],
+            sticky,
+        )
+    )
+
+    # ---- topology: hints, trafficDistribution, topology-mode annotation
+    zone_eps = [ep("a1", zones=[ZONE]), ep("b1", zones=[OTHER_ZONE]), ep("b2", zones=[ZONE])]
+    for name, eps, extra in (
+        ("topo-zone-hints", zone_eps, {}),
+        ("topo-zone-hints-preferclose", zone_eps, {"trafficDistribution": "PreferClose"}),
+        ("topo-zone-hints-annotation-auto", zone_eps, {"annotations": {"service.kubernetes.io/topology-mode": "Auto"}}),
+        (
+            "topo-zone-hints-annotation-disabled",
+            zone_eps,
+            {"annotations": {"service.kubernetes.io/topology-mode": "Disabled"}},
+        ),
+        ("topo-zone-hint-missing", [ep("a1", zones=[ZONE]), ep("b1", zones=[OTHER_ZONE]), ep("b2")], {}),
+        ("topo-zone-hints-not-for-us", [ep("a1", zones=[OTHER_ZONE]), ep("b1", zones=[OTHER_ZONE])], {}),
+        ("topo-preferclose-no-hints", [ep("a1"), ep("b1")], {"trafficDistribution": "PreferClose"}),
+        (
+            "topo-zone-hints-notready-unhinted",
+            [ep("a1", zones=[ZONE]), ep("b1", zones=[OTHER_ZONE]), ep("a2", ready=False, serving=False)],
+            {},
+        ),
+        (
+            "topo-node-hints",
+            [
+                ep("a1", zones=[ZONE], nodes=[NODE]),
+                ep("a2", zones=[ZONE], nodes=[OTHER]),
+                ep("b1", zones=[ZONE], nodes=[OTHER]),
+            ],
+            {"trafficDistribution": "PreferSameNode"},
+        ),
+        (
+            "topo-node-hints-not-for-us",
+            [ep("a1", zones=[ZONE], nodes=[OTHER]), ep("b1", zones=[OTHER_ZONE], nodes=[OTHER])],
+            {"trafficDistribution": "PreferSameNode"},
+        ),
+        (
+            "topo-zone-hints-etp-local",
+            [ep("a1", zones=[OTHER_ZONE]), ep("b1", zones=[ZONE]), ep("b2", zones=[ZONE])],
+            {"type": "NodePort", "externalTrafficPolicy": "Local"},
+        ),
+    ):
+        ports = [port(80, 8080, "http", node_port=next(_np))] if extra.get("type") == "NodePort" else HTTP
+        svc = service(name, ports, **extra)
+        add(Case(name, [svc, eslice(name, "a", eps, HTTP_EP)], list(frontends(svc, ("pod",), ("ext1",)))))
+
+    # ---- source ranges
+    add(
+        simple(
+            "lb-source-ranges",
+            [port(80, 8080, "http", node_port=next(_np))],
+            [ep("a1"), ep("b1")],
+            HTTP_EP,
+            type="LoadBalancer",
+            lb_ingress=[{"ip": next(_lb)}],
+            loadBalancerSourceRanges=["198.18.0.100/32"],
+        )
+    )
+    add(
+        simple(
+            "lb-source-ranges-etp-local",
+            [port(80, 8080, "http", node_port=next(_np))],
+            [ep("a2"), ep("b1")],
+            HTTP_EP,
+            type="LoadBalancer",
+            lb_ingress=[{"ip": next(_lb)}],
+            loadBalancerSourceRanges=["198.18.0.101/32", "10.244.0.0/16"],
+            externalTrafficPolicy="Local",
+            healthCheckNodePort=next(_hc),
+        )
+    )
+
+    # ---- hairpin, host-network endpoints
+    add(simple("hairpin", [port(80, 8080, "http", node_port=next(_np))], [ep("c1")], HTTP_EP, type="NodePort"))
+    add(
+        simple(
+            "host-network-local",
+            [port(80, 8090, "http", node_port=next(_np)), port(53, 5390, "dns", "UDP")],
+            [ep("host-1")],
+            [sport(8090, "http"), sport(5390, "dns", "UDP")],
+            type="NodePort",
+        )
+    )
+    add(
+        simple(
+            "host-network-remote",
+            [port(80, 8090, "http", node_port=next(_np))],
+            [ep("host-2")],
+            [sport(8090, "http")],
+            type="NodePort",
+        )
+    )
+    add(
+        simple(
+            "host-network-etp-local",
+            [port(80, 8090, "http", node_port=next(_np))],
+            [ep("host-1"), ep("host-2")],
+            [sport(8090, "http")],
+            type="NodePort",
+            externalTrafficPolicy="Local",
+        )
+    )
+
+    # ---- Services no proxy programs
+    name = "headless"
+    svc = service(name, HTTP)
+    svc["spec"].update(clusterIP="None", clusterIPs=["None"])
+    add(Case(name, [svc, eslice(name, "a", [ep("a1")], HTTP_EP)], rules_mention=f"{NS}/{name}"))
+    name = "externalname"
+    add(
+        Case(
+            name,
+            [
+                {
+                    "apiVersion": "v1",
+                    "kind": "Service",
+                    "metadata": {"name": name, "namespace": NS},
+                    "spec": {"type": "ExternalName", "externalName": "example.com"},
+                },
+                eslice(name, "a", [ep("a1")], HTTP_EP),
+            ],
+            rules_mention=f"{NS}/{name}",
+        )
+    )
+    name = "proxy-name-other"
+    svc = service(name, HTTP, labels={"service.kubernetes.io/service-proxy-name": "other-proxy"})
+    add(
+        Case(
+            name,
+            [svc, eslice(name, "a", [ep("a1")], HTTP_EP)],
+            list(frontends(svc, ("pod",), ())),
+            rules_mention=f"{NS}/{name}",
+        )
+    )
+
+    # ---- IPv6 and dual-stack
+    name = "ipv6-np"
+    svc = service(
+        name,
+        [port(80, 8080, "http", node_port=next(_np)), port(53, 5353, "dns", "UDP")],
+        type="NodePort",
+        families=(6,),
+    )
+    add(
+        Case(
+            name,
+            [
+                svc,
+                eslice(
+                    name,
+                    "a",
+                    [ep("a1", family=6), ep("b1", family=6)],
+                    [sport(8080, "http"), sport(5353, "dns", "UDP")],
+                    family=6,
+                ),
+            ],
+            list(frontends(svc)),
+        )
+    )
+    name = "dual-stack-lb"
+    hc = next(_hc)
+    svc = service(
+        name,
+        [port(80, 8080, "http", node_port=next(_np))],
+        type="LoadBalancer",
+        families=(4, 6),
+        lb_ingress=[{"ip": next(_lb)}, {"ip": "fd00:198:19::1:10"}],
+        externalTrafficPolicy="Local",
+        healthCheckNodePort=hc,
+    )
+    add(
+        Case(
+            name,
+            [
+                svc,
+                eslice(name, "v4", [ep("a1"), ep("b1")], HTTP_EP),
+                eslice(name, "v6", [ep("a2", family=6), ep("b2", family=6)], HTTP_EP, family=6),
+            ],
+            list(frontends(svc, ("pod", "node"), ("pod", "node", "ext1"))),
+            [HealthCheck(hc)],
+        )
+    )
+    name = "ipv6-itp-local"
+    svc = service(name, HTTP, families=(6,), internalTrafficPolicy="Local")
+    add(
+        Case(
+            name,
+            [svc, eslice(name, "a", [ep("a3", family=6), ep("b2", family=6)], HTTP_EP, family=6)],
+            list(frontends(svc, ("pod",), ())),
+        )
+    )
+    for c in cases:
+        for h in c.health:
+            assert h.port  # every health check names a port
+    return cases
+
+
+# --------------------------------------------------------------------------- UDP flows across changes
+
+
+@dataclass
+class FlowCase:
+    """A UDP flow from the client pod with a fixed source port: one datagram before, one after."""
+
+    name: str
+    before: list[Obj]  # Service + slice, applied with the catalog
+    after: list[Obj]  # applied while the flow is open
+    source_port: int
+    restart: bool = False  # the change is made while both proxies are stopped (full sync at start)
+
+    @property
+    def service_ip(self) -> str:
+        return str(self.before[0]["spec"]["clusterIP"])
+
+
+def flow_cases() -> list[FlowCase]:
+    dns = [port(53, 5353, "dns", "UDP")]
+    dns_ep = [sport(5353, "dns", "UDP")]
+    out: list[FlowCase] = []
+    for i, (name, after, restart) in enumerate(
+        (
+            ("udp-endpoint-replaced", [ep("a2")], False),
+            ("udp-endpoint-terminating", [ep("a1", ready=False, serving=True, terminating=True), ep("a2")], False),
+            ("udp-endpoint-terminating-alone", [ep("a1", ready=False, serving=True, terminating=True)], False),
+            ("udp-endpoint-not-ready", [ep("a1", ready=False, serving=False), ep("a2")], False),
+            ("udp-last-endpoint-removed", [], False),
+            ("udp-endpoint-replaced-during-restart", [ep("a2")], True),
+            ("udp-unchanged-across-restart", [ep("a1")], True),
+        )
+    ):
+        svc = service(name, dns)
+        out.append(
+            FlowCase(
+                name,
+                [svc, eslice(name, "a", [ep("a1")], dns_ep)],
+                [eslice(name, "a", after, dns_ep)],
+                source_port=41000 + i,
+                restart=restart,
+            )
+        )
+    return out
+
+
+# --------------------------------------------------------------------------- changes to Services
+
+
+@dataclass
+class ChangeCase:
+    """Objects created with the catalog, then changed (``after``: objects to apply, and
+    ``deletes``: (kind, name) to delete) while both proxies run; ``probes`` are made after."""
+
+    name: str
+    before: list[Obj]
+    after: list[Obj]
+    deletes: list[tuple[str, str]]
+    probes: list[Probe]
+    sticky_before: bool = False  # session affinity before the change: compare backend counts
+
+
+def change_cases() -> list[ChangeCase]:
+    out: list[ChangeCase] = []
+
+    def np_svc(name: str, **kw: Any) -> Obj:
+        return service(name, [port(80, 8080, "http", node_port=next(_np))], type="NodePort", **kw)
+
+    def sl(name: str, eps: list[Obj]) -> Obj:
+        return eslice(name, "a", eps, HTTP_EP)
+
+    name = "chg-service-deleted"
+    svc = np_svc(name)
+    out.append(ChangeCase(name, [svc, sl(name, [ep("a1")])], [], [("service", name)], list(frontends(svc))))
+    name = "chg-slice-deleted"
+    svc = np_svc(name)
+    out.append(
+        ChangeCase(name, [svc, sl(name, [ep("a1")])], [], [("endpointslice", f"{name}-a")], list(frontends(svc)))
+    )
+    name = "chg-slice-emptied"
+    svc = np_svc(name)
+    out.append(ChangeCase(name, [svc, sl(name, [ep("a1"), ep("b1")])], [sl(name, [])], [], list(frontends(svc))))
+    name = "chg-nodeport-renumbered"
+    svc = np_svc(name)
+    moved = json_copy(svc)
+    moved["spec"]["ports"][0]["nodePort"] = next(_np)
+    probes = list(frontends(svc, (), ("ext1", "node"))) + list(frontends(moved, (), ("ext1", "node")))
+    out.append(ChangeCase(name, [svc, sl(name, [ep("a2")])], [moved], [], probes))
+    name = "chg-nodeport-to-clusterip"
+    svc = np_svc(name)
+    plain = json_copy(svc)
+    plain["spec"]["type"] = "ClusterIP"
+    del plain["spec"]["ports"][0]["nodePort"]
+    out.append(ChangeCase(name, [svc, sl(name, [ep("a2")])], [plain], [], list(frontends(svc))))
+    name = "chg-etp-cluster-to-local"
+    svc = np_svc(name)
+    local = json_copy(svc)
+    local["spec"]["externalTrafficPolicy"] = "Local"
+    out.append(
+        ChangeCase(name, [svc, sl(name, [ep("a3"), ep("b2")])], [local], [], list(frontends(local, (), ("ext1",))))
+    )
+    name = "chg-endpoint-moved-to-this-node"
+    svc = service(name, HTTP, internalTrafficPolicy="Local")
+    out.append(
+        ChangeCase(
+            name, [svc, sl(name, [ep("b1")])], [sl(name, [ep("a1"), ep("b1")])], [], list(frontends(svc, ("pod",), ()))
+        )
+    )
+    name = "chg-affinity-turned-off"
+    svc = np_svc(name, sessionAffinity="ClientIP", sessionAffinityConfig={"clientIP": {"timeoutSeconds": 300}})
+    off = json_copy(svc)
+    off["spec"]["sessionAffinity"] = "None"
+    del off["spec"]["sessionAffinityConfig"]
+    out.append(
+        ChangeCase(
+            name, [svc, sl(name, [ep("a1"), ep("a2")])], [off], [], list(frontends(off, ("pod",), ("ext1",))), True
+        )
+    )
+    return out
+
+
+def json_copy(obj: Obj) -> Obj:
+    import json  # noqa: PLC0415
+
+    return dict(json.loads(json.dumps(obj)))

@@ -1,0 +1,325 @@
+"""Two identical labs, one programmed by the real kube-proxy, one by nftproxy, and the comparison.
+
+Both labs are built by :func:`build_lab` in the same order, so every namespace has the same
+addresses in both (asserted); both proxies run for the node name ``node-1`` against the same
+control plane, so they see the same Nodes, Services and EndpointSlices.
+
+Comparison: a probe is the same real connection made in both labs (same source kind, protocol,
+destination). Its outcome is the SET of "backend ← source address it saw" or errors (refused,
+timeout, …) over several tries; tries continue (up to 80 a side) while the two sets differ, so a
+random backend choice can't make a false DIFF. For session affinity the outcome is how many
+backends each client reached, not which.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TypeVar
+
+from testkit.controlplane import ControlPlane
+from testkit.kubeproxy import KubeProxy, http_get_in, wait_synced
+from testkit.netlab import CLUSTER4, CLUSTER6, EXTERNAL4, EXTERNAL6, SERVICE4, SERVICE6, Host, NetLab, Node, ProbeResult
+from tests.conformance import cases as c
+from tests.conformance.differences import accepted
+
+ROOT = Path(__file__).resolve().parents[2]
+CRD = ROOT / "crds" / "proxystatus.yaml"
+TRY_TIMEOUT = 0.5  # seconds per try (an answer here takes a few ms; a drop costs the whole wait)
+
+
+# --------------------------------------------------------------------------- labs
+
+
+@dataclass
+class Side:
+    """One lab: its hosts by role, and the proxy programming node-1."""
+
+    title: str
+    lab: NetLab
+    hosts: dict[str, Host]  # pod, node, ext1, ext2, pod2
+    proxy: Proxy | None = None
+
+    @property
+    def node(self) -> Host:
+        return self.hosts["node"]
+
+
+def build_lab(lab: NetLab) -> dict[str, Host]:
+    n1 = lab.add_node(c.NODE, 1)
+    n2 = lab.add_node(c.OTHER, 2)
+    for name, (node, v4, v6) in c.PODS.items():
+        pod = lab.add_pod(n1 if node == c.NODE else n2, name, tcp=c.POD_TCP, udp=c.POD_UDP)
+        assert (pod.ipv4, pod.ipv6) == (v4, v6), f"{name} got {pod.ipv4}, {pod.ipv6}"
+    lab.start_echo(n1, "host-1", tcp=c.HOST_TCP, udp=c.HOST_UDP)
+    lab.start_echo(n2, "host-2", tcp=c.HOST_TCP, udp=c.HOST_UDP)
+    ext1 = lab.add_client("ext1", 100, via=n1)
+    # A real node has a default route: its own connections to LoadBalancer/external IPs are routed
+    # (then DNATed in output); unprogrammed ones go to a router that drops them (ext1 does not
+    # forward): always a timeout, never an ARP failure that turns into "unreachable" after ~3 s.
+    lab.ip(
+        n1,
+        f"route add {EXTERNAL4} via {ext1.ipv4}",
+        f"route add {EXTERNAL6} via {ext1.ipv6}",
+        f"route replace {SERVICE4} via {ext1.ipv4}",  # the same for Service IPs no proxy programs
+        f"route replace {SERVICE6} via {ext1.ipv6}",
+    )
+    ext2 = lab.add_client("ext2", 101, via=n1)
+    return {"pod": lab.pods["c1"], "node": n1, "ext1": ext1, "ext2": ext2, "pod2": lab.pods["c2"]}
+
+
+def node_objects() -> list[c.Obj]:
+    out = []
+    for name, idx, zone in ((c.NODE, 1, c.ZONE), (c.OTHER, 2, c.OTHER_ZONE)):
+        out.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {
+                    "name": name,
+                    "labels": {"kubernetes.io/hostname": name, "topology.kubernetes.io/zone": zone},
+                },
+                "spec": {
+                    "podCIDR": f"10.244.{idx}.0/24",
+                    "podCIDRs": [f"10.244.{idx}.0/24", f"fd00:10:244:{idx}::/64"],
+                },
+                "status": {
+                    "addresses": [
+                        {"type": "InternalIP", "address": f"198.18.0.{idx}"},
+                        {"type": "InternalIP", "address": f"fd00:198:18::{idx}"},
+                        {"type": "Hostname", "address": name},
+                    ]
+                },
+            }
+        )
+    return out
+
+
+# --------------------------------------------------------------------------- proxies
+
+
+class Proxy:
+    title = ""
+
+    def start(self) -> None:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def wait_synced(self, since: float = 0.0, timeout: float = 90.0, change: bool = False) -> None:
+        raise NotImplementedError
+
+    def log_tail(self) -> str:
+        raise NotImplementedError
+
+
+class KubeProxyRef(Proxy):
+    title = "kube-proxy"
+
+    def __init__(self, side: Side, cp: ControlPlane, workdir: Path) -> None:
+        self.kp = KubeProxy(side.node.netns, c.NODE, cp.kubeconfig, workdir, node_ip=c.NODE4)
+
+    def start(self) -> None:
+        self.kp.start()
+
+    def stop(self) -> None:
+        self.kp.stop()
+
+    def wait_synced(self, since: float = 0.0, timeout: float = 90.0, change: bool = False) -> None:
+        self.kp.wait_synced(since=since, timeout=timeout, change=change)
+
+    def log_tail(self) -> str:
+        return self.kp.log_tail(60)
+
+
+class NftProxy(Proxy):
+    title = "nftproxy"
+
+    def __init__(self, side: Side, cp: ControlPlane, workdir: Path) -> None:
+        self.netns = side.node.netns
+        self.cp = cp
+        self.log = workdir / "nftproxy.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        argv = [
+            sys.executable, "-m", "nftproxy", "run",
+            "--node-name", c.NODE,
+            "--kubeconfig", str(self.cp.kubeconfig),
+            "--netns", self.netns,
+            "--cluster-cidr", f"{CLUSTER4},{CLUSTER6}",
+            "--healthz-bind-address", f"{c.NODE4}:10256",
+            "--metrics-bind-address", f"{c.NODE4}:10249",
+            "--min-sync-period", "0",
+            "--status-period", "1s",
+        ]  # fmt: skip
+        with self.log.open("ab") as log:
+            self.proc = subprocess.Popen(argv, stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True)
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+        self.proc = None
+
+    def wait_synced(self, since: float = 0.0, timeout: float = 90.0, change: bool = False) -> None:
+        assert self.proc is not None
+        try:
+            wait_synced(self.netns, c.NODE4, 10249, "nftproxy", since=since, timeout=timeout, change=change)
+        except Exception as e:
+            raise AssertionError(f"{e}\n{self.log_tail()}") from None
+        if self.proc.poll() is not None:
+            raise AssertionError(f"nftproxy exited:\n{self.log_tail()}")
+
+    def log_tail(self) -> str:
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-60:])
+        except OSError:
+            return ""
+
+
+# --------------------------------------------------------------------------- outcomes
+
+
+def _fmt(r: ProbeResult) -> str:
+    return f"{r.pod} ← {r.peer}" if r.ok else str(r.error)
+
+
+def try_probe(side: Side, p: c.Probe, count: int, source_port: int = 0) -> list[ProbeResult]:
+    return side.lab.probe(
+        side.hosts[p.src], p.proto, p.host, p.port, count=count, timeout=TRY_TIMEOUT, source_port=source_port
+    )
+
+
+def outcome_sticky(results: Sequence[ProbeResult], client: Host) -> set[str]:
+    """How many backends one client reached, and whether they saw its own address (which
+    backend, and so which masquerade address, is chosen at random)."""
+    pods = {r.pod for r in results if r.ok}
+    own = {client.ipv4, client.ipv6}
+    if isinstance(client, Node):  # the node's connections leave from its pod gateway or its address
+        own |= {client.gateway4, client.gateway6}
+    peers = sorted({"client" if r.peer in own else "masqueraded" for r in results if r.ok})
+    errors = {str(r.error) for r in results if not r.ok}
+    out = {f"{len(pods)} backend(s) ← {','.join(peers)}"} if pods else set()
+    return out | errors
+
+
+def compare_probe(a: Side, b: Side, p: c.Probe) -> tuple[set[str], set[str]]:
+    """Outcome sets in both labs; more tries while they differ (random choice converges)."""
+    if p.sticky:
+        ra, rb = try_probe(a, p, 12), try_probe(b, p, 12)
+        return outcome_sticky(ra, a.hosts[p.src]), outcome_sticky(rb, b.hosts[p.src])
+    ra, rb = try_probe(a, p, 6), try_probe(b, p, 6)
+    sa, sb = {_fmt(r) for r in ra}, {_fmt(r) for r in rb}
+    if not any(r.ok for r in (*ra, *rb)):
+        return sa, sb  # errors only: deterministic
+    total = 6
+    for more in (14, 20, 20, 20):
+        if total >= 20 and sa == sb:
+            break
+        sa |= {_fmt(r) for r in try_probe(a, p, more)}
+        sb |= {_fmt(r) for r in try_probe(b, p, more)}
+        total += more
+    return sa, sb
+
+
+def health(side: Side, port: int) -> str:
+    try:
+        status, body = http_get_in(side.node.netns, c.NODE4, port, "/", timeout=3.0)
+    except OSError as e:
+        return f"error {type(e).__name__}"
+    try:
+        count = json.loads(body).get("localEndpoints")
+    except ValueError:
+        count = "?"
+    return f"HTTP {status} localEndpoints={count}"
+
+
+def ruleset(side: Side) -> str:
+    return side.lab.exec(side.node, "nft", "list", "ruleset").stdout
+
+
+# --------------------------------------------------------------------------- report
+
+
+@dataclass(frozen=True)
+class Row:
+    case: str
+    path: str
+    kube_proxy: str
+    nftproxy: str
+
+    @property
+    def match(self) -> bool:
+        return self.kube_proxy == self.nftproxy
+
+    @property
+    def verdict(self) -> str:
+        if self.match:
+            return "MATCH"
+        return "DIFF (intentional)" if accepted(self.case) else "DIFF"
+
+
+@dataclass
+class Report:
+    rows: list[Row] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def add(self, case: str, path: str, kp: Iterable[str] | str, np: Iterable[str] | str) -> Row:
+        def text(v: Iterable[str] | str) -> str:
+            return v if isinstance(v, str) else ", ".join(sorted(v)) or "-"
+
+        row = Row(case, path, text(kp), text(np))
+        with self.lock:
+            self.rows.append(row)
+        return row
+
+    def unexpected(self, rows: Iterable[Row] | None = None) -> list[Row]:
+        return [r for r in (self.rows if rows is None else rows) if r.verdict == "DIFF"]
+
+    def table(self) -> str:
+        lines = ["case | source → destination | kube-proxy | nftproxy | MATCH/DIFF", "---|---|---|---|---"]
+        lines += [f"{r.case} | {r.path} | {r.kube_proxy} | {r.nftproxy} | {r.verdict}" for r in self.rows]
+        n = sum(r.match for r in self.rows)
+        lines.append(f"{n} match, {len(self.rows) - n} differ")
+        return "\n".join(lines)
+
+
+REPORT = Report()
+
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+def parallel(fn: Callable[[T], R], items: Sequence[T], workers: int = 12) -> list[R]:
+    """``fn`` over ``items`` in threads (each probe is a subprocess); results in order."""
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        return list(pool.map(fn, items))
+
+
+def settle(sides: Sequence[Side], since: float, timeout: float = 90.0, change: bool = False) -> None:
+    """Both proxies have synced every change made so far (after ``since``); with ``change``, the
+    watch events of what was written after ``since`` have reached them first."""
+    time.sleep(0.3)
+    for s in sides:
+        assert s.proxy is not None
+        s.proxy.wait_synced(since=since, timeout=timeout, change=change)

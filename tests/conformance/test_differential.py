@@ -1,0 +1,249 @@
+"""kube-proxy (the reference) and nftproxy side by side: same API objects, same real packets.
+
+One control plane holds one set of Nodes, Services and EndpointSlices (tests/conformance/cases.py);
+two identical labs (harness.py) each have node-1 programmed by one proxy: lab A by the real
+kube-proxy v1.34 (nftables mode), lab B by ``nftproxy run --netns``. Every probe is made in both
+labs and the outcomes compared; the table ``case | source → destination | kube-proxy | nftproxy |
+MATCH/DIFF`` is printed at the end of the run, with ``N match, M differ``. A DIFF fails the suite
+unless its case is in tests/conformance/differences.py (the README mirrors that list).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from testkit.controlplane import ControlPlane
+from testkit.netlab import NetLab, cleanup_stale
+from tests.conformance import cases as c
+from tests.conformance.harness import (
+    CRD,
+    REPORT,
+    KubeProxyRef,
+    NftProxy,
+    Row,
+    Side,
+    _fmt,
+    build_lab,
+    compare_probe,
+    health,
+    node_objects,
+    parallel,
+    ruleset,
+    settle,
+    try_probe,
+)
+
+pytestmark = [pytest.mark.conformance, pytest.mark.k8s, pytest.mark.netns]
+
+
+@dataclass
+class Duo:
+    cp: ControlPlane
+    a: Side  # kube-proxy
+    b: Side  # nftproxy
+    cases: list[c.Case]
+    flows: list[c.FlowCase]
+    changes: list[c.ChangeCase]
+
+    @property
+    def sides(self) -> tuple[Side, Side]:
+        return self.a, self.b
+
+    def apply(self, objects: list[c.Obj]) -> None:
+        if not objects:
+            return
+        self.cp.kubectl("apply", "-f", "-", input="\n---\n".join(json.dumps(o) for o in objects), timeout=120)
+        patches = [o for o in objects if o["kind"] == "Service" and "status" in o]
+        with ThreadPoolExecutor(max_workers=4) as pool:  # status is a subresource: apply ignores it
+            list(pool.map(self._patch_status, patches))
+
+    def _patch_status(self, svc: c.Obj) -> None:
+        meta = svc["metadata"]
+        self.cp.kubectl(
+            "patch", "service", meta["name"], "-n", meta["namespace"], "--subresource=status", "--type=merge",
+            "-p", json.dumps({"status": svc["status"]}),
+        )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def duo(conformance_control_plane: ControlPlane) -> Iterator[Duo]:
+    cp = conformance_control_plane
+    cleanup_stale("kp")
+    workdir = Path(tempfile.mkdtemp(prefix="kp-conformance-"))
+    cases, flows, changes = c.catalog(), c.flow_cases(), c.change_cases()
+    if only := os.environ.get("NFTPROXY_CONFORMANCE_ONLY"):  # a regex of case names, for development
+        cases = [x for x in cases if re.search(only, x.name)]
+        flows = [x for x in flows if re.search(only, x.name)]
+        changes = [x for x in changes if re.search(only, x.name)]
+    with NetLab("kp") as lab_a, NetLab("kp") as lab_b:
+        a = Side("kube-proxy", lab_a, build_lab(lab_a))
+        b = Side("nftproxy", lab_b, build_lab(lab_b))
+        duo = Duo(cp, a, b, cases, flows, changes)
+        try:
+            cp.kubectl("apply", "-f", str(CRD))
+            cp.kubectl("wait", "--for=condition=Established", "crd/proxystatuses.nftproxy.io", "--timeout=30s")
+            objects: list[c.Obj] = [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": c.NS}}]
+            objects += node_objects()
+            for case in cases:
+                objects += case.objects
+            for flow in flows:
+                objects += flow.before
+            for change in changes:
+                objects += change.before
+            duo.apply(objects)
+            (workdir / "a").mkdir()
+            (workdir / "b").mkdir()
+            a.proxy = KubeProxyRef(a, cp, workdir / "a")
+            b.proxy = NftProxy(b, cp, workdir / "b")
+            since = time.time()
+            a.proxy.start()
+            b.proxy.start()
+            settle(duo.sides, since)
+            yield duo
+        finally:
+            for s in (a, b):
+                if s.proxy is not None:
+                    s.proxy.stop()
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _check(rows: list[Row]) -> None:
+    bad = REPORT.unexpected(rows)
+    assert not bad, "kube-proxy and nftproxy differ:\n" + "\n".join(
+        f"{r.case} | {r.path} | {r.kube_proxy} | {r.nftproxy}" for r in bad
+    )
+
+
+def test_every_frontend_answers_as_kube_proxy(duo: Duo) -> None:
+    jobs = [(case.name, p) for case in duo.cases for p in case.probes]
+
+    def one(job: tuple[str, c.Probe]) -> tuple[set[str], set[str]]:
+        return compare_probe(duo.a, duo.b, job[1])
+
+    results = parallel(one, jobs)
+    rows = [REPORT.add(name, p.path(), kp, np) for (name, p), (kp, np) in zip(jobs, results, strict=True)]
+    _check(rows)
+
+
+def test_health_check_node_ports_answer_as_kube_proxy(duo: Duo) -> None:
+    rows = []
+    for case in duo.cases:
+        for h in case.health:
+            rows.append(
+                REPORT.add(
+                    case.name,
+                    f"node → healthCheckNodePort {c.NODE4}:{h.port}",
+                    health(duo.a, h.port),
+                    health(duo.b, h.port),
+                )
+            )
+    assert rows or os.environ.get("NFTPROXY_CONFORMANCE_ONLY")
+    _check(rows)
+
+
+def test_services_neither_proxy_programs(duo: Duo) -> None:
+    rules = {s.title: ruleset(s) for s in duo.sides}
+    rows = []
+    for case in duo.cases:
+        if case.rules_mention:
+            seen = {
+                t: (
+                    "programmed" if case.rules_mention + ":" in r or case.rules_mention + '"' in r else "not programmed"
+                )
+                for t, r in rules.items()
+            }
+            rows.append(REPORT.add(case.name, "ruleset mentions the Service", seen["kube-proxy"], seen["nftproxy"]))
+    assert rows or os.environ.get("NFTPROXY_CONFORMANCE_ONLY")
+    _check(rows)
+
+
+def test_changes_reach_the_kernel_as_with_kube_proxy(duo: Duo) -> None:
+    """Services and slices changed or deleted while both proxies run (partial syncs)."""
+    if not duo.changes:
+        pytest.skip("no change case selected (NFTPROXY_CONFORMANCE_ONLY)")
+
+    def probe_all(label: str, before: bool = False) -> list[Row]:
+        jobs = [
+            (ch.name, dataclasses.replace(p, sticky=before and ch.sticky_before))
+            for ch in duo.changes
+            for p in ch.probes
+        ]
+        results = parallel(lambda job: compare_probe(duo.a, duo.b, job[1]), jobs)
+        return [
+            REPORT.add(name, f"{p.path()} {label}", kp, np) for (name, p), (kp, np) in zip(jobs, results, strict=True)
+        ]
+
+    rows = probe_all("before the change", before=True)  # also: affinity entries exist when affinity is turned off
+    since = time.time()
+    duo.apply([o for ch in duo.changes for o in ch.after])
+    for ch in duo.changes:
+        for kind, name in ch.deletes:
+            duo.cp.kubectl("delete", kind, name, "-n", c.NS, "--wait=false")
+    settle(duo.sides, since, change=True)
+    rows += probe_all("after the change")
+    _check(rows)
+
+
+def _flow(duo: Duo, flows: list[c.FlowCase], label: str) -> list[Row]:
+    """One datagram of each flow from the client pod (fixed source port), in both labs."""
+    out: list[Row] = []
+
+    def one(f: c.FlowCase) -> tuple[set[str], set[str]]:
+        p = c.Probe("pod", "udp", f.service_ip, 53, "ClusterIP")
+        ra = try_probe(duo.a, p, 1, source_port=f.source_port)
+        rb = try_probe(duo.b, p, 1, source_port=f.source_port)
+        return {_fmt(r) for r in ra}, {_fmt(r) for r in rb}
+
+    results = parallel(one, flows)
+    for f, (kp, np) in zip(flows, results, strict=True):
+        out.append(REPORT.add(f.name, f"pod:{f.source_port} → ClusterIP {f.service_ip}:53/udp {label}", kp, np))
+    return out
+
+
+def _new_flows(duo: Duo, flows: list[c.FlowCase], label: str) -> list[Row]:
+    """New flows (fresh source ports) to the same Services, after the open flow's datagram."""
+    probes = [c.Probe("pod", "udp", f.service_ip, 53, "ClusterIP") for f in flows]
+    results = parallel(lambda p: compare_probe(duo.a, duo.b, p), probes)
+    return [
+        REPORT.add(f.name, f"{p.path()} new flows {label}", kp, np)
+        for f, p, (kp, np) in zip(flows, probes, results, strict=True)
+    ]
+
+
+def test_open_udp_flows_across_changes(duo: Duo) -> None:
+    if not duo.flows:
+        pytest.skip("no flow case selected (NFTPROXY_CONFORMANCE_ONLY)")
+    live = [f for f in duo.flows if not f.restart]
+    restart = [f for f in duo.flows if f.restart]
+    rows = _flow(duo, duo.flows, "first datagram")
+    since = time.time()
+    duo.apply([o for f in live for o in f.after])
+    settle(duo.sides, since, change=True)
+    rows += _flow(duo, live, "after the change")
+    rows += _new_flows(duo, live, "after the change")
+
+    # the same flows across a restart: both proxies stopped, the change made, both started again
+    for s in duo.sides:
+        assert s.proxy is not None
+        s.proxy.stop()
+    duo.apply([o for f in restart for o in f.after])
+    since = time.time()
+    for s in duo.sides:
+        assert s.proxy is not None
+        s.proxy.start()
+    settle(duo.sides, since)
+    rows += _flow(duo, restart, "after a restart")
+    rows += _new_flows(duo, restart, "after a restart")
+    _check(rows)

@@ -1,0 +1,294 @@
+"""Migration from the real kube-proxy: it programs a node (iptables mode, then nftables mode),
+it is stopped, `nftproxy cleanup --kube-proxy` removes what it left (and nothing else), nftproxy
+takes over, and the same Services answer real connections.
+
+Also: `nftproxy run` started next to a running kube-proxy reports it (ProxyStatus condition
+KubeProxyDetected, a Warning Event on the Node) instead of silently competing.
+
+IPVS mode cannot run here: this kernel has no IPVS module (no /proc/net/ip_vs). The IPVS part of
+the cleanup runs as far as it can: it reports that the kernel has no IPVS, and removes a
+`kube-ipvs0` interface (a veth stands in for kube-proxy's dummy interface: no dummy module either).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nftproxy.kubeproxy import detect
+from testkit.cluster import LocalCluster, eventually
+from testkit.controlplane import ControlPlane, find_binary
+from testkit.kubeproxy import KubeProxy
+from testkit.netlab import Client, NetLab, Node, Pod, cleanup_stale
+from tests import k8sobjects as k
+
+pytestmark = pytest.mark.k8s
+
+NODE = "mig-node"
+NS = "migrate"
+FLAGS = ("--min-sync-period", "0", "--status-period", "0.5s", "--sync-period", "5s")
+
+
+@dataclass
+class Env:
+    cl: LocalCluster
+    node: Node
+    a: Pod
+    b: Pod
+    ext: Client
+    workdir: Path
+
+    def sh(self, *argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return self.cl.lab.exec(self.node, *argv, check=check)
+
+    def answers(self) -> dict[str, set[str]]:
+        lab, n = self.cl.lab, self.node
+
+        def who(src: Node | Pod | Client, proto: str, ip: str, port: int, count: int = 12) -> set[str]:
+            return {r.pod or str(r.error) for r in lab.probe(src, proto, ip, port, count=count, timeout=1.0)}
+
+        return {
+            "clusterip-from-node": who(n, "tcp", "10.96.3.10", 80),
+            "clusterip-from-pod": who(self.a, "tcp", "10.96.3.10", 80),
+            "nodeport-from-outside": who(self.ext, "tcp", n.ipv4, 30310),
+            "udp-clusterip": who(self.b, "udp", "10.96.3.53", 53, 6),
+        }
+
+
+EXPECTED = {
+    "clusterip-from-node": {"a", "b"},
+    "clusterip-from-pod": {"a", "b"},
+    "nodeport-from-outside": {"a", "b"},
+    "udp-clusterip": {"a"},
+}
+
+
+def services(a: Pod, b: Pod) -> list[k.Obj]:
+    http = [k.port(8080, "http")]
+    return [
+        k.service("web", ["10.96.3.10"], [k.port(80, "http", node_port=30310)], type="NodePort", namespace=NS),
+        k.endpoint_slice(
+            "web-1", "web", [k.endpoint(a.ipv4, node=NODE), k.endpoint(b.ipv4, node=NODE)], http, namespace=NS
+        ),
+        k.service("dns", ["10.96.3.53"], [k.port(53, "dns", "UDP")], namespace=NS),
+        k.endpoint_slice("dns-1", "dns", [k.endpoint(a.ipv4, node=NODE)], [k.port(5353, "dns", "UDP")], namespace=NS),
+    ]
+
+
+@pytest.fixture(scope="module")
+def env(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
+    try:
+        find_binary("kube-proxy")
+    except Exception as e:  # the binary is built by hack/k8s-tools.sh
+        pytest.fail(f"kube-proxy binary missing (run hack/k8s-tools.sh): {e}", pytrace=False)
+    cleanup_stale("op")
+    with NetLab("op") as lab:
+        cl = LocalCluster(control_plane, lab, tmp_path_factory.mktemp("migration"))
+        try:
+            node = cl.add_node(NODE, 1)
+            a, b = (lab.add_pod(node, n, tcp=(8080,), udp=(5353,)) for n in ("a", "b"))
+            ext = lab.add_client("ext", 100, via=node)
+            cl.namespace(NS)
+            cl.apply(*services(a, b))
+            yield Env(cl, node, a, b, ext, tmp_path_factory.mktemp("kube-proxy"))
+        finally:
+            cl.close()
+
+
+def _bystanders(env: Env) -> None:
+    """Rules that are not kube-proxy's: they must survive the cleanup."""
+    env.sh("nft", "add table ip keepme { chain c { type filter hook input priority 0; policy accept; }; }")
+    env.sh("iptables-nft", "-t", "nat", "-N", "MY-CHAIN")
+    env.sh("iptables-nft", "-t", "nat", "-A", "PREROUTING", "-p", "tcp", "--dport", "9", "-j", "MY-CHAIN")
+    env.sh("iptables-nft", "-t", "filter", "-N", "KUBE-KUBELET-CANARY")  # kubelet's, not kube-proxy's
+    env.sh("iptables-legacy", "-t", "mangle", "-N", "LEGACY-KEEP")
+
+
+def _check_bystanders(env: Env) -> None:
+    assert "table ip keepme" in env.sh("nft", "list", "tables").stdout
+    nat = env.sh("iptables-nft-save", "-t", "nat").stdout
+    assert ":MY-CHAIN" in nat and "-A PREROUTING -p tcp -m tcp --dport 9 -j MY-CHAIN" in nat, nat
+    assert ":KUBE-KUBELET-CANARY" in env.sh("iptables-nft-save", "-t", "filter").stdout
+    assert ":LEGACY-KEEP" in env.sh("iptables-legacy-save", "-t", "mangle").stdout
+
+
+def _nftproxy_takes_over(env: Env) -> None:
+    env.cl.start_proxy(env.node, *FLAGS)
+    try:
+        eventually(lambda: env.answers() == EXPECTED or None, timeout=60, what="nftproxy serves the Services")
+        status = eventually(lambda: env.cl.proxy_status(env.node).get("status"), what="ProxyStatus")
+        cond = {c["type"]: c for c in status.get("conditions", [])}
+        assert cond["KubeProxyDetected"]["status"] == "False", cond
+    finally:
+        env.cl.stop_proxy(env.node)
+    r = subprocess.run([sys.executable, "-m", "nftproxy", "cleanup", "--netns", env.node.netns],
+                       capture_output=True, text=True, check=False)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+
+
+@pytest.mark.parametrize("mode", ["iptables", "nftables"])
+def test_migrate_from_kube_proxy(env: Env, mode: str) -> None:
+    _bystanders(env)
+    kp = KubeProxy(env.node.netns, NODE, env.cl.cp.kubeconfig, env.workdir / mode, node_ip=env.node.ipv4, mode=mode)
+    with kp:
+        kp.wait_synced(timeout=90)
+        assert eventually(lambda: env.answers() == EXPECTED or None, timeout=30, what=f"kube-proxy ({mode}) serves")
+    found = detect(env.node.netns)  # stopped: its rules stay, as on a real node
+    assert found is not None, "kube-proxy left nothing?"
+    if mode == "nftables":
+        assert "nftables table ip kube-proxy" in found.places
+    else:
+        assert any(p.startswith("iptables-nft nat") for p in found.places), found.places
+    assert env.answers() == EXPECTED  # kube-proxy's leftover rules still serve (stale, unmaintained)
+
+    r = subprocess.run([sys.executable, "-m", "nftproxy", "cleanup", "--kube-proxy", "--netns", env.node.netns],
+                       capture_output=True, text=True, check=False)  # fmt: skip
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "removed " in r.stdout and "this kernel has no IPVS" in r.stdout, r.stdout
+    assert detect(env.node.netns) is None, r.stdout
+    _check_bystanders(env)
+    assert not env.answers()["clusterip-from-node"] & {"a", "b"}  # nobody proxies now: no pod answers
+    again = subprocess.run([sys.executable, "-m", "nftproxy", "cleanup", "--kube-proxy", "--netns", env.node.netns],
+                           capture_output=True, text=True, check=False)  # fmt: skip
+    assert again.returncode == 0 and "nothing of kube-proxy's found" in again.stdout, again.stdout
+
+    _nftproxy_takes_over(env)
+    _check_bystanders(env)
+    env.sh("nft", "delete", "table", "ip", "keepme")
+    env.sh("iptables-nft", "-t", "nat", "-F", "PREROUTING")
+    env.sh("iptables-nft", "-t", "nat", "-X", "MY-CHAIN")
+    env.sh("iptables-nft", "-t", "filter", "-X", "KUBE-KUBELET-CANARY")
+    env.sh("iptables-legacy", "-t", "mangle", "-X", "LEGACY-KEEP")
+
+
+def test_run_reports_a_running_kube_proxy(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NFTPROXY_KUBE_PROXY_CHECK_PERIOD", "3")  # inherited by `nftproxy run`
+    kp = KubeProxy(env.node.netns, NODE, env.cl.cp.kubeconfig, env.workdir / "both", node_ip=env.node.ipv4,
+                   mode="nftables", healthz_port=10356, metrics_port=10349)  # fmt: skip
+    with kp:
+        kp.wait_synced(timeout=90)
+        env.cl.start_proxy(env.node, *FLAGS, healthz_port=10257, metrics_port=10250)
+        try:
+
+            def detected(reason: str) -> dict[str, str] | None:
+                st = env.cl.proxy_status(env.node).get("status", {})
+                cond = {c["type"]: c for c in st.get("conditions", [])}.get("KubeProxyDetected")
+                return cond if cond and cond["status"] == "True" and cond["reason"] == reason else None
+
+            cond = eventually(
+                lambda: detected("KubeProxyRulesPresent") or detected("KubeProxyLeftovers"),
+                timeout=30,
+                what="kube-proxy reported",
+            )
+            assert "nftables table ip kube-proxy" in cond["message"] and "cleanup --kube-proxy" in cond["message"]
+            # kube-proxy keeps programming (a new Service): at the next check it is "active"
+            env.cl.apply(k.service("more", ["10.96.3.20"], [k.port(80)], namespace=NS))
+            eventually(lambda: detected("KubeProxyActive"), timeout=30, what="kube-proxy seen active")
+            events = json.loads(env.cl.cp.kubectl("get", "events", "-n", "default", "-o", "json").stdout)["items"]
+            mine = [e for e in events if e["involvedObject"].get("kind") == "Node" and e["reason"] == "KubeProxyActive"]
+            assert mine and mine[0]["type"] == "Warning" and mine[0]["involvedObject"]["name"] == NODE
+        finally:
+            env.cl.stop_proxy(env.node)
+            env.cl.delete("service", "more", NS)
+    subprocess.run([sys.executable, "-m", "nftproxy", "cleanup", "--kube-proxy", "--netns", env.node.netns],
+                   capture_output=True, check=True)  # fmt: skip
+    subprocess.run(
+        [sys.executable, "-m", "nftproxy", "cleanup", "--netns", env.node.netns], capture_output=True, check=True
+    )
+
+
+def test_ipvs_part_as_far_as_this_kernel_goes(env: Env) -> None:
+    """No IPVS module here: the cleanup says so; the kube-ipvs0 interface (a veth standing in for
+    kube-proxy's dummy one) is removed, other interfaces are not."""
+    env.sh("ip", "link", "add", "kube-ipvs0", "type", "veth", "peer", "name", "keep-peer")
+    env.sh("ip", "addr", "add", "10.96.3.99/32", "dev", "kube-ipvs0")
+    r = subprocess.run([sys.executable, "-m", "nftproxy", "cleanup", "--kube-proxy", "--netns", env.node.netns],
+                       capture_output=True, text=True, check=False)  # fmt: skip
+    assert r.returncode == 0, r.stdout
+    assert "removed interface kube-ipvs0" in r.stdout and "this kernel has no IPVS" in r.stdout
+    links = env.sh("ip", "-o", "link").stdout
+    assert "kube-ipvs0" not in links and "keep-peer" not in links  # a veth's peer goes with it
+    assert "eth0" in links
+
+
+def _explain(env: Env, service: str) -> dict[str, Any]:
+    r = subprocess.run(
+        [sys.executable, "-m", "nftproxy", "explain", service, "--netns", env.node.netns, "-o", "json",
+         "--kubeconfig", str(env.cl.cp.kubeconfig), "--node-name", NODE],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    return dict(json.loads(r.stdout))
+
+
+def test_explain_compares_the_kernel_with_the_api(env: Env) -> None:
+    env.cl.start_proxy(env.node, *FLAGS)
+    try:
+        eventually(lambda: env.answers() == EXPECTED or None, timeout=60, what="nftproxy serves the Services")
+        e = eventually(lambda: (x := _explain(env, f"{NS}/web"))["api"]["matches"] and x, what="explain: matches")
+        assert e["state"] == "programmed" and {f["kind"] for f in e["frontends"]} == {"ClusterIP", "NodePort"}
+    finally:
+        env.cl.stop_proxy(env.node)
+    # nftproxy is stopped: the API changes, the kernel does not
+    http = [k.port(8080, "http")]
+    env.cl.apply(k.endpoint_slice("web-1", "web", [k.endpoint(env.a.ipv4, node=NODE)], http, namespace=NS))
+    e = _explain(env, f"{NS}/web")
+    assert not e["api"]["matches"]
+    assert any(env.b.ipv4 in x for x in e["api"]["extra"]), e["api"]  # b is still in the kernel
+    assert any(r.startswith("sync pending") for r in e["api"]["reasons"]), e["api"]["reasons"]
+    labelled = k.service("web", ["10.96.3.10"], [k.port(80, "http", node_port=30310)], type="NodePort", namespace=NS,
+                         labels={"service.kubernetes.io/service-proxy-name": "other"})  # fmt: skip
+    env.cl.apply(labelled)
+    e = _explain(env, f"{NS}/web")
+    assert any(r.startswith("not ours") and "'other'" in r for r in e["api"]["reasons"]), e["api"]["reasons"]
+    env.cl.apply(*services(env.a, env.b))  # back as it was
+    r = subprocess.run([sys.executable, "-m", "nftproxy", "cleanup", "--netns", env.node.netns],
+                       capture_output=True, text=True, check=False)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+
+
+def test_load_balancing_annotation_through_the_operator(env: Env) -> None:
+    """The annotation from the API: round-robin rotates exactly; a bad value is reported on
+    ProxyStatus and as an Event on the Service, which still answers (at random)."""
+    http = [k.port(8080, "http")]
+    rr = k.service("rr", ["10.96.3.30"], [k.port(80, "http")], namespace=NS)
+    rr["metadata"]["annotations"] = {"nftproxy.io/load-balancing": "round-robin"}
+    bad = k.service("badlb", ["10.96.3.31"], [k.port(80, "http")], namespace=NS)
+    bad["metadata"]["annotations"] = {"nftproxy.io/load-balancing": "weighted"}
+    both = [k.endpoint(env.a.ipv4, node=NODE), k.endpoint(env.b.ipv4, node=NODE)]
+    env.cl.apply(rr, bad, k.endpoint_slice("rr-1", "rr", both, http, namespace=NS),
+                 k.endpoint_slice("badlb-1", "badlb", both, http, namespace=NS))  # fmt: skip
+    env.cl.start_proxy(env.node, *FLAGS)
+    try:
+        lab = env.cl.lab
+
+        def seq() -> list[str] | None:
+            got = [str(r.pod) for r in lab.probe(env.node, "tcp", "10.96.3.30", 80, count=8, timeout=1.0)]
+            return got if set(got) <= {"a", "b"} and len(set(got)) == 2 else None
+
+        got = eventually(seq, timeout=60, what="rr served")
+        assert all(got[i] != got[i + 1] for i in range(len(got) - 1)), got  # a, b, a, b, …
+        assert {r.pod for r in lab.probe(env.node, "tcp", "10.96.3.31", 80, count=20, timeout=1.0)} == {"a", "b"}
+
+        def reported() -> dict[str, Any] | None:
+            st = env.cl.proxy_status(env.node).get("status", {})
+            return next((x for x in st.get("skipped", []) if x["name"] == "badlb"), None)
+
+        x = eventually(reported, what="bad value on ProxyStatus")
+        assert "'weighted' is not one of random, round-robin, source-hash" in x["reason"]
+        events = json.loads(env.cl.cp.kubectl("get", "events", "-n", NS, "-o", "json").stdout)["items"]
+        assert any(e["involvedObject"].get("name") == "badlb" and "weighted" in e["message"] for e in events)
+    finally:
+        env.cl.stop_proxy(env.node)
+        for name in ("rr", "badlb"):
+            env.cl.delete("service", name, NS)
+    subprocess.run(
+        [sys.executable, "-m", "nftproxy", "cleanup", "--netns", env.node.netns], capture_output=True, check=True
+    )

@@ -1,0 +1,120 @@
+"""Differences from the real kube-proxy found by tests/conformance, pinned as unit tests.
+
+Each test names the kube-proxy v1.34 behaviour it checks (pkg/proxy/endpointslicecache.go,
+topology.go, endpointschangetracker.go) and was seen failing before the fix."""
+
+from __future__ import annotations
+
+from ipaddress import IPv4Address, IPv6Address, ip_address, ip_network
+
+from nftproxy.compiler import ProxyConfig
+from nftproxy.compiler.endpoints import categorize, targets
+from nftproxy.dataplane import Dataplane
+from nftproxy.model.parse import parse_endpoint_slice
+from nftproxy.model.types import Endpoint, EndpointPort, EndpointSlice, Service, ServicePort
+from nftproxy.nft.fake import FakeBackend
+
+CFG = ProxyConfig(
+    node_name="n1",
+    node_ips=(ip_address("198.18.0.1"),),
+    cluster_cidrs=(ip_network("10.244.0.0/16"),),
+)
+PORT = ServicePort("http", "TCP", 80)
+
+
+def _slice(name: str, *endpoints: Endpoint) -> EndpointSlice:
+    return EndpointSlice("default", name, "web", "IPv4", (EndpointPort("http", "TCP", 8080),), endpoints)
+
+
+def test_unset_serving_means_serving() -> None:
+    """endpointslicecache.go: serving := Conditions.Serving == nil || *Conditions.Serving."""
+    obj = {
+        "apiVersion": "discovery.k8s.io/v1",
+        "kind": "EndpointSlice",
+        "metadata": {"name": "web-a", "namespace": "default", "labels": {"kubernetes.io/service-name": "web"}},
+        "addressType": "IPv4",
+        "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
+        "endpoints": [
+            {"addresses": ["10.244.1.2"], "conditions": {"ready": False, "terminating": True}},
+            {"addresses": ["10.244.1.3"], "conditions": {}},
+            {"addresses": ["10.244.1.4"]},
+        ],
+    }
+    sl = parse_endpoint_slice(obj)
+    assert isinstance(sl, EndpointSlice)
+    e1, e2, e3 = sl.endpoints
+    assert (e1.ready, e1.serving, e1.terminating) == (False, True, True)
+    assert (e2.ready, e2.serving, e2.terminating) == (True, True, False)
+    assert (e3.ready, e3.serving, e3.terminating) == (True, True, False)
+    # ... so the terminating one is the fallback when nothing is ready
+    cat = categorize(targets(PORT, [_slice("x", e1)]), "n1", None)
+    assert [t.address for t in cat.cluster] == ["10.244.1.2"]
+
+
+def test_health_check_counts_only_ready_local_endpoints() -> None:
+    """endpointschangetracker.go getLocalReadyEndpointIPs: a node whose only local endpoint is
+    serving+terminating answers its healthCheckNodePort with 0 endpoints (503), while traffic
+    still goes to that endpoint (the fallback)."""
+    fake = FakeBackend()
+    dp = Dataplane(fake, CFG)
+    lb = Service(
+        "default",
+        "web",
+        "LoadBalancer",
+        (IPv4Address("10.96.0.10"),),
+        (ServicePort("http", "TCP", 80, 30080),),
+        load_balancer_ips=(IPv4Address("198.19.0.10"),),
+        external_traffic_policy="Local",
+        health_check_node_port=32000,
+    )
+    dp.set_service(lb)
+    terminating = Endpoint("10.244.1.2", ready=False, serving=True, terminating=True, node_name="n1")
+    remote = Endpoint("10.244.2.2", ready=True, serving=True, terminating=False, node_name="n2")
+    dp.set_slice(_slice("web-a", terminating, remote))
+    dp.sync()
+    assert dp.health_checks() == {32000: ("default/web", 0)}
+    ready = Endpoint("10.244.1.3", ready=True, serving=True, terminating=False, node_name="n1")
+    dp.set_slice(_slice("web-a", terminating, remote, ready))
+    dp.sync()
+    assert dp.health_checks() == {32000: ("default/web", 1)}
+
+
+def test_duplicate_endpoint_the_copy_on_this_node_wins() -> None:
+    """endpointslicecache.go: of duplicates (same ip:port), a later copy replaces an earlier one
+    when it says this node ("favor a true value" of isLocal), whatever the slice order."""
+    remote = Endpoint("10.244.1.2", ready=True, serving=True, terminating=False, node_name="n2")
+    local = Endpoint("10.244.1.2", ready=True, serving=True, terminating=False, node_name="n1")
+    for order in ([_slice("a", remote), _slice("b", local)], [_slice("a", local), _slice("b", remote)]):
+        got = targets(PORT, order, "n1")
+        assert [(t.address, t.endpoint.node_name) for t in got] == [("10.244.1.2", "n1")]
+        assert [t.address for t in categorize(got, "n1", None).local] == ["10.244.1.2"]
+    # within one slice too
+    for eps in ((remote, local), (local, remote)):
+        got = targets(PORT, [_slice("a", *eps)], "n1")
+        assert [(t.address, t.endpoint.node_name) for t in got] == [("10.244.1.2", "n1")]
+    # without a node name: the first copy, as before
+    assert targets(PORT, [_slice("a", remote), _slice("b", local)])[0].endpoint.node_name == "n2"
+
+
+def test_dual_stack_health_check_counts_one_family() -> None:
+    """kube-proxy's IPv4 and IPv6 proxiers share one health server and each reports its own
+    family's local ready endpoints: one local endpoint per family answers localEndpoints=1
+    (tests/conformance case dual-stack-lb)."""
+    dp = Dataplane(FakeBackend(), CFG)
+    dp.set_service(
+        Service(
+            "default",
+            "web",
+            "LoadBalancer",
+            (IPv4Address("10.96.0.10"), IPv6Address("fd00:10:96::10")),
+            (ServicePort("http", "TCP", 80, 30080),),
+            external_traffic_policy="Local",
+            health_check_node_port=32000,
+        )
+    )
+    v4 = Endpoint("10.244.1.2", ready=True, serving=True, terminating=False, node_name="n1")
+    v6 = Endpoint("fd00:10:244:1::3", ready=True, serving=True, terminating=False, node_name="n1")
+    dp.set_slice(_slice("web-v4", v4))
+    dp.set_slice(EndpointSlice("default", "web-v6", "web", "IPv6", (EndpointPort("http", "TCP", 8080),), (v6,)))
+    dp.sync()
+    assert dp.health_checks() == {32000: ("default/web", 1)}
