@@ -50,6 +50,13 @@ class Fragment(NamedTuple):
     warnings: tuple[str, ...] = ()  # reported like skips, the Service is programmed (bad annotation)
 
 
+# nft 1.0.6 aborts (netlink_linearize.c: Assertion `dreg < ctx->reg_low') on any `update @map`
+# whose concatenated key or data has an IPv6 address before another field, which the affinity
+# map's record rule needs (client . Service IP . proto . port : endpoint . port): one such rule
+# would kill the whole proxy (libnftables runs in-process). IPv6 Services are balanced without
+# ClientIP affinity, and the Service says so (a warning in ProxyStatus and an Event).
+IPV6_AFFINITY = "sessionAffinity ClientIP is not applied to its IPv6 addresses (nft 1.0.6 cannot record it)"
+
 COMMENT_MAX = 127  # nft refuses comments over 128 characters (a whole transaction fails)
 
 
@@ -331,6 +338,9 @@ def compile_fragment(
     mine = [s for s in slices if s.address_type == atype]
     out = _Out()
     algorithm = svc.load_balancing or config.load_balancing
+    affinity, warnings = svc.session_affinity_timeout, svc.warnings
+    if affinity and family is Family.IP6:  # see IPV6_AFFINITY
+        affinity, warnings = None, (*warnings, IPV6_AFFINITY)
     out.add("cluster-ips", (fe.cluster_ip,))
     for port in svc.ports:
         p = _port_keys(svc, fe, port)
@@ -343,7 +353,7 @@ def compile_fragment(
             _no_endpoints(out, p)
             continue
         cluster, local = slot_values(cat.cluster), slot_values(cat.local)
-        t = balancing.tag(algorithm, svc.key, port.name or str(port.port), p.proto, bool(svc.session_affinity_timeout))
+        t = balancing.tag(algorithm, svc.key, port.name or str(port.port), p.proto, bool(affinity))
         if algorithm == balancing.ROUND_ROBIN and max(len(cluster), len(local)) > 1:
             _round_robin(out, p, fe, cluster, local, t)
         else:
@@ -353,8 +363,8 @@ def compile_fragment(
                 _external(out, EXTERNAL_IP, k, p.comment, cluster, local, fe.etp_local)
             if p.node_port:
                 _external(out, NODEPORT, p.node_port, p.comment, cluster, local, fe.etp_local)
-        if svc.session_affinity_timeout:
-            _affinity(out, p, svc.session_affinity_timeout)
+        if affinity:
+            _affinity(out, p, affinity)
         if fe.ranges:
             _source_ranges(out, p, fe)
         _hairpin(out, cat, config.node_name)
@@ -368,5 +378,5 @@ def compile_fragment(
         frozenset(out.local),
         svc.health_check_node_port if svc.type == "LoadBalancer" and fe.etp_local else None,
         tuple(out.udp_serving),
-        svc.warnings,
+        warnings,
     )
