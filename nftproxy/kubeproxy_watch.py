@@ -13,10 +13,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from datetime import UTC, datetime
-from typing import Any, cast
+from typing import Any
 
 from nftproxy.kubeproxy import Presence, detect
+from nftproxy.operator import kube
 
 log = logging.getLogger("nftproxy.kubeproxy")
 
@@ -89,20 +89,4 @@ class KubeProxyWatch:
 
 
 def post_node_event(api: Any, node: str, reason: str, message: str) -> None:
-    import kubernetes  # noqa: PLC0415
-
-    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    body = {
-        "metadata": {"generateName": f"{node}.nftproxy-", "namespace": "default"},
-        "involvedObject": {"kind": "Node", "name": node, "apiVersion": "v1"},
-        "reason": reason,
-        "message": f"nftproxy on {node}: {message}",
-        "type": "Warning",
-        "source": {"component": "nftproxy", "host": node},
-        "reportingComponent": "nftproxy",
-        "reportingInstance": node,
-        "firstTimestamp": now,
-        "lastTimestamp": now,
-        "count": 1,
-    }
-    kubernetes.client.CoreV1Api(api).create_namespaced_event("default", cast(Any, body), _request_timeout=30)
+    kube.post_event(api, node, "Node", "", node, reason, f"nftproxy on {node}: {message}")

@@ -154,14 +154,19 @@ def write_proxy_status(api: Any, node: str, node_uid: str | None, status: dict[s
 
 
 def post_event(api: Any, node: str, kind: str, namespace: str, name: str, reason: str, message: str) -> None:
-    """A Warning Event on the object that was left out (seen with `kubectl describe`)."""
+    """A Warning Event on an object (seen with `kubectl describe`): a Service or EndpointSlice left
+    out, or (``kind`` "Node", no namespace) this node, e.g. kube-proxy's rules found on it."""
     from datetime import UTC, datetime  # noqa: PLC0415
 
     now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    api_version = "v1" if kind == "Service" else "discovery.k8s.io/v1"
+    api_version = "discovery.k8s.io/v1" if kind == "EndpointSlice" else "v1"
+    involved = {"kind": kind, "name": name, "apiVersion": api_version}
+    if namespace:
+        involved["namespace"] = namespace
+    namespace = namespace or "default"  # a cluster-scoped object's Events live in "default"
     body = {
         "metadata": {"generateName": f"{name}.nftproxy-", "namespace": namespace},
-        "involvedObject": {"kind": kind, "namespace": namespace, "name": name, "apiVersion": api_version},
+        "involvedObject": involved,
         "reason": reason,
         "message": message,
         "type": "Warning",
