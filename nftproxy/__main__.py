@@ -1,5 +1,3 @@
-import sys
+from nftproxy.cli import entry
 
-from nftproxy.cli import main
-
-sys.exit(main())
+entry()

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import gc
 import ipaddress
+import logging
+import os
 import sys
 from collections.abc import Sequence
 from dataclasses import replace
@@ -237,5 +239,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
 
 
+def entry() -> None:
+    """The `nftproxy` command: main(), then exit without the interpreter's teardown. A 10k-Service
+    apply leaves ~10^6 objects alive (frozen out of the GC); freeing them one by one at exit took
+    ~0.1 s of a 1.5 s apply (measured: 1.49 s -> 1.40 s). Logs and output are flushed first."""
+    rc = main()
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(rc)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

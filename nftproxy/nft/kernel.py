@@ -192,7 +192,7 @@ class KernelBackend:
                     tx.add_elements(ld.set.name, bulk.expand(ld))
                     text.append(tx)
                     continue
-                packed = [lay.pack(e) for e in ld.elements]
+                packed = lay.pack_all(ld.elements)
                 for key, values in ld.spreads:
                     packed += lay.pack_spread(key, values)
                 batch.add(ld.family.value, ld.table, ld.set.name, packed)
