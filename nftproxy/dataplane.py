@@ -30,7 +30,7 @@ from nftproxy.model.types import EndpointSlice, Service, Skipped
 from nftproxy.nft.bulk import ElementLoad, LoadStep
 from nftproxy.nft.diff import create, plan
 from nftproxy.nft.kernel import Backend, NftError, PartialLoadError
-from nftproxy.nft.objects import Element, Family, Key, Table
+from nftproxy.nft.objects import Family, Table
 from nftproxy.nft.transaction import Transaction
 from nftproxy.tracker import InputTracker
 
@@ -287,7 +287,6 @@ class Dataplane:
             self.compile()
             chunks = [sorted({key for a in assemblies for key in a.fragments})]
         declared: dict[Family, set[tuple[str, int]]] = {}
-        early: dict[Family, dict[Key, Element]] = {a.family: {} for a in assemblies}
         for part in chunks:
             if self.inputs.dirty:
                 self._compile(part)
@@ -297,19 +296,13 @@ class Dataplane:
                 for map_name, entries in _spreads_of(a, part).items():
                     the_map = a.render.set_named(a.store, map_name)
                     loads.append(ElementLoad(a.family, self.config.table, the_map, (), entries))
-                if len(chunks) > 1 and (new := _new_early_elements(a, part, early[a.family])):
-                    the_set = a.render.set_named(a.store, EARLY_SET)
-                    loads.append(ElementLoad(a.family, self.config.table, the_set, new))
             yield LoadStep(txs, loads)
         loads = []
         for a in assemblies:
             t = a.table(expand=False)
-            sent = early[a.family]  # a subset of the final set: chunks go in name order, and a
-            # Service programmed by an earlier chunk is never evicted by a later one (claims.py)
             for name, els in t.elements.items():
-                todo = [e for e in els.values() if e.key not in sent] if name == EARLY_SET else list(els.values())
-                if todo and not t.sets[name].dynamic:
-                    loads.append(ElementLoad(a.family, t.name, t.sets[name], todo))
+                if els and not t.sets[name].dynamic:
+                    loads.append(ElementLoad(a.family, t.name, t.sets[name], list(els.values())))
         yield LoadStep([], loads)
 
     def _declare(self, a: Assembly, declared: dict[Family, set[tuple[str, int]]]) -> Transaction:
@@ -360,26 +353,6 @@ class Dataplane:
         """Remove nftproxy's own tables (and nothing else)."""
         self.in_sync = False
         return [f for f in Family if self.backend.delete(f, self.config.table)]
-
-
-# Elements a chunk of a first load sends with its endpoint maps rather than in the last step: this
-# set is only read for packets a dispatch map has already sent to an endpoint, so it serves no
-# Service early. It is the biggest set (an entry per local endpoint: 10^5 at 10k Services x 10
-# when no node name is given); in the last step its kernel commit could not overlap the compile.
-EARLY_SET = "hairpin-endpoints"
-
-
-def _new_early_elements(a: Assembly, keys: list[str], sent: dict[Key, Element]) -> list[Element]:
-    """These Services' elements of EARLY_SET not sent yet (recorded in ``sent``)."""
-    out = []
-    for key in keys:
-        frag = a.fragments.get(key)
-        if frag is not None:
-            for set_name, el in frag.elements:
-                if set_name == EARLY_SET and el.key not in sent:
-                    sent[el.key] = el
-                    out.append(el)
-    return out
 
 
 def _spreads_of(a: Assembly, keys: list[str]) -> dict[str, list[tuple[tuple[str, ...], tuple[tuple[str, str], ...]]]]:
