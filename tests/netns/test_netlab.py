@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -170,11 +171,22 @@ def _server_pids(lab: NetLab) -> list[int]:
 
 
 def _alive(pid: int) -> bool:
+    """Running (a zombie, killed but not yet reaped by its parent, is not)."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError, IndexError):
         return False
-    return True
+    return state != "Z"
+
+
+def _wait_for_pids(lab: NetLab, n: int, timeout: float = 10.0) -> list[int]:
+    """The processes in the lab's namespaces, once there are ``n``: a process started by
+    `ip netns exec` enters its namespace a moment after it is started (long under load)."""
+    deadline = time.monotonic() + timeout
+    while len(pids := _server_pids(lab)) < n and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return pids
 
 
 def test_close_removes_namespaces_and_processes() -> None:
@@ -182,7 +194,7 @@ def test_close_removes_namespaces_and_processes() -> None:
     node = lab.add_node("n", 3)
     lab.add_pod(node, "p", tcp=(80,), udp=(53,))
     sleeper = lab.popen(node, "sleep", "60")
-    pids = _server_pids(lab)
+    pids = _wait_for_pids(lab, 2)
     assert len(pids) == 2
     assert sleeper.pid in pids
     assert len(lab.namespaces) == 3
