@@ -60,7 +60,6 @@ def targets(port: ServicePort, slices: Sequence[EndpointSlice], node: str | None
     return [found[k] for k in sorted(found)]
 
 
-
 def topology_mode(ready: list[Target], node: str | None, zone: str | None) -> str:
     """ "node", "zone" or "" (no filtering), from the ready endpoints' hints, as kube-proxy.
 
