@@ -16,9 +16,11 @@ The node is a network namespace created and deleted here; the API is on loopback
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import os
 import queue
+import ssl
 import statistics
 import subprocess
 import sys
@@ -31,6 +33,7 @@ from concurrent.futures import ThreadPoolExecutor
 from ipaddress import IPv4Address
 from pathlib import Path
 from typing import Any, cast
+from urllib.parse import urlsplit
 
 from nftproxy.nft.kernel import KernelBackend, NftError
 from nftproxy.nft.objects import Family
@@ -50,7 +53,10 @@ AT_START_ENDPOINTS = 5  # their own endpoint count: their own map, cheap to poll
 
 
 def cluster_ip(i: int) -> str:
-    return str(IPv4Address("10.96.250.0") + i - PROBE_BASE if i >= PROBE_BASE else IPv4Address("10.96.64.0") + i)
+    """10.96.1.0 on for the bulk (63,744 of them fit below the probes' 10.96.250.0, inside the
+    control plane's 10.96.0.0/16: 50k Services included), 10.96.250.0 on for the probes."""
+    assert i < 249 * 256 or i >= PROBE_BASE, i
+    return str(IPv4Address("10.96.250.0") + i - PROBE_BASE if i >= PROBE_BASE else IPv4Address("10.96.1.0") + i)
 
 
 def service(i: int) -> dict[str, Any]:
@@ -77,17 +83,50 @@ def endpoint_slice(i: int, endpoints: int, salt: int = 0) -> dict[str, Any]:
     }
 
 
-def create_many(api: Any, start: int, stop: int, endpoints: int) -> None:
-    import kubernetes  # noqa: PLC0415
+def create_many(api: Any, start: int, stop: int, endpoints: int, threads: int = 16) -> None:
+    """Services ``start``..``stop``-1 and their EndpointSlices, created by ``threads`` threads, each
+    with its own keep-alive HTTPS connection, plain JSON POSTs. The apiserver's CPU is the limit
+    (~1.7 ms per object, measured at 1.6k objects: 2.8 s of kube-apiserver CPU, 0.6 s of etcd's,
+    0.85 s of ours through the generated client's pool): 100k objects take ~3 minutes here,
+    against ~15 with the generated client (CoreV1Api) under load."""
+    cfg = api.configuration
+    ctx = ssl.create_default_context(cafile=cfg.ssl_ca_cert)
+    if cfg.cert_file:
+        ctx.load_cert_chain(cfg.cert_file, cfg.key_file)
+    url = urlsplit(cfg.host)
+    local = threading.local()
 
-    core = kubernetes.client.CoreV1Api(api)
-    disc = kubernetes.client.DiscoveryV1Api(api)
+    def post(path: str, body: dict[str, Any]) -> None:
+        for attempt in range(5):
+            conn = getattr(local, "conn", None)
+            if conn is None:
+                conn = local.conn = http.client.HTTPSConnection(url.hostname or "", url.port or 443, context=ctx)
+            try:
+                conn.request("POST", path, json.dumps(body).encode(), {"Content-Type": "application/json"})
+                resp = conn.getresponse()
+                data = resp.read()
+            except (OSError, http.client.HTTPException):
+                conn.close()
+                local.conn = None
+                if attempt == 4:
+                    raise
+                time.sleep(0.5)
+                continue
+            if resp.status == 409:  # already there (e.g. a retried request that had gone through)
+                return
+            if resp.status == 429 or resp.status >= 500:
+                time.sleep(0.5)
+                continue
+            if resp.status >= 300:
+                raise RuntimeError(f"POST {path}: {resp.status} {data[:300]!r}")
+            return
+        raise RuntimeError(f"POST {path}: still failing")
 
     def one(i: int) -> None:
-        core.create_namespaced_service(NS, cast(Any, service(i)))
-        disc.create_namespaced_endpoint_slice(NS, cast(Any, endpoint_slice(i, endpoints)))
+        post(f"/api/v1/namespaces/{NS}/services", service(i))
+        post(f"/apis/discovery.k8s.io/v1/namespaces/{NS}/endpointslices", endpoint_slice(i, endpoints))
 
-    with ThreadPoolExecutor(12) as pool:
+    with ThreadPoolExecutor(threads) as pool:
         list(pool.map(one, range(start, stop)))
 
 
@@ -240,7 +279,7 @@ def main() -> int:
     args = p.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     work = Path(tempfile.mkdtemp(prefix="nftproxy-bench-"))
-    print("nftproxy operator benchmark (Services x 10 endpoints; real kube-apiserver on loopback)")
+    print(f"nftproxy operator benchmark (Services x 10 endpoints; real kube-apiserver on loopback; log in {work})")
     head: tuple[str, ...] = ("Services", "min-sync", "start->synced s", "(min-max)", "at start ms", "p50 ms")
     head += ("p99 ms", "RSS MB", "peak MB")
     widths = (9, 9, 16, 12, 12, 8, 8, 7, 8)
