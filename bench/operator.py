@@ -6,9 +6,12 @@ Run: ``.venv/bin/python -m bench.operator [--sizes 1000,10000] [--rounds 30]``.
   commit), median of --starts starts at each size;
 * at start: a new Service (and its EndpointSlice) created 1 s after the process started, until
   its endpoints are in the kernel (polled in its own endpoint map, `endpoints-5`), same starts;
+* the bulk of the Services is written straight into etcd (``import_many``; --via-api: created
+  through the API, ~16 minutes for 50k here), the probed ones through the API;
 * event-to-rule latency: an EndpointSlice update written to the API until the new endpoint is in
   the kernel's map (seen by `nft monitor`), p50/p99 in steady state (from --settle seconds after
-  the last start), with --min-sync-period 0 (and 1s with --period-1s);
+  the last start), with --min-sync-period 0 (and 1s with --period-1s); --rounds 0: none (at 50k
+  the first round timed out after 30 s in the one run tried: `nft monitor` fell behind);
 * operator RSS after the rounds (VmRSS, and VmHWM: the peak).
 The node is a network namespace created and deleted here; the API is on loopback.
 """
@@ -16,6 +19,7 @@ The node is a network namespace created and deleted here; the API is on loopback
 from __future__ import annotations
 
 import argparse
+import base64
 import http.client
 import json
 import os
@@ -27,6 +31,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -128,6 +133,77 @@ def create_many(api: Any, start: int, stop: int, endpoints: int, threads: int = 
 
     with ThreadPoolExecutor(threads) as pool:
         list(pool.map(one, range(start, stop)))
+
+
+def _managed(api_version: str, now: str, fields: dict[str, Any]) -> list[dict[str, Any]]:
+    """metadata.managedFields as the apiserver writes it for a create by this client."""
+    return [{"manager": "unknown", "operation": "Update", "apiVersion": api_version, "time": now,
+             "fieldsType": "FieldsV1", "fieldsV1": fields}]  # fmt: skip
+
+
+def stored(i: int, endpoints: int, now: str) -> list[tuple[str, dict[str, Any]]]:
+    """Service ``i``, its EndpointSlice and its ClusterIP's IPAddress as kube-apiserver stores
+    them after a create through the API (defaults and managedFields included, so the lists the
+    proxy reads are the same bytes), by etcd key."""
+    svc, sl = service(i), endpoint_slice(i, endpoints)
+    ip = cluster_ip(i)
+    svc["metadata"] |= {"uid": str(uuid.uuid4()), "creationTimestamp": now}
+    svc["metadata"]["managedFields"] = _managed("v1", now, {"f:spec": {
+        "f:clusterIP": {}, "f:internalTrafficPolicy": {}, "f:sessionAffinity": {}, "f:type": {},
+        "f:ports": {".": {}, 'k:{"port":80,"protocol":"TCP"}': {
+            ".": {}, "f:name": {}, "f:port": {}, "f:protocol": {}, "f:targetPort": {}}}}})  # fmt: skip
+    svc["spec"] = {"ports": [{"name": "http", "protocol": "TCP", "port": 80, "targetPort": 80}], "clusterIP": ip,
+                   "clusterIPs": [ip], "type": "ClusterIP", "sessionAffinity": "None", "ipFamilies": ["IPv4"],
+                   "ipFamilyPolicy": "SingleStack", "internalTrafficPolicy": "Cluster"}  # fmt: skip
+    svc["status"] = {"loadBalancer": {}}
+    sl["metadata"] |= {"uid": str(uuid.uuid4()), "generation": 1, "creationTimestamp": now}
+    sl["metadata"]["managedFields"] = _managed("discovery.k8s.io/v1", now, {
+        "f:addressType": {}, "f:endpoints": {}, "f:ports": {},
+        "f:metadata": {"f:labels": {".": {}, "f:kubernetes.io/service-name": {}}}})  # fmt: skip
+    address = {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "IPAddress",
+        "metadata": {
+            "name": ip, "uid": str(uuid.uuid4()), "creationTimestamp": now,
+            "labels": {"ipaddress.kubernetes.io/ip-family": "IPv4",
+                       "ipaddress.kubernetes.io/managed-by": "ipallocator.k8s.io"},
+        },
+        "spec": {"parentRef": {"group": "", "resource": "services", "namespace": NS, "name": f"s{i}"}},
+    }  # fmt: skip
+    return [
+        (f"/registry/services/specs/{NS}/s{i}", svc),
+        (f"/registry/endpointslices/{NS}/s{i}-x", sl),
+        (f"/registry/ipaddresses/{ip}", address),
+    ]
+
+
+def import_many(cp: ControlPlane, start: int, stop: int, endpoints: int, threads: int = 4) -> None:
+    """Like create_many, written straight into etcd (transactions of 60-120 puts, JSON: the
+    apiserver reads JSON and protobuf alike), its watch caches following through their etcd
+    watches. Through the API, each create costs kube-apiserver time that grows with the number
+    of Services (the ClusterIP allocator): 100k objects took 16 minutes (the rate fell from
+    ~300 to ~30 Services/s by 48k); this takes seconds. For the bulk of a benchmark only: the
+    objects a benchmark watches for go through the API."""
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    url = f"{cp.etcd_url}/v3/kv/txn"
+
+    def b64(data: bytes) -> str:
+        return base64.b64encode(data).decode()
+
+    def put(batch: range, addresses: bool) -> None:
+        ops = [{"requestPut": {"key": b64(key.encode()), "value": b64(json.dumps(obj).encode())}}
+               for i in batch for key, obj in stored(i, endpoints, now)
+               if key.startswith("/registry/ipaddresses/") == addresses]  # fmt: skip
+        req = urllib.request.Request(url, json.dumps({"success": ops}).encode(), {"Content-Type": "application/json"})  # noqa: S310
+        with urllib.request.urlopen(req, timeout=60) as resp:  # noqa: S310  (our etcd, http)
+            answer = json.load(resp)
+        if not answer.get("succeeded"):
+            raise RuntimeError(f"etcd txn failed: {answer}")
+
+    batches = [range(a, min(stop, a + 60)) for a in range(start, stop, 60)]
+    with ThreadPoolExecutor(threads) as pool:  # the IPAddresses first, or the apiserver's repair
+        list(pool.map(lambda b: put(b, True), batches))  # loop "repairs" the Services it sees first
+        list(pool.map(lambda b: put(b, False), batches))
 
 
 class Node:
@@ -276,6 +352,7 @@ def main() -> int:
     p.add_argument("--starts", type=int, default=3, help="starts per size (start->synced, at-start write)")
     p.add_argument("--settle", type=float, default=20.0, help="seconds from the last start to steady-state rounds")
     p.add_argument("--period-1s", action="store_true", help="also measure with --min-sync-period 1s")
+    p.add_argument("--via-api", action="store_true", help="create the bulk through the API (default: into etcd)")
     args = p.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     work = Path(tempfile.mkdtemp(prefix="nftproxy-bench-"))
@@ -294,7 +371,10 @@ def main() -> int:
             have = 0
             for n in sizes:
                 t0 = time.perf_counter()
-                create_many(api, have, n, 10)
+                if args.via_api:
+                    create_many(api, have, n, 10)
+                else:
+                    import_many(cp, have, n, 10)
                 probe = PROBE_BASE + sizes.index(n)
                 create_many(api, probe, probe + 1, PROBE_ENDPOINTS)  # the probed Service
                 have = n
@@ -311,9 +391,13 @@ def main() -> int:
                         starts.append(node.start(min_sync, cluster_ip(probe), hook))
                         while len(at_start) < len(starts) and time.perf_counter() - t0 < 90:
                             time.sleep(0.05)
+                        now, top = node.rss_mb()
+                        print(f"  start {k + 1}: synced after {starts[-1]:.2f} s, the Service created at 1 s "
+                              f"in the kernel {at_start[-1] * 1000:.0f} ms later; RSS {now:.0f} MB (peak {top:.0f})",
+                              flush=True)  # fmt: skip
                     time.sleep(max(0.0, t0 + args.settle - time.perf_counter()))
                     rounds = args.rounds if min_sync == "0" else max(5, args.rounds // 3)
-                    lat = latency(api, node, probe, rounds, first_round=2)
+                    lat = latency(api, node, probe, rounds, first_round=2) if rounds else [float("nan")]
                     rss, peak = node.rss_mb()
                     node.stop()
                     spread = f"{min(starts):.2f}-{max(starts):.2f}"
