@@ -3,8 +3,9 @@
 Run: ``flock /tmp/nftproxy-heavy.lock .venv/bin/python -m bench.vs_kubeproxy [--sizes 1000,5000,10000]``.
 
 One kube-apiserver on loopback holds N Services x 10 endpoints (N = each size in turn, written
-once into etcd and grown: bench.operator.import_many, the objects as the API stores them). For each size, each proxy in turn gets a FRESH network namespace (nothing from
-the other) and is measured:
+once into etcd and grown: bench.operator.import_many, the objects as the API stores them). For
+each size, each proxy in turn gets a FRESH network namespace (nothing from the other) and is
+measured:
 
 * start -> first sync committed: from starting the process until the kernel notifies the
   ``service-ips`` element of the last Service (kube-proxy commits its first sync in one
