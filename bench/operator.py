@@ -91,10 +91,11 @@ def endpoint_slice(i: int, endpoints: int, salt: int = 0) -> dict[str, Any]:
 
 def create_many(api: Any, start: int, stop: int, endpoints: int, threads: int = 16) -> None:
     """Services ``start``..``stop``-1 and their EndpointSlices, created by ``threads`` threads, each
-    with its own keep-alive HTTPS connection, plain JSON POSTs. The apiserver's CPU is the limit
-    (~1.7 ms per object, measured at 1.6k objects: 2.8 s of kube-apiserver CPU, 0.6 s of etcd's,
-    0.85 s of ours through the generated client's pool): 100k objects take ~3 minutes here,
-    against ~15 with the generated client (CoreV1Api) under load."""
+    with its own keep-alive HTTPS connection, plain JSON POSTs (half the client CPU of the
+    generated CoreV1Api, measured). kube-apiserver's CPU is the limit: ~1.7 ms per object at
+    first (2.8 s of its CPU for 1.6k objects, 0.6 s of etcd's), growing with the number of
+    Services (its ClusterIP allocator): 50k Services + slices took 16 minutes, ~300 Services/s at
+    first, ~30/s at 48k. For a big bulk, import_many."""
     cfg = api.configuration
     ctx = ssl.create_default_context(cafile=cfg.ssl_ca_cert)
     if cfg.cert_file:
