@@ -2,9 +2,10 @@
 
 Run: ``flock /tmp/nftproxy-heavy.lock .venv/bin/python -m bench.vs_kubeproxy [--sizes 1000,5000,10000]``.
 
-One kube-apiserver on loopback holds N Services x 10 endpoints (N = each size in turn, created
-once and grown). For each size, each proxy in turn gets a FRESH network namespace (nothing from
-the other) and is measured:
+One kube-apiserver on loopback holds N Services x 10 endpoints (N = each size in turn, written
+once into etcd and grown: bench.operator.import_many, the objects as the API stores them). For
+each size, each proxy in turn gets a FRESH network namespace (nothing from the other) and is
+measured:
 
 * start -> first sync committed: from starting the process until the kernel notifies the
   ``service-ips`` element of the last Service (kube-proxy commits its first sync in one
@@ -34,7 +35,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
-from bench.operator import NS, PROBE_BASE, cluster_ip, create_many, endpoint_slice, service
+from bench.operator import NS, PROBE_BASE, cluster_ip, create_many, endpoint_slice, import_many, service
 from nftproxy.operator import kube
 from testkit.controlplane import ControlPlane
 from testkit.kubeproxy import KubeProxy, wait_synced
@@ -173,6 +174,7 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--timeout", type=float, default=900.0)
     p.add_argument("--keep", action="store_true", help="keep the work directory (proxy logs)")
+    p.add_argument("--via-api", action="store_true", help="create the bulk through the API (default: into etcd)")
     args = p.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     work = Path(tempfile.mkdtemp(prefix="kp-bench-"))
@@ -189,7 +191,10 @@ def main() -> int:
             have = 0
             for si, n in enumerate(sizes):
                 t0 = time.perf_counter()
-                create_many(api, have, n, 10)
+                if args.via_api:
+                    create_many(api, have, n, 10)
+                else:
+                    import_many(cp, have, n, 10)
                 have = n
                 print(f"  (created {n} Services + EndpointSlices in {time.perf_counter() - t0:.0f}s)", flush=True)
                 for pi, (name, cls) in enumerate((("kube-proxy", KubeProxyRunner), ("nftproxy", NftproxyRunner))):

@@ -16,7 +16,7 @@ import hashlib
 import logging
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 
@@ -74,6 +74,11 @@ class Dataplane:
         self.stream_services = 2_000  # … and from this many Services (from scratch), in chunks
         self.stream_chunks = 8
         self.batched = 0  # elements the last sync sent through backend.load
+        # Called by a chunked first load (in the syncing thread) before its last step: it may
+        # feed more inputs (the changes made while the load ran), merged into that step when
+        # they only add Services (see _top_up); the others wait for the next sync.
+        self.top_up: Callable[[], None] | None = None
+        self._chunked_load = False
 
     # -- inputs --------------------------------------------------------------------------
     @property
@@ -120,6 +125,11 @@ class Dataplane:
     def pending(self) -> int:
         """Services changed and not yet compiled."""
         return len(self.inputs.dirty)
+
+    @property
+    def sync_due(self) -> bool:
+        """Inputs not synced yet (e.g. left by a first load's top-up), or the kernel's state unknown."""
+        return bool(self.inputs.dirty) or not self.in_sync
 
     # -- compiling -----------------------------------------------------------------------
     def compile(self) -> None:
@@ -279,7 +289,8 @@ class Dataplane:
         `service-nodeports`, `no-endpoint-*`, …), whose elements all come in the last step:
         until then the table holds no Service at all, as before it existed."""
         assemblies = list(self.assemblies.values())
-        if self._chunked():
+        self._chunked_load = self._chunked()
+        if self._chunked_load:
             keys = sorted(self.inputs.dirty)
             size = -(-len(keys) // max(1, self.stream_chunks))
             chunks = [keys[i : i + size] for i in range(0, len(keys), size)]
@@ -290,13 +301,11 @@ class Dataplane:
         for part in chunks:
             if self.inputs.dirty:
                 self._compile(part)
-            txs, loads = [], []
-            for a in assemblies:
-                txs.append(self._declare(a, declared))
-                for map_name, entries in _spreads_of(a, part).items():
-                    the_map = a.render.set_named(a.store, map_name)
-                    loads.append(ElementLoad(a.family, self.config.table, the_map, (), entries))
-            yield LoadStep(txs, loads)
+            yield self._chunk_step(part, declared)
+        if self._chunked_load and self.top_up is not None:
+            extra = self._top_up({key for part in chunks for key in part})
+            if extra:
+                yield self._chunk_step(extra, declared)
         loads = []
         for a in assemblies:
             t = a.table(expand=False)
@@ -304,6 +313,42 @@ class Dataplane:
                 if els and not t.sets[name].dynamic:
                     loads.append(ElementLoad(a.family, t.name, t.sets[name], list(els.values())))
         yield LoadStep([], loads)
+
+    def _chunk_step(self, part: list[str], declared: dict[Family, set[tuple[str, int]]]) -> LoadStep:
+        """The step of one compiled chunk: the objects it needs first, its endpoint-map entries."""
+        txs, loads = [], []
+        for a in self.assemblies.values():
+            txs.append(self._declare(a, declared))
+            for map_name, entries in _spreads_of(a, part).items():
+                the_map = a.render.set_named(a.store, map_name)
+                loads.append(ElementLoad(a.family, self.config.table, the_map, (), entries))
+        return LoadStep(txs, loads)
+
+    def _top_up(self, loaded: set[str]) -> list[str]:
+        """The inputs changed while the chunks loaded (``top_up``), compiled: the Services to
+        load as one more chunk before the last step. A change made while a first load of 10k
+        Services runs (~0.7 s) then reaches the kernel with it, not in a sync after it.
+
+        Only new Services that claim no frontend held already: the steps only add elements, so
+        a Service an earlier step loaded (or one that would take its frontends) stays dirty, for
+        the next (partial) sync."""
+        assert self.top_up is not None
+        self.top_up()
+        merged = []
+        for key in sorted(self.inputs.dirty - loaded):
+            svc, slices = self.inputs.inputs(key)
+            assemblies = list(self.assemblies.values())
+            frags = [None if svc is None else compile_fragment(svc, slices, a.family, self.config) for a in assemblies]
+            if any(
+                frag is not None and any(a.claims.owners.get(c, key) != key for c in frag.claims)
+                for a, frag in zip(assemblies, frags, strict=True)
+            ):
+                continue
+            for a, frag in zip(assemblies, frags, strict=True):
+                a.put(key, frag)
+            merged.append(key)
+        self.inputs.dirty.difference_update(merged)
+        return merged
 
     def _declare(self, a: Assembly, declared: dict[Family, set[tuple[str, int]]]) -> Transaction:
         """The table (first call) and the per-count objects not declared yet."""

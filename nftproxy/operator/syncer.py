@@ -10,6 +10,7 @@ worker thread; the event loop never waits for the kernel.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import ctypes
 import gc
@@ -104,6 +105,9 @@ class Syncer:
         self.stats_stale = False  # syncs happened since
         self.checksum_due = False  # after a full or checked sync, computed when idle
         self.compile_skipped: list[Skipped] = []  # left out by the compiler (conflicts, orphans)
+        self.loop: asyncio.AbstractEventLoop | None = None  # the event loop's, for the top-up
+        self.top_up_triggers: list[float] = []  # trigger times of the changes a first load took
+        dataplane.top_up = self._top_up
 
     # -- intake (event loop thread) ---------------------------------------------------------
     def service_changed(self, key: str, obj: Mapping[str, Any] | None) -> None:
@@ -163,9 +167,15 @@ class Syncer:
         self.wake.set()
 
     # -- applying queued changes to the dataplane (event loop thread, between syncs) --------
-    def _apply_pending(self) -> list[float]:
+    def _apply_pending(self, nodes: bool = True) -> list[float]:
+        """The queued changes into the dataplane; ``nodes`` False: the Node's stay queued."""
         pending, self.pending = self.pending, {}
         self.pending_counts.clear()
+        if not nodes:
+            self.pending = {k: v for k, v in pending.items() if k[0] == "node"}
+            pending = {k: v for k, v in pending.items() if k[0] != "node"}
+            if self.pending:
+                self.pending_counts["node"] = len(self.pending)
         self.metrics.service_changes_pending.set(0)
         self.metrics.endpoint_changes_pending.set(0)
         triggers: list[float] = []
@@ -204,12 +214,41 @@ class Syncer:
             config = replace(config, node_ips=ips)
         self.dp.set_config(config)
 
+    def _top_up(self) -> None:
+        """``Dataplane.top_up``, in the worker thread, before a first load's last step: the Service
+        and EndpointSlice changes queued meanwhile go into the dataplane (on the event loop
+        thread, while this one waits), to be loaded with it. kopf's watches start as the first
+        sync begins: a change made then (~0.7 s of load at 10k Services) otherwise waited for the
+        load to end and then for a sync of its own. A Node change waits (it rebuilds everything)."""
+        loop = self.loop
+        if loop is None:
+            return
+        done: concurrent.futures.Future[list[float]] = concurrent.futures.Future()
+
+        def apply() -> None:
+            if done.set_running_or_notify_cancel():
+                try:
+                    done.set_result(self._apply_pending(nodes=False) if self.pending else [])
+                except BaseException as e:
+                    done.set_exception(e)
+
+        try:
+            loop.call_soon_threadsafe(apply)
+        except RuntimeError:  # the loop is closed: shutting down
+            return
+        try:
+            self.top_up_triggers += done.result(timeout=1.0)
+        except concurrent.futures.TimeoutError:
+            if not done.cancel():  # running after all: wait for it
+                self.top_up_triggers += done.result()
+
     # -- the loop ---------------------------------------------------------------------------
     async def run(self) -> None:
+        self.loop = asyncio.get_running_loop()
         await self.loaded.wait()
         log.info("initial lists loaded: first sync")
         while True:
-            if not self.pending and not self.full_due and not self.check_due:
+            if not self.pending and not self.full_due and not self.check_due and not self.dp.sync_due:
                 if self.checksum_due:  # nothing else waits: now is the time for it
                     await self.refresh_checksum()
                     continue
@@ -248,12 +287,13 @@ class Syncer:
         full, check = self.full_due, self.check_due
         triggers = self._apply_pending()
         loop = asyncio.get_running_loop()
+        self.top_up_triggers = []
         try:
             result, stats, checksum_due = await loop.run_in_executor(None, self._job, full, check)
         except Exception as e:
             self._record_failure(e)
             raise
-        self._observe_programming_latency(triggers)
+        self._observe_programming_latency(triggers + self.top_up_triggers)
         self._housekeeping(full or result.full, full or check)
         self.checksum_due = self.checksum_due or checksum_due
         self._record_success(result, stats)
@@ -300,7 +340,7 @@ class Syncer:
         s.last_kind = "full" if result.full else "partial"
         s.syncs += 1
         s.last_error = ""
-        s.in_sync = not self.pending
+        s.in_sync = not self.pending and not self.dp.sync_due
         if stats is None:
             self.stats_stale = True
             self._set_skipped(self.compile_skipped)  # parse failures are known now

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterable
+from dataclasses import replace
 
 import pytest
 
@@ -103,3 +104,77 @@ def test_a_failed_first_load_is_rolled_back() -> None:
     fake.n = -1
     assert dp.sync().full
     assert fake.read(Family.IP, "nftproxy") is not None
+
+
+def _top_up_load(top_up: object) -> tuple[Dataplane, FakeBackend]:
+    dp, fake = _loaded(9)
+    assert callable(top_up)
+    dp.top_up = lambda: top_up(dp)
+    return dp, fake
+
+
+def _matches_full_compile(dp: Dataplane, fake: FakeBackend) -> None:
+    want = compile_tables(dp.services.values(), dp.slices.values(), CFG)
+    for t in want.tables:
+        got = fake.read(t.family, "nftproxy")
+        assert got is not None
+        assert _elements(got) == _elements(t)
+
+
+def test_a_service_added_during_a_first_load_is_loaded_with_it() -> None:
+    """A change made while a first load runs (``top_up``, before its last step): a new Service
+    is loaded as one more chunk, reachable in the last step with the others."""
+
+    def add(dp: Dataplane) -> None:
+        dp.set_service(svc(20))
+        dp.set_slice(eps(20, 3))
+
+    dp, fake = _top_up_load(add)
+    assert dp.sync().full
+    assert len(fake.loads) == 5  # 3 chunks, the added Service, then every other element
+    assert {key[0] for ld in fake.loads[3].loads for key, _ in ld.spreads} == {"10.96.0.21"}
+    service_ips = {el.key for ld in fake.loads[-1].loads if ld.set.name == "service-ips" for el in ld.elements}
+    assert ("10.96.0.21", "tcp", "80") in service_ips
+    assert not dp.sync_due
+    _matches_full_compile(dp, fake)
+    dp.top_up = None
+    assert dp.sync().operations == 0  # nothing left to send
+
+
+def test_a_change_to_a_service_already_loaded_waits_for_the_next_sync() -> None:
+    """The load's steps only add elements: a Service an earlier step loaded stays as loaded,
+    dirty, and the next (partial) sync sends its change."""
+
+    def change(dp: Dataplane) -> None:
+        dp.set_slice(eps(0, 2, gen=50))
+        dp.delete_service("default/s1")
+
+    dp, fake = _top_up_load(change)
+    assert dp.sync().full
+    assert len(fake.loads) == 4  # nothing new to load
+    assert dp.sync_due and dp.pending == 2
+    dp.top_up = None
+    result = dp.sync()
+    assert not result.full and result.operations > 0
+    assert not dp.sync_due
+    _matches_full_compile(dp, fake)
+
+
+def test_a_service_added_during_a_first_load_that_takes_a_loaded_ones_frontend_waits() -> None:
+    """A new Service named before a loaded one, with the same ClusterIP, takes its frontends
+    (the first by name wins): not merged into the load (it would change what an earlier step
+    loaded), the next (partial) sync moves the frontends."""
+
+    def steal(dp: Dataplane) -> None:
+        dp.set_service(replace(svc(5), name="a-first"))
+        dp.set_slice(replace(eps(5, 2, gen=70), name="a-first-x", service_name="a-first"))
+
+    dp, fake = _top_up_load(steal)
+    assert dp.sync().full
+    assert len(fake.loads) == 4  # nothing new to load
+    assert dp.sync_due and dp.in_sync and dp.pending == 1
+    dp.top_up = None
+    assert not dp.sync().full
+    assert not dp.sync_due
+    _matches_full_compile(dp, fake)
+    assert any("default/s5" in str(s) for a in dp.assemblies.values() for s in a.skipped())

@@ -4,8 +4,10 @@ batches, retries after a refused transaction, health, stats for ProxyStatus."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import time
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import pytest
@@ -13,6 +15,7 @@ from prometheus_client import generate_latest
 
 from nftproxy.compiler import ProxyConfig
 from nftproxy.dataplane import Dataplane
+from nftproxy.nft.bulk import LoadStep
 from nftproxy.nft.fake import FakeBackend
 from nftproxy.nft.kernel import NftError
 from nftproxy.nft.objects import Family
@@ -277,5 +280,71 @@ def test_the_checksum_waits_until_no_change_is_queued() -> None:
         assert at_checksum == [2], "the queued change was synced before the checksum"
         assert syncer.status.checksum and ("10.96.0.9",) in elements(fake, "cluster-ips")
         task.cancel()
+
+    asyncio.run(go())
+
+
+class _SlowLoad(FakeBackend):
+    """A first load whose second step waits until ``during`` has run on the event loop (a watch
+    event arriving while the kernel loads)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.during: Any = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+
+    def load(self, steps: Iterable[LoadStep]) -> int:
+        def waiting() -> Iterator[LoadStep]:
+            for i, step in enumerate(steps):
+                if i == 1 and self.during is not None and self.loop is not None:
+                    asyncio.run_coroutine_threadsafe(self.during(), self.loop).result(5)
+                yield step
+
+        return super().load(waiting())
+
+
+def test_a_service_created_during_the_first_load_is_in_its_last_step() -> None:
+    """kopf's watches start as the first sync begins: a Service (and its slice) created while
+    the first load runs goes into that load (Dataplane.top_up), not into a sync after it; a
+    Node change then waits for the next sync (it rebuilds the table)."""
+
+    async def go() -> None:
+        fake = _SlowLoad()
+        s = settings()
+        syncer = Syncer(Dataplane(fake, s.proxy), s, Metrics())
+        syncer.dp.bulk_elements, syncer.dp.stream_services, syncer.dp.stream_chunks = 1, 1, 3
+        for i in range(6):
+            syncer.service_changed(f"default/s{i}", svc(f"s{i}", f"10.96.0.{i + 1}"))
+        fake.loop = asyncio.get_running_loop()
+
+        async def during() -> None:
+            syncer.service_changed("default/new", svc("new", "10.96.0.99"))
+            ep = k.endpoint_slice("new-x", "new", [k.endpoint("10.244.0.99")], [k.port(8080, "http")])
+            syncer.slice_changed("default/new-x", ep)
+            addresses = [{"type": "InternalIP", "address": "198.18.0.7"}]
+            node = {"metadata": {"name": "n1"}, "status": {"addresses": addresses}}
+            syncer.node_changed(node)
+
+        fake.during = during
+        seen: list[tuple[int, list[tuple[str, str]], Any]] = []
+
+        async def synced(status: Any) -> None:
+            seen.append((status.syncs, list(syncer.pending), syncer.dp.config.node_ips))
+
+        syncer.on_synced.append(synced)
+        syncer.mark_loaded()
+        task = asyncio.create_task(syncer.run())
+        for _ in range(300):
+            if len(seen) >= 2 and syncer.status.in_sync:
+                break
+            await asyncio.sleep(0.01)
+        assert seen[0][:2] == (1, [("node", "n1")])  # the first sync took all but the Node's change
+        assert len(fake.loads) == 5  # 3 chunks, the new Service, the dispatch maps
+        assert ("10.96.0.99", "tcp", "80") in {el.key for ld in fake.loads[-1].loads for el in ld.elements}
+        assert seen[1][0] == 2 and not seen[1][1] and str(seen[1][2][0]) == "198.18.0.7"  # then the Node's
+        assert ("10.96.0.99", "tcp", "80") in elements(fake, "service-ips")
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
     asyncio.run(go())
