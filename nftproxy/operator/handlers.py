@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 import kopf
 import tenacity
+from kopf._core.reactor import inventory  # private (kopf is pinned): see NoMemories
 
 from nftproxy.operator import kube
 from nftproxy.operator.settings import Settings
@@ -67,6 +68,28 @@ class NoDiffBase(kopf.DiffBaseStorage):
 
     def store(self, *, body: kopf.Body, patch: kopf.Patch, essence: Any) -> None:
         return None
+
+
+class NoMemories(inventory.ResourceMemories):
+    """kopf keeps a record per object it has had an event for (its per-object memo, daemons,
+    index and error-throttling state: ~1 KB), forgotten only when the object is deleted. Our
+    watches start at our own list's version (watch_from_our_lists), so those records were made
+    one by one as objects changed: at 10k Services the process grew by up to ~20 MB over the first
+    minutes of churn, until every object had changed once (README, issue 13). Our handlers are
+    all ``on.event``: no daemons, timers, indexes or diff-bases, nothing to keep between two
+    events of an object, so every record is ephemeral (made for one event, then dropped). The
+    one thing lost: after an error in kopf's own processing of an object, its next error
+    throttles from the first delay again, not the next one."""
+
+    async def recall(
+        self,
+        raw_body: kopf.RawBody,
+        *,
+        memobase: Any = None,
+        noticed_by_listing: bool = False,
+        ephemeral: bool = False,
+    ) -> inventory.ResourceMemory:
+        return await super().recall(raw_body, memobase=memobase, noticed_by_listing=noticed_by_listing, ephemeral=True)
 
 
 @kopf.on.startup()

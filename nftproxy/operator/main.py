@@ -75,6 +75,7 @@ async def _main(settings: Settings, backend: KernelBackend, api: Any, prefetched
             clusterwide=True,
             liveness_endpoint=settings.kopf_liveness,
             memo=handlers.memo_for(ctx),
+            memories=handlers.NoMemories(),
         )
     finally:
         undo()
