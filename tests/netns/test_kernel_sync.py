@@ -216,6 +216,21 @@ def test_bulk_load_of_long_named_services_splits_its_messages_by_size(netns: str
     assert some.comment is not None and len(some.comment) == 127, "the longest comment the kernel keeps"
 
 
+def test_chunked_load_of_services_sharing_endpoints_reads_back_as_by_nft(netns: str) -> None:
+    """The hairpin set goes with the chunks of a first load: an endpoint shared by Services of
+    different chunks is sent by each of them (the kernel takes the second add); all reads back as by nft."""
+    port = [k.port(80)]
+    objs: list[k.Obj] = []
+    for i in range(12):  # 3 chunks of 4; each endpoint is in Services 4 apart (other chunks)
+        objs.append(k.service(f"s{i:02d}", [f"10.96.9.{i + 1}"], port))
+        objs.append(k.endpoint_slice(f"s{i:02d}-x", f"s{i:02d}", [k.endpoint(f"10.244.9.{i % 4 + 1}")], port))
+    results = _load_text_then_bulk(netns, objs)
+    text, fast = results[False][Family.IP], results[True][Family.IP]
+    assert text is not None and fast is not None
+    assert len(fast.elements["hairpin-endpoints"]) == 4
+    assert fast.elements == text.elements
+
+
 def _load_text_then_bulk(netns: str, objs: list[k.Obj]) -> dict[bool, dict[Family, Table | None]]:
     """Load ``objs`` into an empty table by nft text (False), then by the bulk netlink paths
     (True: all compiled first; "stream": compiled in 3 chunks while the kernel loads); read back.
