@@ -10,9 +10,10 @@ Run: ``.venv/bin/python -m bench.operator [--sizes 1000,10000] [--rounds 30]``.
 * the bulk of the Services is written straight into etcd (``import_many``; --via-api: created
   through the API, ~16 minutes for 50k here), the probed ones through the API;
 * event-to-rule latency: an EndpointSlice update written to the API until the new endpoint is in
-  the kernel's map (seen by `nft monitor`), p50/p99 in steady state (from --settle seconds after
-  the last start), with --min-sync-period 0 (and 1s with --period-1s); --rounds 0: none (at 50k
-  the first round timed out after 30 s in the one run tried: `nft monitor` fell behind);
+  the kernel's map (the kernel's own notification of the added element, `testkit.nftwatch`: `nft
+  monitor` dumps the whole ruleset first and fell behind at 50k), p50/p99 in steady state (from
+  --settle seconds after the last start), with --min-sync-period 0 (and 1s with --period-1s);
+  --rounds 0: none;
 * operator RSS after the rounds (VmRSS, and VmHWM: the peak).
 The node is a network namespace created and deleted here; the API is on loopback.
 """
@@ -24,9 +25,10 @@ import base64
 import http.client
 import json
 import os
-import queue
+import socket
 import ssl
 import statistics
+import struct
 import subprocess
 import sys
 import tempfile
@@ -45,6 +47,7 @@ from nftproxy.nft.kernel import KernelBackend, NftError
 from nftproxy.nft.objects import Family
 from nftproxy.operator import kube
 from testkit.controlplane import ControlPlane
+from testkit.nftwatch import ElementWatch
 
 NS = "bench"
 # The probed Service has its own endpoint count, so its map (endpoints-3) holds only its elements:
@@ -217,8 +220,7 @@ class Node:
         self.nft = KernelBackend(self.netns)
         self.proc: subprocess.Popen[bytes] | None = None
         self.log = workdir / "nftproxy.log"
-        self.monitor: subprocess.Popen[str] | None = None
-        self.seen: queue.Queue[tuple[float, str]] = queue.Queue()
+        self.watch: ElementWatch | None = None
         self.synced_at: float | None = None  # perf_counter() of the first sync seen committed
         node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "bench-node"},
                 "status": {"addresses": [{"type": "InternalIP", "address": "198.18.0.1"}]}}  # fmt: skip
@@ -250,47 +252,25 @@ class Node:
                 if f"{probe_vip} . tcp . 80 " in self.nft.run("list map ip nftproxy service-ips"):
                     self.synced_at = time.perf_counter()
                     synced = self.synced_at - t0
-                    self._start_monitor()  # not during the first load: it prints 10^5 elements
+                    self._start_watch()  # not during the first load: 10^5 notifications
                     return synced
             except NftError:
                 pass
             time.sleep(0.01)
 
-    def _start_monitor(self) -> None:
-        """`nft monitor` pushes every committed element change with no polling cost: the moment a
-        line appears is the moment the rule is in the kernel."""
-        self.monitor = subprocess.Popen(
-            ["ip", "netns", "exec", self.netns, "nft", "monitor", "elements"],
-            stdout=subprocess.PIPE, text=True, bufsize=1,
-        )  # fmt: skip
-        threading.Thread(target=self._read_monitor, args=(self.monitor,), daemon=True).start()
-        time.sleep(0.2)  # subscribed before the first write
-
-    def _read_monitor(self, monitor: subprocess.Popen[str]) -> None:
-        assert monitor.stdout
-        for line in monitor.stdout:
-            self.seen.put((time.perf_counter(), line))
-
-    def wait_for(self, text: set[str], deadline: float) -> float:
-        """perf_counter time at which a committed element line containing one of ``text`` appeared."""
-        while True:
-            t, line = self.seen.get(timeout=max(0.01, deadline - time.perf_counter()))
-            if line.startswith("add element") and any(x in line for x in text):
-                return t
-
-    def drain(self) -> None:
-        while not self.seen.empty():
-            self.seen.get_nowait()
+    def _start_watch(self) -> None:
+        """The kernel notifies every committed element addition (NFNLGRP_NFTABLES): the moment it
+        arrives is the moment the rule is in the kernel, with no polling and no dump."""
+        self.watch = ElementWatch(self.netns)
 
     def stop(self) -> None:
         if self.proc:
             self.proc.terminate()
             self.proc.wait(30)
             self.proc = None
-        if self.monitor:
-            self.monitor.terminate()
-            self.monitor.wait(10)
-            self.monitor = None
+        if self.watch:
+            self.watch.close()
+            self.watch = None
 
     def rss_mb(self) -> tuple[float, float]:
         assert self.proc
@@ -307,17 +287,19 @@ def latency(api: Any, node: Node, index: int, rounds: int, first_round: int = 1)
     import kubernetes  # noqa: PLC0415
 
     disc = kubernetes.client.DiscoveryV1Api(api)
-    vip = cluster_ip(index)
     out = []
     for r in range(first_round, first_round + rounds):
         body = endpoint_slice(index, PROBE_ENDPOINTS, salt=1_000_000 + r * 10)
-        want = {f"{vip} . tcp . 80 . 0 : {e['addresses'][0]} . 8080" for e in body["endpoints"]}
-        node.drain()
+        # the new endpoints are new addresses: any one's value (address . port) in the map is the
+        # whole change (one transaction)
+        value = socket.inet_aton(body["endpoints"][0]["addresses"][0]) + struct.pack(">H", 8080) + b"\0\0"
+        assert node.watch is not None
+        node.watch.expect(f"endpoints-{PROBE_ENDPOINTS}", value)
         t0 = time.perf_counter()
         disc.replace_namespaced_endpoint_slice(f"s{index}-x", NS, cast(Any, body))
         try:
-            t1 = node.wait_for(want, t0 + 30)
-        except queue.Empty:
+            t1 = node.watch.wait(f"endpoints-{PROBE_ENDPOINTS}", value, 30)
+        except TimeoutError:
             raise RuntimeError(f"round {r}: the new endpoints never reached the kernel") from None
         out.append(t1 - t0)
         time.sleep(0.05)
