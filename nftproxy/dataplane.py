@@ -78,7 +78,6 @@ class Dataplane:
         # feed more inputs (the changes made while the load ran), merged into that step when
         # they only add Services (see _top_up); the others wait for the next sync.
         self.top_up: Callable[[], None] | None = None
-        self._chunked_load = False
 
     # -- inputs --------------------------------------------------------------------------
     @property
@@ -289,8 +288,8 @@ class Dataplane:
         `service-nodeports`, `no-endpoint-*`, …), whose elements all come in the last step:
         until then the table holds no Service at all, as before it existed."""
         assemblies = list(self.assemblies.values())
-        self._chunked_load = self._chunked()
-        if self._chunked_load:
+        chunked = self._chunked()
+        if chunked:
             keys = sorted(self.inputs.dirty)
             size = -(-len(keys) // max(1, self.stream_chunks))
             chunks = [keys[i : i + size] for i in range(0, len(keys), size)]
@@ -301,31 +300,32 @@ class Dataplane:
         for part in chunks:
             if self.inputs.dirty:
                 self._compile(part)
-            yield self._chunk_step(part, declared)
-        if self._chunked_load and self.top_up is not None:
+            yield self._chunk_step(part, declared, chunked)
+        if chunked and self.top_up is not None:
             extra = self._top_up({key for part in chunks for key in part})
             if extra:
-                yield self._chunk_step(extra, declared)
+                yield self._chunk_step(extra, declared, chunked)
         loads = []
         for a in assemblies:
             t = a.table(expand=False)
             for name, els in t.elements.items():
-                if name == EARLY_SET and self._chunked_load:
+                if name == EARLY_SET and chunked:
                     continue  # every element came with its chunk (_chunk_step)
                 if els and not t.sets[name].dynamic:
                     loads.append(ElementLoad(a.family, t.name, t.sets[name], list(els.values())))
         yield LoadStep([], loads)
 
-    def _chunk_step(self, part: list[str], declared: dict[Family, set[tuple[str, int]]]) -> LoadStep:
-        """The step of one compiled chunk: the objects it needs first, its endpoint-map entries."""
+    def _chunk_step(self, part: list[str], declared: dict[Family, set[tuple[str, int]]], early: bool) -> LoadStep:
+        """The step of one compiled chunk: the objects it needs first, its endpoint-map entries
+        (and, ``early``, its elements of EARLY_SET)."""
         txs, loads = [], []
         for a in self.assemblies.values():
             txs.append(self._declare(a, declared))
             for map_name, entries in _spreads_of(a, part).items():
                 the_map = a.render.set_named(a.store, map_name)
                 loads.append(ElementLoad(a.family, self.config.table, the_map, (), entries))
-            if self._chunked_load and (early := _early_elements(a, part)):
-                loads.append(ElementLoad(a.family, self.config.table, a.render.set_named(a.store, EARLY_SET), early))
+            if early and (els := _early_elements(a, part)):
+                loads.append(ElementLoad(a.family, self.config.table, a.render.set_named(a.store, EARLY_SET), els))
         return LoadStep(txs, loads)
 
     def _top_up(self, loaded: set[str]) -> list[str]:
@@ -339,9 +339,9 @@ class Dataplane:
         assert self.top_up is not None
         self.top_up()
         merged = []
+        assemblies = list(self.assemblies.values())
         for key in sorted(self.inputs.dirty - loaded):
             svc, slices = self.inputs.inputs(key)
-            assemblies = list(self.assemblies.values())
             frags = [None if svc is None else compile_fragment(svc, slices, a.family, self.config) for a in assemblies]
             if any(
                 frag is not None and any(a.claims.owners.get(c, key) != key for c in frag.claims)
@@ -407,8 +407,9 @@ class Dataplane:
 # The set whose elements a chunked first load sends with each chunk, not in the last step: it is
 # only read for packets a dispatch map already sent to an endpoint, so it serves no Service early.
 # It is the biggest set (an entry per local endpoint; 10^5 at 10k Services x 10 without a node
-# name), and in the last step its commit (~0.1 s) came after the whole compile; with the chunks it
-# overlaps the next chunk's compile (measured: `nftproxy apply` of 10k Services, quiet machine).
+# name), and in the last step its commit (~0.13 s) came after the whole compile; with the chunks it
+# overlaps the next chunk's compile (measured: `nftproxy apply` of 10k Services on a quiet machine,
+# 2.03x -> 1.89x `nft -f`, bench.apply).
 # Each chunk's elements are all its Services' (an element two chunks share is added twice: the
 # kernel accepts an add of an element it holds); together they are the whole set, since a Service
 # an earlier chunk programmed is never evicted by a later one (chunks go in name order, claims.py).
