@@ -163,9 +163,10 @@ def _add_run_parser(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from nftproxy.operator import kube  # noqa: PLC0415
+    from nftproxy.operator import kube, memory  # noqa: PLC0415
     from nftproxy.operator.settings import settings_from_args  # noqa: PLC0415
 
+    memory.tune()  # before the first thread (the prefetch's)
     args.node_ip = args.node_ip or None
     settings = settings_from_args(args, config_from_args(args))
     api = kube.api_client(settings.kubeconfig)

@@ -15,7 +15,6 @@ import gc
 import hashlib
 import logging
 import time
-from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
@@ -102,8 +101,7 @@ class Dataplane:
 
     @staticmethod
     def _assemblies(config: ProxyConfig) -> dict[Family, Assembly]:
-        holders: Counter[str] = Counter()  # shared: Services programmed in either family
-        return {f: Assembly(f, config, holders) for f in Family}
+        return {f: Assembly(f, config) for f in Family}
 
     def set_service(self, svc: Service) -> None:
         self.inputs.set_service(svc)

@@ -10,7 +10,7 @@ kernel took it.
 
 from __future__ import annotations
 
-from collections import Counter
+from collections.abc import Iterator
 
 from nftproxy.compiler import balancing, skeleton
 from nftproxy.compiler.changelog import ChangeLog, Obj, Slot
@@ -27,12 +27,12 @@ AFFINITY_SETS = ("affinity-services", "affinity-nodeports")
 
 
 class Assembly:
-    def __init__(self, family: Family, config: ProxyConfig, holders: Counter[str] | None = None) -> None:
+    def __init__(self, family: Family, config: ProxyConfig) -> None:
         self.family = family
         self.config = config
         self.log = ChangeLog()
-        self.store = ElementStore(self.log, holders)
-        self.claims = Claims()
+        self.store = ElementStore(self.log)
+        self.claims = Claims(self.store.fragments)
         self.render = Renderer(family, config)
 
     # -- updating ------------------------------------------------------------------------
@@ -93,7 +93,7 @@ class Assembly:
     def chain_names(self) -> set[str]:
         return self.render.chain_names(self.store)
 
-    def content_lines(self) -> list[str]:
+    def content_lines(self) -> Iterator[str]:
         return self.render.content_lines(self.store)
 
     def element_count(self) -> int:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 
@@ -32,10 +32,11 @@ def orphan_slices(
 
 
 def summarize(assemblies: Iterable[Assembly]) -> tuple[int, int, list[Skipped]]:
-    """(Services programmed, endpoints programmed, Services left out): no walk of the table."""
+    """(Services programmed, endpoints programmed, Services left out): no walk of the table
+    (of the second family's Services only, in a dual-stack cluster: the Services in both count once)."""
     assemblies = list(assemblies)
-    holders = list({id(a.store.holders): a.store.holders for a in assemblies}.values())
-    services = len(holders[0]) if len(holders) == 1 else len(set().union(*holders))  # shared: O(1)
+    frags = sorted((a.store.fragments for a in assemblies), key=len, reverse=True)
+    services = len(frags[0]) + sum(k not in frags[0] for f in frags[1:] for k in f) if frags else 0
     endpoints = sum(len(a.store.endpoints) for a in assemblies)  # families: distinct addresses
     skipped: dict[str, Skipped] = {}
     for a in assemblies:
@@ -61,8 +62,7 @@ def compile_tables(
     all_slices = sorted(slices, key=lambda s: s.key)
     for sl in all_slices:
         by_service[sl.service_key].append(sl)
-    holders: Counter[str] = Counter()
-    assemblies = [Assembly(f, config, holders) for f in Family]
+    assemblies = [Assembly(f, config) for f in Family]
     for a in assemblies:
         for svc in svcs:
             frag = compile_fragment(svc, by_service.get(svc.key, []), a.family, config)

@@ -3,6 +3,7 @@ ElementStore holds, rendered whole (``table``) or as the change a ChangeLog reco
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from ipaddress import collapse_addresses, ip_network
 
 from nftproxy.compiler import skeleton
@@ -98,14 +99,22 @@ class Renderer:
                 for rule in c.rules:
                     tx.add_rule(c.name, rule)
 
-    def content_lines(self, store: ElementStore) -> list[str]:
-        """The table's contents as sorted lines (for a checksum), endpoint maps unexpanded."""
-        lines = [f"table {self.family.value} {self.name} {self.comment()}\n"]
-        lines += sorted(f"chain {name}\n" for name in self.chain_names(store))
-        els = [f"{name} {el.render()}\n" for name, els in self.static.items() for el in els.values()]
-        els += [f"{name} {el.render()}\n" for (name, _), el in store.values.items()]
-        els += [f"{name} {' . '.join(key)} : {values}\n" for (name, key), values in store.spreads.items()]
-        return lines + sorted(els)
+    def content_lines(self, store: ElementStore) -> Iterator[str]:
+        """The table's contents as lines in a canonical order (for a checksum), endpoint maps
+        unexpanded. One line at a time, in the order of the keys: rendering every line and sorting
+        the lines (as before) held ~30k strings at once at 10k Services, every sync_period."""
+        yield f"table {self.family.value} {self.name} {self.comment()}\n"
+        yield from sorted(f"chain {name}\n" for name in self.chain_names(store))
+        for name in sorted(self.static):
+            els = self.static[name]
+            for key in sorted(els):
+                yield f"{name} {els[key].render()}\n"
+        values = store.values
+        for k in sorted(values):
+            yield f"{k[0]} {values[k].render()}\n"
+        spreads = store.spreads
+        for k in sorted(spreads):
+            yield f"{k[0]} {' . '.join(k[1])} : {spreads[k]}\n"
 
     def table(self, store: ElementStore, expand: bool = True) -> Table:
         """The whole desired table (``expand=False``: without the endpoint maps' elements, which

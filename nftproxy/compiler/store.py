@@ -16,16 +16,15 @@ from nftproxy.nft.objects import Element, Key
 
 
 class ElementStore:
-    def __init__(self, log: ChangeLog, holders: Counter[str] | None = None) -> None:
+    def __init__(self, log: ChangeLog) -> None:
         self.log = log
         self.fragments: dict[str, Fragment] = {}  # programmed, by Service key
-        # Service key -> stores (families) holding it: shared by a dataplane's families, so the
-        # number of Services programmed is len(holders), not a walk of every fragment.
-        self.holders: Counter[str] = Counter() if holders is None else holders
         self.health: dict[str, Fragment] = {}  # the fragments with a healthCheckNodePort
         self.warned: dict[str, Fragment] = {}  # the fragments with warnings (reported as skips)
         self.values: dict[tuple[str, Key], Element] = {}  # (set, key) -> element
-        self.counts: dict[tuple[str, Key], int] = {}  # (set, key) -> fragments holding it
+        # (set, key) -> fragments holding it, only where two or more do: nearly every element has
+        # one holder, and a second table as big as ``values`` doubled too under churn.
+        self.counts: dict[tuple[str, Key], int] = {}
         self.spreads: dict[tuple[str, Key], tuple[Slot, ...]] = {}  # (map, frontend) -> slot values
         self.objects: Counter[Obj] = Counter()  # per-count objects -> fragments needing them
         self.endpoints: Counter[tuple[str, int]] = Counter()  # endpoint -> fragments using it
@@ -35,7 +34,6 @@ class ElementStore:
         log = self.log
         tracking = log.enabled  # off during a full compile: 10^5 calls saved
         self.fragments[frag.key] = frag
-        self.holders[frag.key] += 1
         if frag.health_check_port:
             self.health[frag.key] = frag
         if frag.warnings:
@@ -43,12 +41,12 @@ class ElementStore:
         values, counts = self.values, self.counts
         for set_name, el in frag.elements:
             k = (set_name, el.key)
-            n = counts.get(k, 0)
-            if n == 0:
+            if k in values:
+                counts[k] = counts.get(k, 1) + 1
+            else:
                 if tracking:
                     log.element(k, None)
                 values[k] = el
-            counts[k] = n + 1
         spreads = self.spreads
         for map_name, key, slot_values in frag.spreads:
             k = (map_name, key)
@@ -71,18 +69,17 @@ class ElementStore:
             return None
         self.health.pop(key, None)
         self.warned.pop(key, None)
-        self.holders[key] -= 1
-        if self.holders[key] <= 0:
-            del self.holders[key]
         log = self.log
+        counts = self.counts
         for set_name, el in frag.elements:
             k = (set_name, el.key)
-            n = self.counts[k] - 1
+            n = counts.get(k, 1) - 1
             if n == 0:
                 log.element(k, self.values.pop(k))
-                del self.counts[k]
+            elif n == 1:
+                del counts[k]
             else:
-                self.counts[k] = n
+                counts[k] = n
         for map_name, fkey, _ in frag.spreads:
             k = (map_name, fkey)
             log.spread(k, self.spreads.pop(k))

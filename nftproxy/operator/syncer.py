@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextlib
-import ctypes
 import gc
 import logging
 import time
@@ -27,6 +25,7 @@ import tenacity
 from nftproxy.dataplane import Dataplane, SyncResult
 from nftproxy.model.parse import Ignored, parse_endpoint_slice, parse_node, parse_service
 from nftproxy.model.types import EndpointSlice, Node, Service, Skipped
+from nftproxy.operator import memory
 from nftproxy.operator.metrics import Metrics
 from nftproxy.operator.settings import Settings
 
@@ -62,12 +61,6 @@ class Status:
     health_checks: dict[int, tuple[str, int]] = field(default_factory=dict)  # port -> (Service, local eps)
     conditions: list[dict[str, str]] = field(default_factory=list)  # more ProxyStatus conditions (kubeproxy_watch)
     generation: int = 0  # bumped whenever anything above changes
-
-
-def _malloc_trim() -> None:
-    """Give the heap freed after a bulk load (API lists, parse buffers) back to the system."""
-    with contextlib.suppress(OSError):
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
 def _trigger_epoch(text: str | None) -> float | None:
@@ -325,11 +318,11 @@ class Syncer:
             # reach, or each full collection walks them all (a pause of seconds at 10k Services).
             gc.collect()
             gc.freeze()
-            _malloc_trim()
+            memory.trim()
         if was_checked:
             self.check_due = False
             self.last_check = self.last_start
-            _malloc_trim()
+            memory.trim()
 
     def _record_success(self, result: SyncResult, stats: Stats | None) -> None:
         self.first_sync.set()

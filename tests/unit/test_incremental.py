@@ -5,7 +5,7 @@ tests/netns/test_kernel_sync.py checks the same against the real kernel."""
 from __future__ import annotations
 
 import random
-from ipaddress import IPv4Address, ip_address, ip_network
+from ipaddress import IPv4Address, IPv6Address, ip_address, ip_network
 
 from nftproxy.compiler import ProxyConfig, compile_tables
 from nftproxy.dataplane import Dataplane
@@ -161,3 +161,54 @@ def test_orphan_slices_and_counts_are_kept_up_to_date_without_a_walk() -> None:
         want = compile_tables(dp.services.values(), dp.slices.values(), CFG, dp.ignored)
         assert (n_svc, n_eps) == (want.services, want.endpoints)
         assert sorted(map(str, skipped)) == sorted(map(str, want.skipped))
+
+
+def test_an_element_two_services_share_stays_until_the_last_one_goes() -> None:
+    """Two Services with the same pods (hairpin entries of both) and two ports each (the ClusterIP
+    entry twice in one Service): the shared entries are counted, not duplicated or dropped early."""
+    fake = FakeBackend()
+    dp = Dataplane(fake, CFG)
+    for i in (1, 2):
+        dp.set_service(svc(i))
+        same = eps(1, 4)
+        dp.set_slice(EndpointSlice("default", f"s{i}-x", f"s{i}", "IPv4", same.ports, same.endpoints))
+    dp.sync()
+    hairpin = set(state(fake)[0]["hairpin-endpoints"])
+    assert hairpin and state(fake) == expected(dp)
+    dp.delete_service("default/s1")
+    dp.sync()
+    assert set(state(fake)[0]["hairpin-endpoints"]) == hairpin, "s2 still needs them"
+    assert ("10.96.0.2",) not in state(fake)[0]["cluster-ips"] and ("10.96.0.3",) in state(fake)[0]["cluster-ips"]
+    assert state(fake) == expected(dp)
+    dp.delete_service("default/s2")
+    dp.sync()
+    assert not state(fake)[0].get("hairpin-endpoints") and not state(fake)[0].get("cluster-ips")
+    assert state(fake) == expected(dp)
+    assert not any(a.store.counts or a.store.values for a in dp.assemblies.values())
+
+
+def test_services_in_both_families_count_once() -> None:
+    """ProxyStatus' `services`: a dual-stack Service is one Service, whichever families have it."""
+    fake = FakeBackend()
+    dp = Dataplane(fake, CFG)
+
+    def service(name: str, *ips: IPv4Address | IPv6Address) -> Service:
+        return Service("default", name, "ClusterIP", ips, (ServicePort("p", "TCP", 80),))
+
+    def slice_(name: str, family: str, addr: str) -> EndpointSlice:
+        ep = Endpoint(addr, ready=True, serving=True, terminating=False, node_name="n1")
+        return EndpointSlice("default", f"{name}-{family}", name, family, (EndpointPort("p", "TCP", 8080),), (ep,))
+
+    dp.set_service(service("dual", IPv4Address("10.96.0.10"), IPv6Address("fd00::10")))
+    dp.set_slice(slice_("dual", "IPv4", "10.244.0.10"))
+    dp.set_slice(slice_("dual", "IPv6", "fd00:244::10"))
+    dp.set_service(service("v4", IPv4Address("10.96.0.11")))
+    dp.set_slice(slice_("v4", "IPv4", "10.244.0.11"))
+    dp.set_service(service("v6", IPv6Address("fd00::12")))
+    dp.set_slice(slice_("v6", "IPv6", "fd00:244::12"))
+    dp.sync()
+    assert [len(a.fragments) for a in dp.assemblies.values()] == [2, 2]
+    assert dp.stats()[:2] == (3, 4)
+    dp.delete_service("default/v4")
+    dp.sync()
+    assert dp.stats()[:2] == (2, 3)
