@@ -20,7 +20,7 @@ from nftproxy.compiler.balancing import with_tag
 from nftproxy.compiler.config import ProxyConfig
 from nftproxy.compiler.endpoints import Categorized, Target, categorize, targets
 from nftproxy.model.types import EndpointSlice, Service, ServicePort
-from nftproxy.nft.objects import Element, Family, Key
+from nftproxy.nft.objects import Element, Family, Key, address, prefix
 
 REJECT = ("goto reject-chain",)
 DROP = ("drop",)
@@ -174,10 +174,6 @@ class _Port(NamedTuple):
     port: str
 
 
-def _addr_or_cidr(text: str) -> str:
-    return text[:-3] if text.endswith(("/32", "/128")) else text
-
-
 def _frontends(svc: Service, family: Family) -> _Frontends | None:
     version = family.version
     cluster_ips = [ip for ip in svc.cluster_ips if ip.version == version]
@@ -188,12 +184,12 @@ def _frontends(svc: Service, family: Family) -> _Frontends | None:
     externals: tuple[str, ...] = ()
     ranges: tuple[str, ...] = ()
     if svc.external_ips or svc.load_balancer_ips:  # most Services have neither
-        lb_ips = tuple(str(ip) for ip in svc.load_balancer_ips if ip.version == version)
+        lb_ips = tuple(address(ip) for ip in svc.load_balancer_ips if ip.version == version)
         both = dict.fromkeys((*svc.external_ips, *svc.load_balancer_ips))
-        externals = tuple(s for s in (str(ip) for ip in both if ip.version == version) if s != cluster_ip)
+        externals = tuple(s for s in (address(ip) for ip in both if ip.version == version) if s != cluster_ip)
     if svc.load_balancer_source_ranges:
         mine = [r for r in svc.load_balancer_source_ranges if r.version == version]
-        ranges = tuple(_addr_or_cidr(str(r)) for r in collapse_addresses(mine))  # type: ignore[type-var]
+        ranges = tuple(prefix(r) for r in collapse_addresses(mine))  # type: ignore[type-var]
     return _Frontends(
         cluster_ip,
         externals,

@@ -12,12 +12,8 @@ from nftproxy.compiler.config import ProxyConfig
 from nftproxy.compiler.fragment import spread_elements
 from nftproxy.compiler.store import ElementStore
 from nftproxy.model.types import IPNetwork
-from nftproxy.nft.objects import Chain, Element, Family, Key, Set, Table
+from nftproxy.nft.objects import Chain, Element, Family, Key, Set, Table, prefix
 from nftproxy.nft.transaction import Transaction
-
-
-def _addr_or_cidr(net: IPNetwork) -> str:
-    return str(net.network_address) if net.prefixlen == net.max_prefixlen else str(net)
 
 
 class Renderer:
@@ -41,12 +37,12 @@ class Renderer:
         self._set_owner: dict[str, Obj] = {}  # map name -> the object declaring it (memo)
         self.static: dict[str, dict[Key, Element]] = {"cluster-cidrs": {}, "nodeport-ips": {}}
         for net in collapse_addresses(mine):  # type: ignore[type-var]
-            self.static["cluster-cidrs"][(_addr_or_cidr(net),)] = Element((_addr_or_cidr(net),))
+            self.static["cluster-cidrs"][(prefix(net),)] = Element((prefix(net),))
         np_nets: list[IPNetwork] = [n for n in config.nodeport_addresses if n.version == f.version]
         if not config.nodeport_addresses:
             np_nets = [ip_network(ip) for ip in config.node_ips if ip.version == f.version]
         for net in collapse_addresses(np_nets):  # type: ignore[type-var]
-            self.static["nodeport-ips"][(_addr_or_cidr(net),)] = Element((_addr_or_cidr(net),))
+            self.static["nodeport-ips"][(prefix(net),)] = Element((prefix(net),))
 
     def object_parts(self, obj: Obj) -> tuple[list[Set], list[Chain]]:
         """Memoized: with round-robin Services (objects of their own, balancing.py) there are

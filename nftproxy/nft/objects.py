@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network
 from typing import NamedTuple
 
 
@@ -117,6 +119,22 @@ class Table:
 
     def count_elements(self) -> int:
         return sum(len(e) for e in self.elements.values())
+
+
+def address(addr: IPv4Address | IPv6Address) -> str:
+    """An address as nft writes it, so that a table read back compares equal: nft formats IPv6
+    with glibc's inet_ntop, which writes IPv4-mapped and -compatible addresses in dotted form
+    (``::ffff:198.18.0.100``, where Python writes ``::ffff:c612:64``)."""
+    if addr.version == 4:
+        return str(addr)
+    return socket.inet_ntop(socket.AF_INET6, addr.packed)
+
+
+def prefix(net: IPv4Network | IPv6Network) -> str:
+    """A network as an element of an interval set: a host prefix (/32, /128) as its address
+    alone, which is how nft lists it, any other as ``address/length`` (including /0)."""
+    text = address(net.network_address)
+    return text if net.prefixlen == net.max_prefixlen else f"{text}/{net.prefixlen}"
 
 
 def quote(text: str) -> str:
