@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import copy
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from nftproxy.nft.bulk import LoadStep, expand
@@ -39,6 +39,9 @@ class FakeBackend:
         # the ones before it were applied to the working copy: what atomicity must undo.
         self.fail_at_op: int | None = None
         self.loads: list[LoadStep] = []
+        # An element the kernel would refuse (its parser or its checks): the message, else None.
+        self.refuse: Callable[[Element], str | None] | None = None
+        self.checks = 0  # dry runs (check)
         self.timeouts: dict[tuple[Family, str, str, Key], int] = {}  # of the packet path's elements
         self.flows: dict[Family, list[UdpFlow]] = {}  # conntrack, as a test sets it up
         self.flows_deleted: list[tuple[Family, UdpFlow]] = []
@@ -54,22 +57,42 @@ class FakeBackend:
             sent += step.element_changes()
         return sent
 
+    def check(self, *txs: Transaction) -> None:
+        """A dry run: the same checks as a commit, on a copy that is thrown away."""
+        self.checks += 1
+        touched = {(tx.family, tx.table) for tx in txs}
+        self._run(txs, (), {k: copy.deepcopy(t) if k in touched else t for k, t in self.tables.items()})
+
     def _commit(self, txs: Iterable[Transaction], loads: Iterable[tuple[Family, str, str, list[Element]]]) -> None:
         """All of it or nothing, like one kernel transaction."""
         if self.fail_next:
             msg, self.fail_next = self.fail_next, None
             raise NftError(msg)
         txs = list(txs)
-        ops = [((tx.family, tx.table), op) for tx in txs for op in tx.ops]
-        ops += [((fam, table), Op("add", "elements", name, elements=tuple(els))) for fam, table, name, els in loads]
         work = copy.deepcopy(self.tables)
-        for i, (key, op) in enumerate(ops):
-            if self.fail_at_op == i:
-                self.fail_at_op = None
-                raise NftError(f"Error: injected failure at operation {i}")
-            _apply_op(work, key, op)
+        self._run(txs, loads, work, injected=True)
         self.tables = work
         self.transactions.extend(txs)
+
+    def _run(
+        self,
+        txs: Iterable[Transaction],
+        loads: Iterable[tuple[Family, str, str, list[Element]]],
+        work: dict[tuple[Family, str], _Table],
+        injected: bool = False,
+    ) -> None:
+        ops = [((tx.family, tx.table), op) for tx in txs for op in tx.ops]
+        ops += [((fam, table), Op("add", "elements", name, elements=tuple(els))) for fam, table, name, els in loads]
+        for i, (key, op) in enumerate(ops):
+            if injected and self.fail_at_op == i:
+                self.fail_at_op = None
+                raise NftError(f"Error: injected failure at operation {i}")
+            if self.refuse is not None and op.verb == "add" and op.what == "elements":
+                for e in op.elements:
+                    if (why := self.refuse(e)) is not None:
+                        where = f"add element {key[0].value} {key[1]} {op.name} {{ {e.render()} }}"
+                        raise NftError(f"Error: {why} [{where}]")
+            _apply_op(work, key, op)
 
     def read(self, family: Family, table: str) -> Table | None:
         t = self.tables.get((family, table))

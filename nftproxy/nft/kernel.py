@@ -45,6 +45,10 @@ class Backend(Protocol):
 
     def delete(self, family: Family, table: str) -> bool: ...
 
+    def check(self, *txs: Transaction) -> None:
+        """Would the kernel take ``txs`` as one transaction? Raise NftError (with the refused
+        statement) if not. A dry run: nothing changes in the kernel."""
+
     def chain_names(self, family: Family, table: str) -> set[str] | None:
         """The table's chain names (cheap: no set elements are fetched); None if it is absent."""
 
@@ -60,8 +64,21 @@ class Backend(Protocol):
 def _run_child(args: list[str], stdin: str | None) -> str:
     r = subprocess.run(["nft", *args], input=stdin, capture_output=True, text=True, check=False)
     if r.returncode != 0:
-        raise NftError(_first_error(r.stderr))
+        raise NftError(_first_error(r.stderr, stdin))
     return r.stdout
+
+
+def _located(script: str, err: str) -> str:
+    """The error of a script that libnftables refused, naming the statement it refused.
+
+    libnftables 1.0.6 quotes the FIRST line of a buffer in its error (an `add table` line, so the
+    message pointed at the wrong place) and gives no line number; `nft -c -f -` (a dry run: no
+    kernel state changes) gives ``/dev/stdin:LINE:COLUMNS``, read back against our own script."""
+    try:
+        _run_child(["-c", "-f", "-"], script)
+    except NftError as e:
+        return str(e)
+    return _first_error(err)  # the dry run passed (the kernel's state changed meanwhile?)
 
 
 class KernelBackend:
@@ -126,9 +143,18 @@ class KernelBackend:
             elif script:
                 rc, _, err = ctx.cmd(script)
                 if rc != 0:
-                    raise NftError(_first_error(err))
+                    raise NftError(_located(script, err))
 
         return self._submit(go)
+
+    def check(self, *txs: Transaction) -> None:
+        """A dry run in a short-lived `nft -c` child: this process's libnftables context keeps a
+        cache that a dry run leaves behind (seen: the next dry run of the same table then
+        failed with "interval overlaps with an existing one"), and the child also gives the
+        refused statement's line."""
+        script = "".join(tx.render() for tx in txs)
+        if script:
+            self._child(["-c", "-f", "-"], script)
 
     def _child(self, args: list[str], stdin: str | None = None) -> str:
         """Run libnftables in a short-lived `nft` child (started from the worker thread, so in its
@@ -192,9 +218,12 @@ class KernelBackend:
                     tx.add_elements(ld.set.name, bulk.expand(ld))
                     text.append(tx)
                     continue
-                packed = lay.pack_all(ld.elements)
-                for key, values in ld.spreads:
-                    packed += lay.pack_spread(key, values)
+                try:
+                    packed = lay.pack_all(ld.elements)
+                    for key, values in ld.spreads:
+                        packed += lay.pack_spread(key, values)
+                except (OSError, ValueError) as e:  # an element nft would refuse as well
+                    raise NftError(f"Error: an element of {ld.set.name} cannot be packed: {e}") from e
                 batch.add(ld.family.value, ld.table, ld.set.name, packed)
             pending.append(self.apply_async(*step.txs, *text))
             if batch.count:
@@ -242,15 +271,40 @@ class KernelBackend:
         return True
 
 
-def _first_error(err: str) -> str:
+_LOCATION = re.compile(r":(\d+):(\d+)-(\d+): Error:")
+
+
+def _first_error(err: str, script: str | None = None) -> str:
+    """nft's first error, with the statement it refused: from ``script`` at the location nft
+    gives (``FILE:LINE:FIRST-LAST: Error: …``), else the line nft printed after it."""
     lines = [ln for ln in str(err).splitlines() if ln.strip()]
     for i, ln in enumerate(lines):
         if "Error:" in ln:
-            # nft prints the offending statement on the next line: keep it, shortened.
             msg = ln[ln.index("Error:") :]
+            m = _LOCATION.search(ln)
+            if m and script:
+                number, first, last = (int(g) for g in m.groups())
+                source = script.split("\n", number)[number - 1] if number >= 1 else ""
+                if source:
+                    return f"{msg} [{statement_at(source, first, last)}]"
             where = lines[i + 1].strip() if i + 1 < len(lines) else ""
             return f"{msg} [{where[:160]}]" if where else msg
     return lines[0] if lines else "nft failed"
+
+
+def statement_at(line: str, first: int, last: int) -> str:
+    """The refused part of one script line (nft's columns are 1-based): of an ``add element``
+    line of thousands of elements, the statement with just the element at those columns."""
+    if " element " in line[:40] and "{ " in line:
+        head = line.index("{ ") + 2
+        at = max(head, min(first - 1, len(line)))
+        start = line.rfind(", ", head, at)
+        start = head if start < 0 else start + 2
+        end = line.find(", ", max(at, last - 1))
+        end = line.rfind(" }") if end < 0 else end
+        if start < end:
+            return f"{line[:head]}{line[start:end]} }}"
+    return line if len(line) <= 200 else line[:200] + " …"
 
 
 _TABLE_COMMENT = re.compile(r'^table [^\n]*\{\n\s*comment "([^"]*)"', re.M)

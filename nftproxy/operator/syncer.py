@@ -89,6 +89,7 @@ class Syncer:
         self.changed = asyncio.Event()  # status changed (for the ProxyStatus writer)
         self.on_synced: list[Callable[[Status], Awaitable[None]]] = []  # e.g. health-check servers
         self.full_due = True  # compare with the kernel's whole table (start, failures, hourly)
+        self.retry_refused_due = False  # hourly: Services the kernel refused are tried again
         self.check_due = False  # cheap check of the table's chains (every sync_period)
         self.last_start = 0.0
         self.last_full = 0.0
@@ -255,7 +256,7 @@ class Syncer:
                         continue
                     self.check_due = True
                     if time.monotonic() - self.last_full >= FULL_SYNC_PERIOD:
-                        self.full_due = True
+                        self.full_due = self.retry_refused_due = True
             self.wake.clear()
             delay = self.last_start + self.settings.min_sync_period - time.monotonic()
             if delay > 0:
@@ -278,6 +279,9 @@ class Syncer:
         self.last_start = time.monotonic()
         self.sync_starts.append(self.last_start)
         full, check = self.full_due, self.check_due
+        if self.retry_refused_due:
+            self.retry_refused_due = False
+            self.dp.retry_refused()
         triggers = self._apply_pending()
         loop = asyncio.get_running_loop()
         self.top_up_triggers = []

@@ -1,0 +1,1 @@
+"""What several test modules share (builders, fault injection); no test module imports another."""
