@@ -190,7 +190,7 @@ class Dataplane:
         out = []
         for (family, key), why in sorted(self.refused.items()):
             ns, _, name = key.partition("/")
-            out.append(Skipped("Service", ns, name, f"the kernel refused its IPv{family.version} rules: {why}"))
+            out.append(Skipped("Service", ns, name, f"{REFUSED} IPv{family.version} rules: {why}"))
         return out
 
     def retry_refused(self) -> None:
@@ -475,6 +475,7 @@ class Dataplane:
         return [f for f in Family if self.backend.delete(f, self.config.table)]
 
 
+REFUSED = "the kernel refused its"  # a Skipped reason's start: "… IPv4 rules: Error: … [statement]"
 CHECK_TABLE = "nftproxy-check"  # the name dry runs use (never created: see _Checker)
 
 

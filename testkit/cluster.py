@@ -71,10 +71,13 @@ class LocalCluster:
         healthz_port: int = 10256,
         metrics_port: int = 10249,
         kubeconfig: Path | None = None,
+        module: str = "nftproxy",
     ) -> None:
+        """``module``: what ``python -m`` runs (a test's wrapper of the command, e.g. one that
+        injects a fault)."""
         log = (self.logdir / f"nftproxy-{node.name}.log").open("ab")
         argv = [
-            sys.executable, "-m", "nftproxy", "run",
+            sys.executable, "-m", module, "run",
             "--node-name", node.name,
             "--kubeconfig", str(kubeconfig or self.cp.kubeconfig),
             "--netns", node.netns,

@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 from nftproxy import __version__
+from nftproxy.dataplane import REFUSED
 from nftproxy.model.types import Skipped
 from nftproxy.operator import kube
 from nftproxy.operator.syncer import Syncer
@@ -89,6 +90,11 @@ class StatusWriter:
             self.last_write = time.monotonic()
 
     def _event(self, x: Skipped) -> None:
-        reason = "PortConflict" if "already used by" in x.reason else "InvalidObject"
+        if "already used by" in x.reason:
+            reason = "PortConflict"
+        elif x.reason.startswith(REFUSED):
+            reason = "RefusedByKernel"
+        else:
+            reason = "InvalidObject"
         message = f"nftproxy on {self.node} skipped this {x.kind}: {x.reason}"
         kube.post_event(self.api, self.node, x.kind, x.namespace, x.name, reason, message)
