@@ -25,6 +25,7 @@ from nftproxy.operator.settings import Settings
 from nftproxy.operator.status import render_status
 from nftproxy.operator.syncer import STATS_PERIOD, Syncer
 from tests import k8sobjects as k
+from tests.support.poison import BAD_ADDRESS, POISON_PORT, poisoned, refused_by_the_fake
 
 
 def settings(**kw: Any) -> Settings:
@@ -346,5 +347,33 @@ def test_a_service_created_during_the_first_load_is_in_its_last_step() -> None:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+
+    asyncio.run(go())
+
+
+def test_a_refused_service_is_skipped_in_status_and_retried_at_the_hourly_full_sync(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("nftproxy.dataplane.compile_fragment", poisoned())
+
+    async def go() -> None:
+        syncer, fake = make()
+        fake.refuse = refused_by_the_fake
+        syncer.service_changed("default/a", svc("a", "10.96.0.1"))
+        syncer.service_changed("default/bad", k.service("bad", ["10.96.0.2"], [k.port(POISON_PORT, "http")]))
+        syncer.mark_loaded()
+        await syncer.sync_once()  # no exception: the sync went through, without "bad"
+        assert elements(fake, "cluster-ips") == {("10.96.0.1",)}
+        assert [f"{s.namespace}/{s.name}" for s in syncer.status.skipped] == ["default/bad"]
+        assert syncer.status.failures == 0 and syncer.status.in_sync
+        assert render_status(syncer)["skipped"][0]["reason"].startswith("the kernel refused its IPv4 rules: Error:")
+
+        fake.refuse = None  # what the kernel refused, it takes now (say, a newer nft)
+        await syncer.sync_once()
+        assert elements(fake, "cluster-ips") == {("10.96.0.1",)}  # not retried before the full sync
+        syncer.full_due = syncer.retry_refused_due = True  # what the loop sets every FULL_SYNC_PERIOD
+        await syncer.sync_once()
+        assert elements(fake, "cluster-ips") == {("10.96.0.1",), ("10.96.0.2",), (BAD_ADDRESS,)}  # taken now
+        assert syncer.status.skipped == []
 
     asyncio.run(go())
