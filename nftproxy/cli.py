@@ -4,80 +4,19 @@ from __future__ import annotations
 
 import argparse
 import gc
-import ipaddress
 import logging
 import os
 import sys
 from collections.abc import Sequence
-from dataclasses import replace
 
 from nftproxy.compiler import ProxyConfig, compile_tables
 from nftproxy.compiler.build import Desired
+from nftproxy.compiler.config import this_node
 from nftproxy.dataplane import Dataplane
+from nftproxy.flags import add_proxy_flags, add_run_flags, config_from_args, settings_from_args
 from nftproxy.manifests import Inputs, ManifestError, load
-from nftproxy.model.balancing import ALGORITHMS
-from nftproxy.model.types import IPAddress, IPNetwork, Node
 from nftproxy.nft.diff import plan
 from nftproxy.nft.kernel import KernelBackend, NftError, PartialLoadError
-
-
-def _ip(text: str) -> IPAddress:
-    try:
-        return ipaddress.ip_address(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid IP address {text!r}") from None
-
-
-def _cidr(text: str) -> IPNetwork:
-    try:
-        return ipaddress.ip_network(text, strict=False)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid CIDR {text!r}") from None
-
-
-def _split(values: Sequence[str] | None) -> list[str]:
-    return [v.strip() for value in values or () for v in value.split(",") if v.strip()]
-
-
-def add_config_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--node-name", help="this node's name (picks its Node object from the input)")
-    p.add_argument("--node-ip", action="append", metavar="IP", help="node IP (repeat or comma-separate)")
-    p.add_argument("--cluster-cidr", action="append", metavar="CIDR", help="pod CIDR(s): not masqueraded")
-    p.add_argument(
-        "--nodeport-addresses", action="append", metavar="CIDR", help="CIDRs NodePorts answer on (default: node IPs)"
-    )
-    p.add_argument("--masquerade-all", action="store_true", help="SNAT all traffic to Service IPs")
-    p.add_argument("--service-proxy-name", help="handle only Services with this service-proxy-name label")
-    p.add_argument("--load-balancing", choices=ALGORITHMS, default="random", help="for Services without the annotation")
-    p.add_argument("--table", default="nftproxy", help=argparse.SUPPRESS)
-
-
-def config_from_args(args: argparse.Namespace) -> ProxyConfig:
-    """The flags as a ProxyConfig (raises ArgumentTypeError on a bad value, before any I/O)."""
-    return ProxyConfig(
-        node_name=args.node_name,
-        node_ips=tuple(_ip(v) for v in _split(args.node_ip)),
-        cluster_cidrs=tuple(_cidr(v) for v in _split(args.cluster_cidr)),
-        nodeport_addresses=tuple(_cidr(v) for v in _split(args.nodeport_addresses)),
-        masquerade_all=args.masquerade_all,
-        service_proxy_name=args.service_proxy_name,
-        load_balancing=args.load_balancing,
-        table=args.table,
-    )
-
-
-def with_node_ips(config: ProxyConfig, nodes: Sequence[Node]) -> ProxyConfig:
-    """From this node's Node object: its zone, and without --node-ip its primary IP per family."""
-    node = next((n for n in nodes if n.name == config.node_name), None)
-    if node is None and len(nodes) == 1 and not config.node_name:
-        node = nodes[0]
-    if node is None:
-        return config
-    config = replace(config, node_zone=node.zone)
-    if config.node_ips:
-        return config
-    ips = [ip for version in (4, 6) for ip in [a for a in node.addresses if a.version == version][:1]]
-    return replace(config, node_ips=tuple(ips))
 
 
 def _load(args: argparse.Namespace) -> Inputs:
@@ -95,7 +34,7 @@ def _load(args: argparse.Namespace) -> Inputs:
 def _compile(args: argparse.Namespace) -> tuple[Inputs, Desired]:
     config = config_from_args(args)
     inputs = _load(args)
-    config = with_node_ips(config, inputs.nodes)
+    config = config.for_node(this_node(inputs.nodes, config.node_name))
     desired = compile_tables(inputs.services, inputs.slices, config, inputs.ignored)
     for s in (*inputs.skipped, *desired.skipped):
         print(f"nftproxy: skipped {s}", file=sys.stderr)
@@ -114,7 +53,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
     inputs = _load(args)
     backend = KernelBackend()
     try:
-        dp = Dataplane(backend, with_node_ips(config, inputs.nodes))
+        dp = Dataplane(backend, config.for_node(this_node(inputs.nodes, config.node_name)))
         for svc in inputs.services:
             dp.set_service(svc)
         for key in inputs.ignored:
@@ -155,20 +94,11 @@ def cmd_cleanup(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_run_parser(p: argparse.ArgumentParser) -> None:
-    from nftproxy.operator.settings import add_run_flags  # noqa: PLC0415
-
-    add_run_flags(p)
-    p.add_argument("--table", default="nftproxy", help=argparse.SUPPRESS)
-
-
 def cmd_run(args: argparse.Namespace) -> int:
     from nftproxy.operator import kube, memory  # noqa: PLC0415
-    from nftproxy.operator.settings import settings_from_args  # noqa: PLC0415
 
     memory.tune()  # before the first thread (the prefetch's)
-    args.node_ip = args.node_ip or None
-    settings = settings_from_args(args, config_from_args(args))
+    settings = settings_from_args(args)
     api = kube.api_client(settings.kubeconfig)
     prefetched = kube.prefetch_lists(api)  # the initial lists load while kopf imports (~0.4 s)
     from nftproxy.operator.main import run  # noqa: PLC0415  (kopf is heavy: only for `run`)
@@ -179,7 +109,6 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_verify(args: argparse.Namespace) -> int:
     from nftproxy import verify  # noqa: PLC0415
 
-    args.node_ip = args.node_ip or None
     return verify.main(args, config_from_args(args))
 
 
@@ -192,13 +121,13 @@ def build_parser() -> argparse.ArgumentParser:
     ):
         p = sub.add_parser(name, help=text, description=text)
         p.add_argument("-f", "--file", action="append", required=True, metavar="FILE", help="YAML/JSON, '-' for stdin")
-        add_config_flags(p)
+        add_proxy_flags(p)
         p.set_defaults(fn=fn)
     p = sub.add_parser("run", help="the per-node operator: watch the API, keep nftables in sync")
-    _add_run_parser(p)
+    add_run_flags(p)
     p.set_defaults(fn=cmd_run)
     p = sub.add_parser("verify", help="compare the kernel's table with the API (exit 0: in sync, 1: differences)")
-    _add_run_parser(p)  # the same flags as `run`: they shape the table
+    add_run_flags(p)  # the same flags as `run`: they shape the table
     p.add_argument("--wait", type=float, default=0.0, metavar="SECONDS", help="retry until in sync, this long")
     p.set_defaults(fn=cmd_verify)
     from nftproxy import explain_cmd  # noqa: PLC0415

@@ -94,9 +94,7 @@ def compare(
     if node_obj is not None:
         node = parse_node(node_obj)
         if isinstance(node, Node):
-            config = ProxyConfig(
-                node_name=config.node_name, node_zone=node.zone, service_proxy_name=config.service_proxy_name
-            )
+            config = config.for_node(node)
     want: set[str] = set()
     if isinstance(parsed, Service):
         desired = compile_tables([parsed], slices, config)

@@ -5,13 +5,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
 import sys
 from dataclasses import replace
 from typing import Any
 
-from nftproxy.compiler import ProxyConfig
 from nftproxy.explain import Explanation, Frontend, explain, render_text
+from nftproxy.flags import add_proxy_flags, config_from_args
 from nftproxy.nft.kernel import KernelBackend
 from nftproxy.nft.objects import Family
 from nftproxy.tableview import TableView, read_view
@@ -22,10 +21,8 @@ def add_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--port", help="only this port (its name or number)")
     p.add_argument("--netns", help="read the tables of this named network namespace")
     p.add_argument("--kubeconfig", help="also compare the kernel with what the API holds now")
-    p.add_argument("--node-name", default=os.environ.get("NODE_NAME"), help="this node (Local policies, ProxyStatus)")
-    p.add_argument("--service-proxy-name", help="the --service-proxy-name nftproxy runs with")
     p.add_argument("-o", "--output", choices=("text", "json"), default="text")
-    p.add_argument("--table", default="nftproxy", help=argparse.SUPPRESS)
+    add_proxy_flags(p)  # the API's objects compile as `run` compiles them: the same flags
 
 
 def relabel(f: Frontend, svc: dict[str, Any] | None) -> Frontend:
@@ -62,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
             svc, slices, node, status = fetch(api, args.service, args.node_name)
         finally:
             api.close()
-        config = ProxyConfig(node_name=args.node_name, service_proxy_name=args.service_proxy_name)
+        config = config_from_args(args)
         check = compare([v for v in views if v is not None], args.service, svc, slices, node, status, config)
         result = replace(result, api=check, frontends=tuple(relabel(f, svc) for f in result.frontends))
     if args.output == "json":

@@ -1,6 +1,7 @@
 """`nftproxy run` notices kube-proxy's rules on its node instead of silently competing with them.
 
-At start and every ``NFTPROXY_KUBE_PROXY_CHECK_PERIOD`` seconds (default 30, 0: never), the
+At start and every ``--kube-proxy-check-period`` (env NFTPROXY_KUBE_PROXY_CHECK_PERIOD; default
+30s, 0: never), the
 node is checked for kube-proxy's tables/chains (:func:`nftproxy.kubeproxy.detect`). Found, they
 are reported as the ProxyStatus condition ``KubeProxyDetected`` (reason ``KubeProxyRulesPresent``
 at the first check, then ``KubeProxyActive`` if they changed since the previous check — kube-proxy
@@ -12,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 from typing import Any
 
 from nftproxy.kubeproxy import Presence, detect
@@ -25,13 +25,6 @@ ADVICE = (
     "stop kube-proxy (or label the Services with service.kubernetes.io/service-proxy-name), "
     "then run `nftproxy cleanup --kube-proxy`"
 )
-
-
-def period_from_env() -> float:
-    try:
-        return float(os.environ.get("NFTPROXY_KUBE_PROXY_CHECK_PERIOD", "30"))
-    except ValueError:
-        return 30.0
 
 
 def condition(now: Presence | None, before: Presence | None, first: bool) -> dict[str, str]:

@@ -24,6 +24,7 @@ from typing import Any
 
 from nftproxy.compiler import ProxyConfig, compile_tables
 from nftproxy.compiler.build import Desired
+from nftproxy.compiler.config import this_node
 from nftproxy.model.parse import SERVICE_NAME_LABEL, parse_endpoint_slice, parse_node, parse_service
 from nftproxy.model.types import EndpointSlice, Node, Service, Skipped
 from nftproxy.nft.kernel import Backend
@@ -360,8 +361,6 @@ def expected(
 ) -> tuple[Desired, dict[str, str]]:
     """The tables the API's raw objects call for, and the Services whose API version is unusable
     ("namespace/name" -> reason): for those the proxy keeps serving its last good version."""
-    from nftproxy.cli import with_node_ips  # noqa: PLC0415  (cli imports this module)
-
     good_services: list[Service] = []
     good_slices: list[EndpointSlice] = []
     ignored: list[str] = []
@@ -386,7 +385,7 @@ def expected(
             if owner:
                 tainted.setdefault(f"{meta.get('namespace') or 'default'}/{owner}", str(s))
     nodes = [n for n in ([parse_node(node)] if node is not None else []) if isinstance(n, Node)]
-    config = with_node_ips(config, nodes)
+    config = config.for_node(this_node(nodes, config.node_name))
     return compile_tables(good_services, good_slices, config, ignored), tainted
 
 

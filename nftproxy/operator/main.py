@@ -10,7 +10,7 @@ from typing import Any
 import kopf
 
 from nftproxy.dataplane import Dataplane
-from nftproxy.kubeproxy_watch import KubeProxyWatch, period_from_env
+from nftproxy.kubeproxy_watch import KubeProxyWatch
 from nftproxy.nft.kernel import KernelBackend
 from nftproxy.operator import handlers, health, kube
 from nftproxy.operator.metrics import Metrics
@@ -60,7 +60,7 @@ async def _main(settings: Settings, backend: KernelBackend, api: Any, prefetched
 
     syncer.on_synced.append(health_checks)
     tasks = [asyncio.create_task(syncer.run(), name="syncer"), asyncio.create_task(writer.run(), name="status")]
-    watch = KubeProxyWatch(settings.netns, period_from_env())  # kube-proxy's rules on this node?
+    watch = KubeProxyWatch(settings.netns, settings.kube_proxy_check_period)  # kube-proxy's rules on this node?
     tasks.append(asyncio.create_task(watch.run(syncer, api, settings.node_name), name="kube-proxy-watch"))
     log.info(
         "nftproxy %s on node %s%s",

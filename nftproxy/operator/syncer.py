@@ -16,7 +16,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -202,11 +202,7 @@ class Syncer:
         return triggers
 
     def _apply_node(self, node: Node) -> None:
-        config = replace(self.dp.config, node_zone=node.zone)
-        if not self.settings.node_ips_from_flags:
-            ips = tuple(ip for version in (4, 6) for ip in [a for a in node.addresses if a.version == version][:1])
-            config = replace(config, node_ips=ips)
-        self.dp.set_config(config)
+        self.dp.set_config(self.settings.proxy.for_node(node))
 
     def _top_up(self) -> None:
         """``Dataplane.top_up``, in the worker thread, before a first load's last step: the Service

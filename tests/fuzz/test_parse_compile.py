@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nftproxy.cli import with_node_ips
 from nftproxy.compiler import ProxyConfig, compile_tables
+from nftproxy.compiler.config import this_node
 from nftproxy.compiler.fragment import _short
 from nftproxy.model.parse import Ignored, parse_endpoint_slice, parse_node, parse_service
 from nftproxy.model.types import EndpointSlice, Node, Service, Skipped
@@ -89,7 +89,7 @@ def test_parse_never_raises_and_names_what_it_skips(obj: dict[str, Any], cfg: Pr
 
 def _compiled(objs: list[Any], cfg: ProxyConfig) -> tuple[Any, list[Service], ProxyConfig]:
     services, slices, nodes, ignored = split(objs, cfg)
-    cfg = with_node_ips(cfg, nodes)
+    cfg = cfg.for_node(this_node(nodes, cfg.node_name))
     desired = compile_tables(services, slices, cfg, ignored)
     return desired, services, cfg
 

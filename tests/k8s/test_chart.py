@@ -275,8 +275,8 @@ def test_operator_understands_the_rendered_environment(
 ) -> None:
     """The chart's environment, read by `nftproxy run`'s own flag parser: every variable known,
     every value accepted, and meaning what values.yaml says."""
-    from nftproxy.cli import build_parser, config_from_args  # noqa: PLC0415
-    from nftproxy.operator.settings import ENV, settings_from_args  # noqa: PLC0415
+    from nftproxy.cli import build_parser  # noqa: PLC0415
+    from nftproxy.flags import ENV, settings_from_args  # noqa: PLC0415
 
     values = [
         "clusterCIDR={10.244.0.0/16,fd00:10:244::/56}",
@@ -300,7 +300,7 @@ def test_operator_understands_the_rendered_environment(
     for var, value in {**env, "NODE_NAME": "node-a"}.items():
         monkeypatch.setenv(var, value)
     args = build_parser().parse_args(["run"])
-    settings = settings_from_args(args, config_from_args(args))
+    settings = settings_from_args(args)
     assert settings.node_name == "node-a"
     if not custom:
         assert settings.proxy.cluster_cidrs == settings.proxy.nodeport_addresses == ()

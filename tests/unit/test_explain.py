@@ -10,13 +10,15 @@ import dataclasses
 import json
 import os
 from dataclasses import replace
+from ipaddress import ip_address
 
 import pytest
 
-from nftproxy.compiler import compile_tables
+from nftproxy.compiler import ProxyConfig, compile_tables
+from nftproxy.compiler.config import this_node
 from nftproxy.explain import Explanation, explain, render_text
 from nftproxy.explain_api import compare
-from nftproxy.manifests import load
+from nftproxy.manifests import classify, load
 from nftproxy.nft.objects import Family
 from nftproxy.tableview import TableView, view_of
 from tests import k8sobjects as k
@@ -152,3 +154,33 @@ def test_the_api_tells_external_ips_from_load_balancer_ips() -> None:
     f = next(f for f in web.frontends if f.kind == "ClusterIP")
     assert relabel(replace(f, kind="external IP", address="198.19.0.20"), obj).kind == "externalIP"
     assert relabel(replace(f, kind="external IP", address="198.19.0.10"), obj).kind == "LoadBalancer IP"
+
+
+@pytest.mark.parametrize("algorithm", ["source-hash", "round-robin"])
+def test_api_matches_on_a_node_that_balances_by_another_algorithm(algorithm: str) -> None:
+    """A node running `--load-balancing source-hash` holds `endpoints-sh-2`, not `endpoints-2`:
+    the API's objects must compile with the node's config, the Node merged in (not a config
+    rebuilt from three of its fields, which said "does NOT match")."""
+    config = ProxyConfig(node_name="node-1", node_ips=(ip_address("198.18.0.1"),), load_balancing=algorithm)
+    node = {
+        "kind": "Node",
+        "metadata": {"name": "node-1", "labels": {"topology.kubernetes.io/zone": "zone-a"}},
+        "status": {"addresses": [{"type": "InternalIP", "address": "198.18.0.1"}]},
+    }
+    inputs = classify([SVC, SLICE])
+    merged = config.for_node(this_node(classify([node]).nodes, "node-1"))
+    kernel = [view_of(t) for t in compile_tables(inputs.services, inputs.slices, merged).tables]
+    check = compare(kernel, "default/web", SVC, [SLICE], node, None, config)
+    assert check.matches and not check.missing and not check.extra, check
+
+
+def test_explain_takes_the_flags_run_takes(monkeypatch: pytest.MonkeyPatch) -> None:
+    from nftproxy.cli import build_parser  # noqa: PLC0415
+    from nftproxy.flags import config_from_args  # noqa: PLC0415
+
+    monkeypatch.delenv("NFTPROXY_LOAD_BALANCING", raising=False)
+    args = build_parser().parse_args(["explain", "default/web", "--load-balancing", "source-hash"])
+    assert config_from_args(args).load_balancing == "source-hash"
+    monkeypatch.setenv("NFTPROXY_LOAD_BALANCING", "round-robin")  # as the chart sets it in the pod
+    for command in (["explain", "default/web"], ["render", "-f", "x.yaml"], ["run"], ["verify"]):
+        assert config_from_args(build_parser().parse_args(command)).load_balancing == "round-robin", command

@@ -1,0 +1,184 @@
+"""The one flag set: every command that shapes or reads our table (render, apply, run, verify,
+explain) takes the same proxy flags, read into one ``ProxyConfig`` the same way.
+
+Each flag can also be set from the environment (``ENV``; the Helm chart sets these on the
+DaemonSet), so a command run inside the pod (``kubectl exec … nftproxy explain``) sees the
+configuration the proxy runs with: e.g. its ``--load-balancing``, which names the endpoint maps
+(``endpoints-sh-N`` for source-hash). A flag given on the command line wins over its variable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import os
+import re
+from collections.abc import Sequence
+
+from nftproxy.compiler.config import ProxyConfig
+from nftproxy.model.balancing import ALGORITHMS
+from nftproxy.model.types import IPAddress, IPNetwork
+from nftproxy.operator.settings import Settings
+
+# flag -> environment variable (the Helm chart sets these)
+ENV = {
+    "node_name": "NODE_NAME",
+    "kubeconfig": "KUBECONFIG",
+    "cluster_cidr": "NFTPROXY_CLUSTER_CIDR",
+    "nodeport_addresses": "NFTPROXY_NODEPORT_ADDRESSES",
+    "masquerade_all": "NFTPROXY_MASQUERADE_ALL",
+    "min_sync_period": "NFTPROXY_MIN_SYNC_PERIOD",
+    "sync_period": "NFTPROXY_SYNC_PERIOD",
+    "healthz_bind_address": "NFTPROXY_HEALTHZ_BIND_ADDRESS",
+    "metrics_bind_address": "NFTPROXY_METRICS_BIND_ADDRESS",
+    "service_proxy_name": "NFTPROXY_SERVICE_PROXY_NAME",
+    "netns": "NFTPROXY_NETNS",
+    "status_period": "NFTPROXY_STATUS_PERIOD",
+    "log_level": "NFTPROXY_LOG_LEVEL",
+    "kopf_liveness": "NFTPROXY_KOPF_LIVENESS",
+    "load_balancing": "NFTPROXY_LOAD_BALANCING",
+    "kube_proxy_check_period": "NFTPROXY_KUBE_PROXY_CHECK_PERIOD",
+}
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+
+
+def duration(text: str) -> float:
+    """ "1s", "500ms", "2m", "0", "1.5" (seconds) -> seconds."""
+    m = _DURATION.match(text)
+    if not m:
+        raise argparse.ArgumentTypeError(f"invalid duration {text!r} (e.g. 1s, 500ms, 2m)")
+    return float(m.group(1)) * _UNITS[m.group(2)]
+
+
+def bind_address(text: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise argparse.ArgumentTypeError(f"invalid bind address {text!r} (want HOST:PORT)")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
+def boolean(text: str) -> bool:
+    if text.lower() in ("1", "true", "yes", "on"):
+        return True
+    if text.lower() in ("0", "false", "no", "off", ""):
+        return False
+    raise argparse.ArgumentTypeError(f"invalid boolean {text!r}")
+
+
+def algorithm(text: str) -> str:
+    if text not in ALGORITHMS:
+        raise argparse.ArgumentTypeError(f"invalid load-balancing {text!r}: one of {', '.join(ALGORITHMS)}")
+    return text
+
+
+def _ip(text: str) -> IPAddress:
+    try:
+        return ipaddress.ip_address(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid IP address {text!r}") from None
+
+
+def _cidr(text: str) -> IPNetwork:
+    try:
+        return ipaddress.ip_network(text, strict=False)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid CIDR {text!r}") from None
+
+
+def _split(values: Sequence[str] | None) -> list[str]:
+    return [v.strip() for value in values or () for v in value.split(",") if v.strip()]
+
+
+def _env(name: str, default: str | None = None) -> str | None:
+    return os.environ.get(ENV[name], default)
+
+
+def _env_list(value: str | None) -> list[str] | None:
+    return [value] if value else None
+
+
+def add_proxy_flags(p: argparse.ArgumentParser) -> None:
+    """The flags that shape the table (render, apply, run, verify, explain)."""
+    p.add_argument("--node-name", default=_env("node_name"), help="this node (env NODE_NAME)")
+    p.add_argument("--node-ip", action="append", metavar="IP", help="override the Node's addresses (repeat or a,b)")
+    p.add_argument(
+        "--cluster-cidr", action="append", default=_env_list(_env("cluster_cidr")), metavar="CIDR",
+        help="pod CIDR(s): not masqueraded",
+    )  # fmt: skip
+    p.add_argument(
+        "--nodeport-addresses", action="append", default=_env_list(_env("nodeport_addresses")), metavar="CIDR",
+        help="CIDRs NodePorts answer on (default: the node's IPs)",
+    )  # fmt: skip
+    p.add_argument(
+        "--masquerade-all", type=boolean, nargs="?", const=True, default=boolean(_env("masquerade_all") or ""),
+        help="SNAT all traffic to Service IPs",
+    )  # fmt: skip
+    p.add_argument(
+        "--service-proxy-name", default=_env("service_proxy_name") or None,
+        help="handle only Services with this service-proxy-name label",
+    )  # fmt: skip
+    p.add_argument(
+        "--load-balancing", type=algorithm, default=algorithm(_env("load_balancing", "random") or "random"),
+        metavar="|".join(ALGORITHMS),
+        help="for Services without the nftproxy.io/load-balancing annotation (env NFTPROXY_LOAD_BALANCING)",
+    )  # fmt: skip
+    p.add_argument("--table", default="nftproxy", help=argparse.SUPPRESS)
+
+
+def add_run_flags(p: argparse.ArgumentParser) -> None:
+    """``run`` (and ``verify``, which compares with what ``run`` programs): the proxy flags and
+    the operator's own."""
+    add_proxy_flags(p)
+    p.add_argument("--kubeconfig", default=_env("kubeconfig"), help="kubeconfig; in-cluster config when absent")
+    p.add_argument("--min-sync-period", type=duration, default=duration(_env("min_sync_period", "1s") or "1s"))
+    p.add_argument("--sync-period", type=duration, default=duration(_env("sync_period", "30s") or "30s"))
+    p.add_argument("--healthz-bind-address", default=_env("healthz_bind_address", "0.0.0.0:10256"))
+    p.add_argument("--metrics-bind-address", default=_env("metrics_bind_address", "127.0.0.1:10249"))
+    p.add_argument("--netns", default=_env("netns") or None, help="program this named network namespace")
+    p.add_argument("--status-period", type=duration, default=duration(_env("status_period", "5s") or "5s"))
+    p.add_argument("--log-level", default=_env("log_level", "info"), choices=["debug", "info", "warning", "error"])
+    p.add_argument(
+        "--kopf-liveness", default=_env("kopf_liveness") or None, metavar="URL",
+        help="also serve kopf's liveness endpoint (with the lastSync probe), e.g. http://0.0.0.0:8080/healthz",
+    )  # fmt: skip
+    p.add_argument(
+        "--kube-proxy-check-period", type=duration,
+        default=duration(_env("kube_proxy_check_period", "30s") or "30s"),
+        help="how often to look for kube-proxy's rules on the node (0: never)",
+    )  # fmt: skip
+
+
+def config_from_args(args: argparse.Namespace) -> ProxyConfig:
+    """The proxy flags as a ProxyConfig (raises ArgumentTypeError on a bad value, before any I/O)."""
+    return ProxyConfig(
+        node_name=args.node_name,
+        node_ips=tuple(_ip(v) for v in _split(args.node_ip)),
+        cluster_cidrs=tuple(_cidr(v) for v in _split(args.cluster_cidr)),
+        nodeport_addresses=tuple(_cidr(v) for v in _split(args.nodeport_addresses)),
+        masquerade_all=args.masquerade_all,
+        service_proxy_name=args.service_proxy_name,
+        load_balancing=args.load_balancing,
+        table=args.table,
+    )
+
+
+def settings_from_args(args: argparse.Namespace) -> Settings:
+    base = config_from_args(args)
+    if not args.node_name:
+        raise argparse.ArgumentTypeError("--node-name (or NODE_NAME) is required")
+    return Settings(
+        proxy=base,
+        kubeconfig=args.kubeconfig,
+        min_sync_period=args.min_sync_period,
+        sync_period=args.sync_period,
+        healthz=bind_address(args.healthz_bind_address) if args.healthz_bind_address else None,
+        metrics=bind_address(args.metrics_bind_address) if args.metrics_bind_address else None,
+        netns=args.netns,
+        status_period=args.status_period,
+        log_level=args.log_level,
+        node_ips_from_flags=bool(base.node_ips),
+        kopf_liveness=args.kopf_liveness,
+        kube_proxy_check_period=args.kube_proxy_check_period,
+    )
