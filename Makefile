@@ -39,3 +39,4 @@ install:
 lint: install
 	.venv/bin/ruff check nftproxy testkit tests bench
 	.venv/bin/mypy
+	.venv/bin/lint-imports

@@ -5,7 +5,7 @@
 
 Each scenario gets a fresh control plane (etcd + kube-apiserver on loopback), a node namespace,
 `nftproxy run --netns`, N Services, then DURATION seconds of API writes at RATE per second while a
-client pod connects to stable Services; at the end the checker (nftproxy.verify) compares the
+client pod connects to stable Services; at the end the checker (nftproxy.diagnose.verify) compares the
 kernel with the API. Prints one JSON summary per scenario and a table line:
 test, load, faults, failed connections, lost updates.
 """

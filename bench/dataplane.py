@@ -21,7 +21,7 @@ from typing import Any
 
 from bench.workload import cluster, endpoint_slice
 from nftproxy.compiler import ProxyConfig
-from nftproxy.dataplane import Dataplane
+from nftproxy.dataplane.sync import Dataplane
 from nftproxy.model.types import EndpointSlice, Service
 from nftproxy.nft.fake import FakeBackend
 from nftproxy.nft.kernel import KernelBackend

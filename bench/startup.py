@@ -22,7 +22,7 @@ from pathlib import Path
 
 from bench.apply import endpoint_slice, service
 from nftproxy.compiler import ProxyConfig
-from nftproxy.dataplane import Dataplane
+from nftproxy.dataplane.sync import Dataplane
 from nftproxy.nft.kernel import KernelBackend
 from nftproxy.operator.metrics import Metrics
 from nftproxy.operator.settings import Settings

@@ -8,5 +8,7 @@ echo "==> ruff"
 .venv/bin/ruff check nftproxy testkit tests bench
 echo "==> mypy (strict)"
 .venv/bin/mypy
+echo "==> import-linter (the layers, pyproject.toml)"
+.venv/bin/lint-imports
 echo "==> pytest"
 .venv/bin/python -m pytest -q -p no:cacheprovider tests "$@"

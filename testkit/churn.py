@@ -6,7 +6,7 @@ measured) and a few stable Services backed by the real pods. While a steady stre
 runs (endpoints scaled, Services added and deleted, policies flipped), the client pod opens fresh
 TCP connections to the stable Services; optionally `nftproxy run` is SIGKILLed and restarted every
 few seconds, and the apiserver or etcd is stopped for a while. At the end the convergence checker
-(nftproxy.verify) compares the kernel's table with the API: every difference is a lost update.
+(nftproxy.diagnose.verify) compares the kernel's table with the API: every difference is a lost update.
 
 Figures: connections attempted/failed, writes done/failed, event -> kernel latency of endpoint
 writes (seen by `nft monitor`), sync failures (the proxy's log), RSS of the proxy, time back to
@@ -32,11 +32,12 @@ from ipaddress import IPv4Address, ip_network
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
+from nftproxy.cli.verify import verify_once
 from nftproxy.compiler import ProxyConfig
+from nftproxy.diagnose.verify import Report
 from nftproxy.nft import netns as netns_mod
 from nftproxy.nft.kernel import KernelBackend
 from nftproxy.operator import kube
-from nftproxy.verify import Report, verify_once
 from testkit.cluster import LocalCluster
 from testkit.controlplane import ControlPlane
 from testkit.netlab import PY, NetLab, Node, Pod

@@ -9,10 +9,10 @@ from typing import Any
 
 import kopf
 
-from nftproxy.dataplane import Dataplane
-from nftproxy.kubeproxy_watch import KubeProxyWatch
+from nftproxy.dataplane.sync import Dataplane
 from nftproxy.nft.kernel import KernelBackend
 from nftproxy.operator import handlers, health, kube
+from nftproxy.operator.kubeproxy_watch import KubeProxyWatch
 from nftproxy.operator.metrics import Metrics
 from nftproxy.operator.settings import Settings
 from nftproxy.operator.status import StatusWriter

@@ -8,7 +8,7 @@ import time
 from typing import Any
 
 from nftproxy import __version__
-from nftproxy.dataplane import REFUSED
+from nftproxy.dataplane.sync import REFUSED
 from nftproxy.model.types import Skipped
 from nftproxy.operator import kube
 from nftproxy.operator.syncer import Syncer

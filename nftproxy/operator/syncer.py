@@ -22,7 +22,7 @@ from typing import Any
 
 import tenacity
 
-from nftproxy.dataplane import Dataplane, SyncResult
+from nftproxy.dataplane.sync import Dataplane, SyncResult
 from nftproxy.model.parse import Ignored, parse_endpoint_slice, parse_node, parse_service
 from nftproxy.model.types import EndpointSlice, Node, Service, Skipped
 from nftproxy.operator import memory
@@ -402,6 +402,15 @@ class Syncer:
         self.changed.set()
         for hook in self.on_synced:
             await hook(self.status)
+
+    def set_conditions(self, conditions: list[dict[str, str]]) -> bool:
+        """More ProxyStatus conditions (kubeproxy_watch's); True if they changed."""
+        if self.status.conditions == conditions:
+            return False
+        self.status.conditions = conditions
+        self.status.generation += 1
+        self.changed.set()
+        return True
 
     # -- health -----------------------------------------------------------------------------
     def healthy(self) -> tuple[bool, str]:

@@ -13,11 +13,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nftproxy.compiler import ProxyConfig, compile_tables
-from nftproxy.dataplane import Dataplane
+from nftproxy.dataplane.sync import Dataplane
+from nftproxy.diagnose.verify import compare, equal_contents, read_kernel
 from nftproxy.model.types import Endpoint, EndpointPort, EndpointSlice, Service, ServicePort
 from nftproxy.nft.fake import FakeBackend
 from nftproxy.nft.kernel import Backend, KernelBackend
-from nftproxy.verify import compare, equal_contents, read_kernel
 from testkit.netlab import bare_netns
 from tests.fuzz import strategies as S
 from tests.fuzz.conftest import examples

@@ -276,7 +276,7 @@ def test_operator_understands_the_rendered_environment(
     """The chart's environment, read by `nftproxy run`'s own flag parser: every variable known,
     every value accepted, and meaning what values.yaml says."""
     from nftproxy.cli import build_parser  # noqa: PLC0415
-    from nftproxy.flags import ENV, settings_from_args  # noqa: PLC0415
+    from nftproxy.cli.flags import ENV, settings_from_args  # noqa: PLC0415
 
     values = [
         "clusterCIDR={10.244.0.0/16,fd00:10:244::/56}",

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from nftproxy.kubeproxy import detect
+from nftproxy.migration import detect
 from testkit.cluster import LocalCluster, eventually
 from testkit.controlplane import ControlPlane, find_binary
 from testkit.kubeproxy import KubeProxy

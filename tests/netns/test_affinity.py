@@ -11,7 +11,7 @@ from ipaddress import ip_address, ip_network
 import pytest
 
 from nftproxy.compiler import ProxyConfig
-from nftproxy.dataplane import Dataplane
+from nftproxy.dataplane.sync import Dataplane
 from nftproxy.model.types import Endpoint, EndpointPort, EndpointSlice, Service, ServicePort
 from nftproxy.nft.kernel import KernelBackend
 from nftproxy.nft.objects import Family

@@ -22,10 +22,10 @@ from pathlib import Path
 import pytest
 
 from nftproxy.compiler import ProxyConfig
-from nftproxy.dataplane import Dataplane
+from nftproxy.dataplane.sync import Dataplane
+from nftproxy.diagnose.trace import Tracer, parse_target
 from nftproxy.nft.kernel import KernelBackend
 from nftproxy.nft.objects import Family
-from nftproxy.trace import Tracer, parse_target
 from testkit.netlab import Client, NetLab, Node, Pod, bare_netns, cleanup_stale
 from tests import k8sobjects as k
 from tests.unit.test_explain import EXTRA
@@ -51,7 +51,7 @@ def test_kernel_explains_like_the_compiled_table() -> None:
     with bare_netns("op") as ns:
         nftproxy("apply", "-f", str(source), "--node-name", "node-1", "--node-ip", "198.18.0.1",
                  "--cluster-cidr", "10.244.0.0/16", netns=ns)  # fmt: skip
-        from nftproxy.manifests import load  # noqa: PLC0415
+        from nftproxy.model.manifests import load  # noqa: PLC0415
 
         keys = sorted(s.key for s in load([str(source)]).services)
         texts = [nftproxy("explain", key, "--netns", ns).stdout for key in [*keys, *EXTRA]]
@@ -225,7 +225,7 @@ def test_sigterm_removes_the_rule_sigkill_leftover_removed_by_the_next_sync(lab:
         assert len(left) == 2
         dp = Dataplane(backend, ProxyConfig(node_name="node1"))
         for obj in objects(lab.a, lab.b):
-            from nftproxy.manifests import classify  # noqa: PLC0415
+            from nftproxy.model.manifests import classify  # noqa: PLC0415
 
             inputs = classify([obj])
             for s in inputs.services:
@@ -244,7 +244,7 @@ def test_check_tolerates_a_live_trace_and_repairs_after_its_deadline(lab: Lab) -
     backend = KernelBackend(lab.node.netns)
     try:
         dp = Dataplane(backend, ProxyConfig(node_name="node1", node_ips=()))
-        from nftproxy.manifests import classify  # noqa: PLC0415
+        from nftproxy.model.manifests import classify  # noqa: PLC0415
 
         inputs = classify(objects(lab.a, lab.b))
         for s in inputs.services:

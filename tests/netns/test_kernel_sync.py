@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from nftproxy.compiler import ProxyConfig
-from nftproxy.dataplane import Dataplane
-from nftproxy.manifests import classify
+from nftproxy.dataplane.sync import Dataplane
+from nftproxy.model.manifests import classify
 from nftproxy.nft.bulk import LoadStep
 from nftproxy.nft.kernel import KernelBackend, NftError
 from nftproxy.nft.objects import Element, Family, Table

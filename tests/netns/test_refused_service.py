@@ -14,7 +14,7 @@ from typing import Any, cast
 import pytest
 
 from nftproxy.compiler import ProxyConfig
-from nftproxy.dataplane import Dataplane
+from nftproxy.dataplane.sync import Dataplane
 from nftproxy.nft.kernel import KernelBackend
 from testkit.netlab import bare_netns
 from tests.support.poison import BAD_ADDRESS, POISON_PORT, feed, objects, poisoned
@@ -49,7 +49,7 @@ def service_ip_verdict(netns: str, ip: str) -> str | None:
 
 @pytest.fixture
 def netns(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    monkeypatch.setattr("nftproxy.dataplane.compile_fragment", poisoned())
+    monkeypatch.setattr("nftproxy.dataplane.sync.compile_fragment", poisoned())
     with bare_netns("nrf") as name:
         yield name
 

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from nftproxy.compiler import ProxyConfig
-from nftproxy.dataplane import Dataplane
-from nftproxy.manifests import classify
+from nftproxy.dataplane.sync import Dataplane
+from nftproxy.model.manifests import classify
 from nftproxy.nft.kernel import KernelBackend
 from nftproxy.nft.objects import Family
 from testkit.netlab import Client, NetLab, Node, Pod, bare_netns, cleanup_stale

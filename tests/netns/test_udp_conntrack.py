@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from nftproxy.compiler import ProxyConfig
-from nftproxy.dataplane import Dataplane
+from nftproxy.dataplane.sync import Dataplane
 from nftproxy.model.types import Endpoint, EndpointPort, EndpointSlice, Service, ServicePort
 from nftproxy.nft.conntrack import parse as parse_conntrack
 from nftproxy.nft.fake import FakeBackend

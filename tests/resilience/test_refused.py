@@ -19,10 +19,11 @@ from typing import Any
 
 import pytest
 
+from nftproxy.cli.verify import verify_once
 from nftproxy.compiler import ProxyConfig
+from nftproxy.diagnose.verify import Report
 from nftproxy.nft.kernel import KernelBackend
 from nftproxy.operator import kube
-from nftproxy.verify import Report, verify_once
 from testkit.cluster import LocalCluster, eventually
 from testkit.controlplane import ControlPlane
 from testkit.netlab import NetLab, Node

@@ -14,8 +14,8 @@ from collections.abc import Callable, Sequence
 from nftproxy.compiler import fragment
 from nftproxy.compiler.config import ProxyConfig
 from nftproxy.compiler.fragment import Fragment
-from nftproxy.dataplane import Dataplane
-from nftproxy.manifests import classify
+from nftproxy.dataplane.sync import Dataplane
+from nftproxy.model.manifests import classify
 from nftproxy.model.types import EndpointSlice, Service
 from nftproxy.nft.objects import Element, Family
 from tests import k8sobjects as k
@@ -67,10 +67,10 @@ def refused_by_the_fake(e: Element) -> str | None:
 
 def run_poisoned_nftproxy() -> None:
     """``python -m tests.support.poison ARGS``: the nftproxy command with the poison injected."""
-    import nftproxy.dataplane  # noqa: PLC0415
+    import nftproxy.dataplane.sync  # noqa: PLC0415
     from nftproxy.cli import entry  # noqa: PLC0415
 
-    setattr(nftproxy.dataplane, "compile_fragment", poisoned())  # noqa: B010
+    setattr(nftproxy.dataplane.sync, "compile_fragment", poisoned())  # noqa: B010
     entry()
 
 

@@ -10,7 +10,7 @@ from dataclasses import replace
 import pytest
 
 from nftproxy.compiler import compile_tables
-from nftproxy.dataplane import Dataplane
+from nftproxy.dataplane.sync import Dataplane
 from nftproxy.nft.bulk import LoadStep
 from nftproxy.nft.fake import FakeBackend
 from nftproxy.nft.kernel import NftError

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from nftproxy.compiler import ProxyConfig, compile_tables
-from nftproxy.manifests import classify
+from nftproxy.model.manifests import classify
 from tests import k8sobjects as k
 
 GOOD = [

@@ -13,7 +13,7 @@ from ipaddress import IPv4Address
 import pytest
 
 from nftproxy.compiler import ProxyConfig, compile_tables
-from nftproxy.dataplane import Dataplane
+from nftproxy.dataplane.sync import Dataplane
 from nftproxy.model.parse import parse_service
 from nftproxy.model.types import Service
 from nftproxy.nft.fake import FakeBackend

@@ -16,11 +16,11 @@ import pytest
 
 from nftproxy.compiler import ProxyConfig, compile_tables
 from nftproxy.compiler.config import this_node
-from nftproxy.explain import Explanation, explain, render_text
-from nftproxy.explain_api import compare
-from nftproxy.manifests import classify, load
+from nftproxy.diagnose.api_check import compare
+from nftproxy.diagnose.explain import Explanation, explain, render_text
+from nftproxy.diagnose.tableview import TableView, view_of
+from nftproxy.model.manifests import classify, load
 from nftproxy.nft.objects import Family
-from nftproxy.tableview import TableView, view_of
 from tests import k8sobjects as k
 from tests.unit.test_golden import CASES, GOLDEN
 
@@ -89,7 +89,7 @@ SLICE = k.endpoint_slice("web-1", "web", [k.endpoint("10.244.1.2"), k.endpoint("
 
 
 def _kernel(objs: list[k.Obj]) -> list[TableView]:
-    from nftproxy.manifests import classify  # noqa: PLC0415
+    from nftproxy.model.manifests import classify  # noqa: PLC0415
 
     inputs = classify(objs)
     return [view_of(t) for t in compile_tables(inputs.services, inputs.slices, CASES["policies"][1]).tables]
@@ -142,7 +142,7 @@ def test_api_reason_from_proxystatus() -> None:
 
 
 def test_the_api_tells_external_ips_from_load_balancer_ips() -> None:
-    from nftproxy.explain_cmd import relabel  # noqa: PLC0415
+    from nftproxy.cli.explain import relabel  # noqa: PLC0415
 
     vs, _ = views("demo-default")
     web = explain(vs, TABLES, "default/web", None)
@@ -176,7 +176,7 @@ def test_api_matches_on_a_node_that_balances_by_another_algorithm(algorithm: str
 
 def test_explain_takes_the_flags_run_takes(monkeypatch: pytest.MonkeyPatch) -> None:
     from nftproxy.cli import build_parser  # noqa: PLC0415
-    from nftproxy.flags import config_from_args  # noqa: PLC0415
+    from nftproxy.cli.flags import config_from_args  # noqa: PLC0415
 
     monkeypatch.delenv("NFTPROXY_LOAD_BALANCING", raising=False)
     args = build_parser().parse_args(["explain", "default/web", "--load-balancing", "source-hash"])

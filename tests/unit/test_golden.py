@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from nftproxy.compiler import ProxyConfig, compile_tables
-from nftproxy.manifests import load
+from nftproxy.model.manifests import load
 from nftproxy.nft.diff import plan
 
 GOLDEN = Path(__file__).resolve().parent.parent / "golden"

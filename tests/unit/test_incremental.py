@@ -8,7 +8,7 @@ import random
 from ipaddress import IPv4Address, IPv6Address, ip_address, ip_network
 
 from nftproxy.compiler import ProxyConfig, compile_tables
-from nftproxy.dataplane import Dataplane
+from nftproxy.dataplane.sync import Dataplane
 from nftproxy.model.types import Endpoint, EndpointPort, EndpointSlice, Service, ServicePort
 from nftproxy.nft.fake import FakeBackend
 from nftproxy.nft.kernel import NftError

@@ -15,8 +15,8 @@ from kopf._core.engines import indexing, posting
 from kopf._core.intents import registries
 from kopf._core.reactor import inventory, processing
 
-from nftproxy.kubeproxy_watch import KubeProxyWatch
 from nftproxy.operator import handlers, main
+from nftproxy.operator.kubeproxy_watch import KubeProxyWatch
 from nftproxy.operator.status import StatusWriter
 from nftproxy.operator.syncer import Syncer
 from tests import k8sobjects as k

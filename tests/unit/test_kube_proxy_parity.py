@@ -9,7 +9,7 @@ from ipaddress import IPv4Address, IPv6Address, ip_address, ip_network
 
 from nftproxy.compiler import ProxyConfig
 from nftproxy.compiler.endpoints import categorize, targets
-from nftproxy.dataplane import Dataplane
+from nftproxy.dataplane.sync import Dataplane
 from nftproxy.model.parse import parse_endpoint_slice
 from nftproxy.model.types import Endpoint, EndpointPort, EndpointSlice, Service, ServicePort
 from nftproxy.nft.fake import FakeBackend

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from nftproxy import manifests
-from nftproxy.manifests import ManifestError, classify, load
+from nftproxy.model import manifests
+from nftproxy.model.manifests import ManifestError, classify, load
 from nftproxy.model.types import Skipped
 from tests import k8sobjects as k
 

@@ -13,7 +13,7 @@ from ipaddress import ip_address, ip_network
 import pytest
 
 from nftproxy.compiler import ProxyConfig
-from nftproxy.dataplane import Dataplane
+from nftproxy.dataplane.sync import Dataplane
 from nftproxy.nft.diff import create
 from nftproxy.nft.fake import FakeBackend
 from nftproxy.nft.kernel import NftError
@@ -31,7 +31,7 @@ def cluster_ips(fake: FakeBackend) -> set[str]:
 
 @pytest.fixture
 def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeBackend]:
-    monkeypatch.setattr("nftproxy.dataplane.compile_fragment", poisoned())
+    monkeypatch.setattr("nftproxy.dataplane.sync.compile_fragment", poisoned())
     backend = FakeBackend()
     backend.refuse = refused_by_the_fake
     yield backend

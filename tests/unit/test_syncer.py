@@ -14,7 +14,7 @@ import pytest
 from prometheus_client import generate_latest
 
 from nftproxy.compiler import ProxyConfig
-from nftproxy.dataplane import Dataplane
+from nftproxy.dataplane.sync import Dataplane
 from nftproxy.nft.bulk import LoadStep
 from nftproxy.nft.fake import FakeBackend
 from nftproxy.nft.kernel import NftError
@@ -354,7 +354,7 @@ def test_a_service_created_during_the_first_load_is_in_its_last_step() -> None:
 def test_a_refused_service_is_skipped_in_status_and_retried_at_the_hourly_full_sync(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr("nftproxy.dataplane.compile_fragment", poisoned())
+    monkeypatch.setattr("nftproxy.dataplane.sync.compile_fragment", poisoned())
 
     async def go() -> None:
         syncer, fake = make()

@@ -14,12 +14,11 @@ from ipaddress import ip_address, ip_network
 
 import pytest
 
-from nftproxy import tracemark
-from nftproxy.compiler import ProxyConfig, compile_tables
-from nftproxy.manifests import load
+from nftproxy.compiler import ProxyConfig, compile_tables, tracemark
+from nftproxy.diagnose.tableview import view_of
+from nftproxy.diagnose.trace import group, interpret, match_rule, parse_target, render_packet
+from nftproxy.model.manifests import load
 from nftproxy.nft.objects import Family
-from nftproxy.tableview import view_of
-from nftproxy.trace import group, interpret, match_rule, parse_target, render_packet
 from tests.unit.test_golden import GOLDEN
 
 CONFIG = ProxyConfig(

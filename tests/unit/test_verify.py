@@ -6,13 +6,13 @@ from dataclasses import replace
 from ipaddress import ip_network
 
 from nftproxy.compiler import compile_tables
-from nftproxy.dataplane import Dataplane
+from nftproxy.dataplane.sync import Dataplane
+from nftproxy.diagnose.verify import check, compare, equal_contents, expected, read_kernel
 from nftproxy.model.parse import parse_endpoint_slice, parse_service
 from nftproxy.model.types import Service, Skipped
 from nftproxy.nft.fake import FakeBackend
 from nftproxy.nft.kernel import NftError
 from nftproxy.nft.objects import Family
-from nftproxy.verify import check, compare, equal_contents, expected, read_kernel
 from tests import k8sobjects as k
 from tests.unit.test_incremental import CFG, eps, svc
 

@@ -19,19 +19,19 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, replace
 
-from nftproxy import stale, tracemark
-from nftproxy.compiler import skeleton
+from nftproxy.compiler import skeleton, tracemark
 from nftproxy.compiler.assembly import Assembly
 from nftproxy.compiler.build import summarize
 from nftproxy.compiler.config import ProxyConfig
 from nftproxy.compiler.fragment import compile_fragment
+from nftproxy.dataplane import stale
+from nftproxy.dataplane.tracker import InputTracker
 from nftproxy.model.types import EndpointSlice, Service, Skipped
 from nftproxy.nft.bulk import ElementLoad, LoadStep
 from nftproxy.nft.diff import create, plan
 from nftproxy.nft.kernel import Backend, NftError, PartialLoadError
 from nftproxy.nft.objects import Element, Family, Table
 from nftproxy.nft.transaction import Transaction
-from nftproxy.tracker import InputTracker
 
 log = logging.getLogger("nftproxy.dataplane")
 

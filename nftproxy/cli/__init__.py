@@ -1,4 +1,5 @@
-"""``nftproxy render | apply | cleanup | run``."""
+"""The commands (``nftproxy render | apply | run | verify | explain | trace | cleanup``): argparse,
+I/O and printing. The top floor: nothing in nftproxy imports it."""
 
 from __future__ import annotations
 
@@ -9,12 +10,12 @@ import os
 import sys
 from collections.abc import Sequence
 
+from nftproxy.cli.flags import add_proxy_flags, add_run_flags, config_from_args, settings_from_args
 from nftproxy.compiler import ProxyConfig, compile_tables
 from nftproxy.compiler.build import Desired
 from nftproxy.compiler.config import this_node
-from nftproxy.dataplane import Dataplane
-from nftproxy.flags import add_proxy_flags, add_run_flags, config_from_args, settings_from_args
-from nftproxy.manifests import Inputs, ManifestError, load
+from nftproxy.dataplane.sync import Dataplane
+from nftproxy.model.manifests import Inputs, ManifestError, load
 from nftproxy.nft.diff import plan
 from nftproxy.nft.kernel import KernelBackend, NftError, PartialLoadError
 
@@ -80,9 +81,9 @@ def cmd_apply(args: argparse.Namespace) -> int:
 
 def cmd_cleanup(args: argparse.Namespace) -> int:
     if args.kube_proxy:
-        from nftproxy import kubeproxy  # noqa: PLC0415
+        from nftproxy import migration  # noqa: PLC0415
 
-        report = kubeproxy.cleanup(args.netns)
+        report = migration.cleanup(args.netns)
         sys.stdout.write(report.render())
         return 1 if report.errors else 0
     backend = KernelBackend(args.netns)
@@ -107,7 +108,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from nftproxy import verify  # noqa: PLC0415
+    from nftproxy.cli import verify  # noqa: PLC0415
 
     return verify.main(args, config_from_args(args))
 
@@ -130,12 +131,12 @@ def build_parser() -> argparse.ArgumentParser:
     add_run_flags(p)  # the same flags as `run`: they shape the table
     p.add_argument("--wait", type=float, default=0.0, metavar="SECONDS", help="retry until in sync, this long")
     p.set_defaults(fn=cmd_verify)
-    from nftproxy import explain_cmd  # noqa: PLC0415
+    from nftproxy.cli import explain as explain_cmd  # noqa: PLC0415
 
     p = sub.add_parser("explain", help="one Service's path through this node's tables, in words and as a tree")
     explain_cmd.add_flags(p)
     p.set_defaults(fn=explain_cmd.run)
-    from nftproxy import trace_cmd  # noqa: PLC0415
+    from nftproxy.cli import trace as trace_cmd  # noqa: PLC0415
 
     p = sub.add_parser("trace", help="trace the next new connections to a Service address, in nftproxy's terms")
     trace_cmd.add_flags(p)

@@ -25,10 +25,10 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from nftproxy import tracemark
+from nftproxy.compiler import tracemark
+from nftproxy.diagnose.tableview import TableView, normalize
 from nftproxy.nft.kernel import KernelBackend
 from nftproxy.nft.objects import Family
-from nftproxy.tableview import TableView, normalize
 
 PRIORITY = -190  # after conntrack (-200): ct state is known; before our filter (-110) and nat (-100)
 PROTOCOLS = ("tcp", "udp", "sctp")
@@ -374,7 +374,7 @@ def trace(
     netns: str | None, table: str, target: Target, source: str | None, count: int, timeout: float
 ) -> tuple[list[Packet], list[str]]:
     """Trace the next ``count`` new connections to ``target``: (packets, raw monitor lines)."""
-    from nftproxy.tableview import read_view  # noqa: PLC0415
+    from nftproxy.diagnose.tableview import read_view  # noqa: PLC0415
 
     backend = KernelBackend(netns)
     tracer = Tracer(backend, target.family, table)

@@ -8,7 +8,7 @@ import ipaddress
 import json
 import sys
 
-from nftproxy.trace import parse_target, render_packet, trace
+from nftproxy.diagnose.trace import parse_target, render_packet, trace
 
 
 def add_flags(p: argparse.ArgumentParser) -> None:

@@ -9,11 +9,12 @@ import sys
 from dataclasses import replace
 from typing import Any
 
-from nftproxy.explain import Explanation, Frontend, explain, render_text
-from nftproxy.flags import add_proxy_flags, config_from_args
+from nftproxy.cli.flags import add_proxy_flags, config_from_args
+from nftproxy.diagnose.api_check import compare
+from nftproxy.diagnose.explain import Explanation, Frontend, explain, render_text
+from nftproxy.diagnose.tableview import TableView, read_view
 from nftproxy.nft.kernel import KernelBackend
 from nftproxy.nft.objects import Family
-from nftproxy.tableview import TableView, read_view
 
 
 def add_flags(p: argparse.ArgumentParser) -> None:
@@ -51,8 +52,7 @@ def run(args: argparse.Namespace) -> int:
     views = read_views(args.netns, args.table)
     result: Explanation = explain(views, [f"{f.value} {args.table}" for f in Family], args.service, args.port)
     if args.kubeconfig:
-        from nftproxy.explain_api import compare, fetch  # noqa: PLC0415  (kubernetes client: only when asked)
-        from nftproxy.operator.kube import api_client  # noqa: PLC0415
+        from nftproxy.operator.kube import api_client  # noqa: PLC0415  (kubernetes client: only when asked)
 
         api = api_client(args.kubeconfig)
         try:
@@ -68,3 +68,37 @@ def run(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(render_text(result))
     return 0
+
+
+def _get(call: Any, *args: Any, **kwargs: Any) -> dict[str, Any] | None:
+    from kubernetes.client.exceptions import ApiException  # noqa: PLC0415
+
+    try:
+        resp = call(*args, _preload_content=False, _request_timeout=30, **kwargs)
+    except ApiException as e:
+        if e.status == 404:
+            return None
+        raise
+    return dict(json.loads(resp.data))
+
+
+def fetch(
+    api: Any, service: str, node: str | None
+) -> tuple[dict[str, Any] | None, list[dict[str, Any]], dict[str, Any] | None, dict[str, Any] | None]:
+    """(Service, its EndpointSlices, the Node, the node's ProxyStatus) as the API serves them now."""
+    import kubernetes  # noqa: PLC0415
+
+    ns, name = service.split("/", 1)
+    core = kubernetes.client.CoreV1Api(api)
+    svc = _get(core.read_namespaced_service, name, ns)
+    sl = _get(
+        kubernetes.client.DiscoveryV1Api(api).list_namespaced_endpoint_slice,
+        ns,
+        label_selector=f"kubernetes.io/service-name={name}",
+    )
+    node_obj = _get(core.read_node, node) if node else None
+    status = None
+    if node:
+        co = kubernetes.client.CustomObjectsApi(api)
+        status = _get(co.get_cluster_custom_object, "nftproxy.io", "v1alpha1", "proxystatuses", node)
+    return svc, list((sl or {}).get("items") or []), node_obj, status

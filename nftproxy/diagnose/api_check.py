@@ -9,49 +9,14 @@ reason, sync failing or pending).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any
 
 from nftproxy.compiler import ProxyConfig, compile_tables
-from nftproxy.explain import ApiCheck, render_element, service_elements
+from nftproxy.diagnose.explain import ApiCheck, render_element, service_elements
+from nftproxy.diagnose.tableview import TableView, view_of
 from nftproxy.model.parse import PROXY_NAME_LABEL, Ignored, parse_endpoint_slice, parse_node, parse_service
 from nftproxy.model.types import EndpointSlice, Node, Service, Skipped
-from nftproxy.tableview import TableView, view_of
-
-
-def _get(call: Any, *args: Any, **kwargs: Any) -> dict[str, Any] | None:
-    from kubernetes.client.exceptions import ApiException  # noqa: PLC0415
-
-    try:
-        resp = call(*args, _preload_content=False, _request_timeout=30, **kwargs)
-    except ApiException as e:
-        if e.status == 404:
-            return None
-        raise
-    return dict(json.loads(resp.data))
-
-
-def fetch(
-    api: Any, service: str, node: str | None
-) -> tuple[dict[str, Any] | None, list[dict[str, Any]], dict[str, Any] | None, dict[str, Any] | None]:
-    """(Service, its EndpointSlices, the Node, the node's ProxyStatus) as the API serves them now."""
-    import kubernetes  # noqa: PLC0415
-
-    ns, name = service.split("/", 1)
-    core = kubernetes.client.CoreV1Api(api)
-    svc = _get(core.read_namespaced_service, name, ns)
-    sl = _get(
-        kubernetes.client.DiscoveryV1Api(api).list_namespaced_endpoint_slice,
-        ns,
-        label_selector=f"kubernetes.io/service-name={name}",
-    )
-    node_obj = _get(core.read_node, node) if node else None
-    status = None
-    if node:
-        co = kubernetes.client.CustomObjectsApi(api)
-        status = _get(co.get_cluster_custom_object, "nftproxy.io", "v1alpha1", "proxystatuses", node)
-    return svc, list((sl or {}).get("items") or []), node_obj, status
 
 
 def compare(

@@ -13,8 +13,8 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from nftproxy.diagnose.tableview import TableView, normalize
 from nftproxy.nft.objects import Element, Key
-from nftproxy.tableview import TableView, normalize
 
 IP_DISPATCH = "service-ips"
 NODEPORT_DISPATCH = "service-nodeports"

@@ -2,7 +2,7 @@
 
 At start and every ``--kube-proxy-check-period`` (env NFTPROXY_KUBE_PROXY_CHECK_PERIOD; default
 30s, 0: never), the
-node is checked for kube-proxy's tables/chains (:func:`nftproxy.kubeproxy.detect`). Found, they
+node is checked for kube-proxy's tables/chains (:func:`nftproxy.migration.detect`). Found, they
 are reported as the ProxyStatus condition ``KubeProxyDetected`` (reason ``KubeProxyRulesPresent``
 at the first check, then ``KubeProxyActive`` if they changed since the previous check — kube-proxy
 is still running and both proxies program the same Services — or ``KubeProxyLeftovers`` if not),
@@ -15,8 +15,9 @@ import asyncio
 import logging
 from typing import Any
 
-from nftproxy.kubeproxy import Presence, detect
+from nftproxy.migration import Presence, detect
 from nftproxy.operator import kube
+from nftproxy.operator.syncer import Syncer
 
 log = logging.getLogger("nftproxy.kubeproxy")
 
@@ -52,7 +53,7 @@ class KubeProxyWatch:
         self.last: Presence | None = None
         self.posted: set[str] = set()
 
-    async def run(self, syncer: Any, api: Any, node: str) -> None:
+    async def run(self, syncer: Syncer, api: Any, node: str) -> None:
         if self.period <= 0:
             return
         loop = asyncio.get_running_loop()
@@ -66,11 +67,7 @@ class KubeProxyWatch:
             cond = condition(now, self.last, first)
             self.last = now
             first = False
-            status = syncer.status
-            if status.conditions != [cond]:
-                status.conditions = [cond]
-                status.generation += 1
-                syncer.changed.set()
+            if syncer.set_conditions([cond]):
                 (log.warning if cond["status"] == "True" else log.info)("%s", cond["message"])
             if cond["status"] == "True" and cond["reason"] not in self.posted:
                 try:

@@ -1,0 +1,73 @@
+"""``nftproxy verify``: read the API and the kernel, compare them (nftproxy.diagnose.verify), print."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from typing import Any
+
+from nftproxy.compiler import ProxyConfig
+from nftproxy.diagnose.verify import Report, check, expected, read_kernel
+from nftproxy.nft.kernel import Backend, KernelBackend, NftError
+from nftproxy.operator import kube
+
+
+def read_api(api: Any, node_name: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any] | None]:
+    """Every Service and EndpointSlice (paged lists), and this node's Node (None: not found)."""
+    services = [o for page in kube.service_pages(api) for o in page]
+    slices = [o for page in kube.endpoint_slice_pages(api) for o in page]
+    return services, slices, kube.read_node(api, node_name)
+
+
+def verify_once(api: Any, backend: Backend, config: ProxyConfig) -> Report:
+    """Read the API, then the kernel, and compare (what changes in between shows as a difference:
+    callers checking a live cluster retry, see ``main``'s --wait)."""
+    assert config.node_name
+    services, slices, node = read_api(api, config.node_name)
+    desired, tainted = expected(services, slices, node, config)
+    return check(desired, read_kernel(backend, config.table), tainted)
+
+
+def main(args: argparse.Namespace, config: ProxyConfig) -> int:
+    """``nftproxy verify``: 0 when the kernel matches the API, 1 with each difference on a line of its
+    own, 2 when the check cannot be made (flags, kubeconfig, API or namespace unusable)."""
+    if not config.node_name:
+        print("nftproxy verify: --node-name (or NODE_NAME) is required", file=sys.stderr)
+        return 2
+    if args.netns and not os.path.exists(f"/run/netns/{args.netns}"):
+        print(f"nftproxy verify: no network namespace {args.netns!r}", file=sys.stderr)
+        return 2
+    try:
+        api = kube.api_client(args.kubeconfig)
+    except Exception as e:
+        print(f"nftproxy verify: cannot use the kubeconfig: {str(e).splitlines()[0] if str(e) else e}", file=sys.stderr)
+        return 2
+    backend = KernelBackend(args.netns)
+    deadline = time.monotonic() + max(0.0, args.wait)
+    try:
+        while True:
+            try:
+                report = verify_once(api, backend, config)
+            except NftError as e:
+                print(f"nftproxy verify: cannot read the kernel's table: {e}", file=sys.stderr)
+                return 2
+            except Exception as e:
+                first = str(e).splitlines()[0] if str(e) else type(e).__name__
+                print(f"nftproxy verify: cannot read the API: {first}", file=sys.stderr)
+                return 2
+            if not report.differences or time.monotonic() >= deadline:
+                break
+            time.sleep(1.0)
+    finally:
+        backend.close()
+    for note in report.notes:
+        print(f"nftproxy verify: note: {note}", file=sys.stderr)
+    for d in report.differences:
+        print(d)
+    if report.differences:
+        print(f"nftproxy verify: {len(report.differences)} differences", file=sys.stderr)
+        return 1
+    print(f"nftproxy verify: in sync: {report.services} Services, {report.elements} elements")
+    return 0
