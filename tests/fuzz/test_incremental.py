@@ -33,11 +33,9 @@ EXT = [IPv4Address("198.19.0.1"), IPv6Address("fd00:198:19::1"), IPv6Address("::
 LB = [IPv4Address("198.19.1.1"), IPv6Address("fd00:198:19::9"), IPv6Address("::ffff:198.19.1.1")]
 # Source ranges as the parser hands them over (host bits cleared, duplicates kept): every shape of
 # issue 19, both families in one list; read back from the kernel, they must equal a fresh compile.
-RANGES = st.lists(
-    st.sampled_from(S.SHAPED_CIDRS + S.CIDRS).map(lambda c: ip_network(c, strict=False))
-    | S.any_cidr().map(lambda c: ip_network(c, strict=False)),
-    max_size=4,
-).map(lambda rs: rs + rs[:1])  # the first one twice: a duplicate
+RANGES = st.lists(st.sampled_from([ip_network(c, strict=False) for c in S.SHAPED_CIDRS]), max_size=3).map(
+    lambda rs: rs + rs[:1]  # the first one twice: a duplicate
+)
 
 
 @st.composite
