@@ -3,9 +3,9 @@
 Topology (the same in both labs, see harness.py): node-1 (zone-a, the proxied node: kube-proxy in
 lab A, nftproxy in lab B) with pods a1, a2, a3, c1 (c1 is the client pod, and an endpoint for
 hairpin) and a host-network server ``host-1`` on the node's own address; node-2 (zone-b, no proxy)
-with pods b1, b2, c2 (a client pod on another node) and ``host-2``. Outside clients ext1 (198.18.0.100)
-and ext2 (198.18.0.101) on
-the node network route the LoadBalancer/external ranges via node-1.
+with pods b1, b2, c2 (a client pod on another node) and ``host-2``. Outside clients ext1
+(198.18.0.100, fd00:198:18::100) and ext2 (198.18.0.101, fd00:198:18::101) on the node network
+route the LoadBalancer/external ranges via node-1.
 
 Every pod serves TCP 8080, 8081, 9090 and UDP 5353, 5354, 9090; the host servers TCP 8090 and UDP
 5390. Each :class:`Case` is one Service (or a few objects) with the probes to make against it.
@@ -663,6 +663,79 @@ def catalog() -> list[Case]:
             list(frontends(svc, ("pod",), ())),
         )
     )
+
+    # ---- IPv6 and dual-stack source ranges (issue 19: an IPv6 /128 refused every transaction)
+    def dual_slices(name: str, eps4: Sequence[str], eps6: Sequence[str]) -> list[Obj]:
+        return [
+            eslice(name, "v4", [ep(p) for p in eps4], HTTP_EP),
+            eslice(name, "v6", [ep(p, family=6) for p in eps6], HTTP_EP, family=6),
+        ]
+
+    name = "lb-source-ranges-dual-stack"  # the issue's Service: ext1 allowed, ext2 refused, both families
+    svc = service(
+        name,
+        [port(80, 8080, "http", node_port=next(_np))],
+        type="LoadBalancer",
+        families=(4, 6),
+        lb_ingress=[{"ip": next(_lb)}, {"ip": "fd00:198:19::1:11"}],
+        loadBalancerSourceRanges=["198.18.0.100/32", "fd00:198:18::100/128"],
+    )
+    add(Case(name, [svc, *dual_slices(name, ["a1", "b1"], ["a2", "b2"])], list(frontends(svc))))
+    name = "lb-source-ranges-ipv6"  # a wide IPv6 range (the pod network) and a /128 (ext2), no IPv4
+    svc = service(
+        name,
+        [port(80, 8080, "http", node_port=next(_np)), port(53, 5353, "dns", "UDP", node_port=next(_np))],
+        type="LoadBalancer",
+        families=(6,),
+        lb_ingress=[{"ip": "fd00:198:19::1:12"}],
+        loadBalancerSourceRanges=["fd00:10:244::/48", "fd00:198:18::101/128"],
+    )
+    add(
+        Case(
+            name,
+            [
+                svc,
+                eslice(
+                    name,
+                    "a",
+                    [ep("a1", family=6), ep("b1", family=6)],
+                    [sport(8080, "http"), sport(5353, "dns", "UDP")],
+                    family=6,
+                ),
+            ],
+            list(frontends(svc)),
+        )
+    )
+    name = "lb-source-ranges-dual-stack-etp-local"  # eTP Local: this node's endpoints, sources kept
+    hc = next(_hc)
+    svc = service(
+        name,
+        [port(80, 8080, "http", node_port=next(_np))],
+        type="LoadBalancer",
+        families=(6, 4),
+        lb_ingress=[{"ip": "fd00:198:19::1:13"}, {"ip": next(_lb)}],
+        loadBalancerSourceRanges=["fd00:198:18::101/128", "198.18.0.101/32", "10.244.0.0/16", "fd00:10:244::/48"],
+        externalTrafficPolicy="Local",
+        healthCheckNodePort=hc,
+    )
+    add(
+        Case(
+            name,
+            [svc, *dual_slices(name, ["a2", "b1"], ["a3", "b2"])],
+            list(frontends(svc)),
+            [HealthCheck(hc)],
+        )
+    )
+    name = "lb-source-ranges-dual-stack-ipv4-only"  # ranges of one family: the other family's LB IP?
+    svc = service(
+        name,
+        [port(80, 8080, "http", node_port=next(_np))],
+        type="LoadBalancer",
+        families=(4, 6),
+        lb_ingress=[{"ip": next(_lb)}, {"ip": "fd00:198:19::1:14"}],
+        loadBalancerSourceRanges=["198.18.0.100/32"],
+    )
+    add(Case(name, [svc, *dual_slices(name, ["a1"], ["b2"])], list(frontends(svc))))
     for c in cases:
         for h in c.health:
             assert h.port  # every health check names a port

@@ -26,6 +26,16 @@ EP6 = [f"fd00:10:244:{n}::{h}" for n in (1, 2) for h in (2, 3, 4)]
 BAD_IPS = ["", "None", "300.1.1.1", "::g", "10.96.0", "1.2.3.4/32", " 10.96.0.9 ", "localhost"]
 CIDRS = ["10.0.0.0/8", "192.168.1.0/24", "0.0.0.0/0", "198.18.0.5/32", "fd00::/8", "::/0", "2001:db8::1/128"]
 BAD_CIDRS = ["10.0.0.0/33", "nope", "", "1.2.3.4/-1"]
+# The shapes of real address input (issue 19: an IPv6 /128 rendered as '…::100/' refused every
+# transaction, and the fuzzers never met one in a Service the compiler got as far as its ranges).
+HOST_CIDRS = ["198.18.0.100/32", "fd00:198:18::100/128", "0.0.0.0/32", "::/128", "255.255.255.255/32"]
+ZERO_CIDRS = ["0.0.0.0/0", "::/0"]
+MAPPED_CIDRS = ["::ffff:198.18.0.0/120", "::ffff:198.18.0.100/128", "::ffff:0:0/96", "::ffff:10.0.0.0/104"]
+HOST_BITS_CIDRS = ["10.0.0.1/8", "198.18.0.101/24", "fd00:198:18::100/48", "fd00:10:244:1::5/64", "::1/0"]
+OTHER_CIDRS = ["fd00:10:244::/48", "10.244.0.0/16", "2001:db8::/127", "198.18.0.0/31", "FD00:198:18:0::/64"]
+SHAPED_CIDRS = HOST_CIDRS + ZERO_CIDRS + MAPPED_CIDRS + HOST_BITS_CIDRS + OTHER_CIDRS
+MAPPED_IPS = ["::ffff:198.19.0.1", "::ffff:198.19.1.7", "::ffff:203.0.113.7"]  # IPv4-mapped IPv6
+LONG_FORM_IPS = ["fd00:198:19:0:0:0:0:1", "FD00:198:19::2", "fd00:0198:0019::3"]  # one address, other texts
 
 
 def garbage() -> st.SearchStrategy[Any]:
@@ -61,6 +71,50 @@ def namespace() -> st.SearchStrategy[Any]:
 
 def ip(pool: list[str]) -> st.SearchStrategy[Any]:
     return st.one_of(*[st.sampled_from(pool)] * 8, st.sampled_from(BAD_IPS), st.ip_addresses().map(str), garbage())
+
+
+def any_cidr() -> st.SearchStrategy[str]:
+    """Any prefix length on any address (host bits set most of the time), as text."""
+    v4 = st.tuples(st.ip_addresses(v=4), st.integers(0, 32))
+    v6 = st.tuples(st.ip_addresses(v=6), st.integers(0, 128))
+    return st.one_of(v4, v6).map(lambda t: f"{t[0]}/{t[1]}")
+
+
+def cidr() -> st.SearchStrategy[str]:
+    """One source range of a real shape: host prefixes, /0, IPv4-mapped IPv6, host bits set, or
+    any length on any address."""
+    return st.one_of(
+        st.sampled_from(HOST_CIDRS),
+        st.sampled_from(ZERO_CIDRS),
+        st.sampled_from(MAPPED_CIDRS),
+        st.sampled_from(HOST_BITS_CIDRS),
+        st.sampled_from(OTHER_CIDRS + CIDRS),
+        any_cidr(),
+        st.tuples(st.ip_addresses(), st.booleans()).map(lambda t: f"{t[0]}/{t[0].max_prefixlen if t[1] else 0}"),
+    )
+
+
+# Built once: a strategy made inside a draw is validated again at every draw (slow generation).
+_CIDR_LISTS = {n: st.lists(cidr(), min_size=1, max_size=n) for n in (3, 4, 6)}
+_REPEATS = st.lists(st.integers(0, 5), max_size=6)
+
+
+@st.composite
+def cidr_list(draw: Any, max_size: int = 6) -> list[str]:
+    """A list of ranges: mixed families, and duplicates (the same text again, or the same prefix in
+    other words: host bits set, another spelling, a range inside another)."""
+    xs: list[str] = draw(_CIDR_LISTS[max_size])
+    return xs + [xs[k % len(xs)] for k in draw(_REPEATS)]
+
+
+def shaped_ip(pool: list[str]) -> st.SearchStrategy[Any]:
+    """An address from ``pool``, IPv4-mapped IPv6, another text of one address, or any address."""
+    return st.one_of(
+        *[st.sampled_from(pool)] * 4,
+        st.sampled_from(MAPPED_IPS),
+        st.sampled_from(LONG_FORM_IPS),
+        st.ip_addresses().map(str),
+    )
 
 
 def port_number() -> st.SearchStrategy[Any]:
@@ -161,9 +215,13 @@ def service() -> st.SearchStrategy[Obj]:
             ),
             "clusterIPs": ips,
             "clusterIP": ip(SVC4 + SVC6),
-            "externalIPs": sometimes_bad(st.lists(ip(EXT4 + EXT6 + SVC4), max_size=3)),
+            "externalIPs": sometimes_bad(st.lists(ip(EXT4 + EXT6 + SVC4) | shaped_ip(EXT4 + EXT6), max_size=3)),
             "loadBalancerSourceRanges": sometimes_bad(
-                st.lists(st.sampled_from(CIDRS + BAD_CIDRS[:1]) | st.sampled_from(CIDRS), max_size=4)
+                st.one_of(
+                    st.lists(st.sampled_from(CIDRS + BAD_CIDRS[:1]) | st.sampled_from(CIDRS), max_size=4),
+                    cidr_list(),
+                    cidr_list(),
+                )
             ),
             "externalTrafficPolicy": st.one_of(st.sampled_from(["Cluster", "Local"]), st.sampled_from(["", "local"])),
             "internalTrafficPolicy": st.one_of(st.sampled_from(["Cluster", "Local"]), st.sampled_from(["", "x"])),
@@ -198,7 +256,7 @@ def service() -> st.SearchStrategy[Obj]:
                                     optional_dict(
                                         {},
                                         {
-                                            "ip": ip(EXT4 + EXT6),
+                                            "ip": ip(EXT4 + EXT6) | shaped_ip(EXT4 + EXT6),
                                             "ipMode": st.sampled_from(["VIP", "Proxy"]),
                                             "hostname": st.just("lb.example"),
                                         },
@@ -218,11 +276,16 @@ def service() -> st.SearchStrategy[Obj]:
     )
 
 
+EP6_FORMS = ["FD00:10:244:1::2", "fd00:10:244:1:0:0:0:3", "fd00:10:244:0002::4"]  # other texts of EP6 addresses
+
+
 def endpoint(version: int) -> st.SearchStrategy[Any]:
     pool = EP4 if version == 4 else EP6
+    # IPv4-mapped: the API refuses it in an IPv6 slice (To4() != nil); the parser must cope anyway
+    addr = ip(pool) if version == 4 else ip(pool) | st.sampled_from([*EP6_FORMS, "::ffff:10.244.1.2"])
     return sometimes_bad(
         optional_dict(
-            {"addresses": st.one_of(*[st.lists(ip(pool), min_size=1, max_size=2)] * 8, st.just([]), garbage())},
+            {"addresses": st.one_of(*[st.lists(addr, min_size=1, max_size=2)] * 8, st.just([]), garbage())},
             {
                 "conditions": sometimes_bad(
                     optional_dict(
@@ -291,7 +354,7 @@ def node() -> st.SearchStrategy[Obj]:
             {},
             {
                 "type": st.one_of(st.sampled_from(["InternalIP", "ExternalIP", "Hostname"]), garbage()),
-                "address": ip(["198.18.0.1", "fd00:198:18::1", "198.18.0.2", "n1"]),
+                "address": ip(["198.18.0.1", "fd00:198:18::1", "198.18.0.2", "n1", "::ffff:198.18.0.3"]),
             },
         ),
         10,
@@ -306,3 +369,87 @@ def node() -> st.SearchStrategy[Obj]:
 
 def any_object() -> st.SearchStrategy[Any]:
     return st.one_of(service(), service(), endpoint_slice(), endpoint_slice(), node(), garbage())
+
+
+# --------------------------------------------------------------------------- well-formed worlds
+# Objects the parser takes whole (no Skipped), with every address field in its real shapes, and
+# Services the compiler takes all the way (LoadBalancer IPs, ready endpoints in both families), so
+# that every source range, external IP, LoadBalancer IP and endpoint address reaches the table.
+
+
+_FAMILIES = st.sampled_from([(4,), (6,), (4, 6), (6, 4)])
+_TYPES = st.sampled_from(["LoadBalancer", "LoadBalancer", "NodePort", "ClusterIP"])
+_PORTS = st.lists(st.sampled_from([("http", 80, "TCP"), ("dns", 53, "UDP"), ("s", 9, "SCTP")]),
+                  min_size=1, max_size=3, unique=True)  # fmt: skip
+_RANGES: st.SearchStrategy[list[str]] = st.one_of(cidr_list(), cidr_list(3), st.just([]))
+_PICK4 = st.lists(st.integers(0, 3), max_size=3, unique=True)
+_PICK3 = st.lists(st.integers(0, 2), min_size=1, max_size=3, unique=True)
+_POLICY = st.sampled_from(["Cluster", "Local"])
+_EP6 = EP6 + EP6_FORMS
+_ENDPOINTS = {4: st.lists(st.sampled_from(EP4), min_size=1, max_size=3),
+              6: st.lists(st.sampled_from(_EP6), min_size=1, max_size=3)}  # fmt: skip
+_NODE = st.sampled_from(NODES)
+
+
+@st.composite
+def shaped_service(draw: Any, i: int) -> tuple[Obj, list[Obj]]:
+    """Service number ``i`` (its own name and ClusterIPs) and its EndpointSlices."""
+    name = f"s{i}"
+    v4, v6 = f"10.96.{i // 250}.{i % 250 + 1}", f"fd00:10:96::{i + 1:x}"
+    cluster_ips = [v4 if f == 4 else v6 for f in draw(_FAMILIES)]
+    svc_type = draw(_TYPES)
+    ports = [
+        {"name": pname, "port": number, "protocol": proto, "targetPort": 8080 + k, "nodePort": 30000 + 4 * i + k}
+        for k, (pname, number, proto) in enumerate(draw(_PORTS))
+    ]
+    if svc_type == "ClusterIP":
+        for p in ports:
+            del p["nodePort"]
+    spec: Obj = {"type": svc_type, "clusterIP": cluster_ips[0], "clusterIPs": cluster_ips, "ports": ports}
+    spec["loadBalancerSourceRanges"] = draw(_RANGES)
+    ext = [  # this Service's own (no conflicts); the second and third are one address in two texts
+        f"198.19.0.{i + 1}", f"fd00:198:19::{i + 1:x}", f"FD00:198:19:0:0:0:0:{i + 1:x}", f"::ffff:198.19.2.{i + 1}"
+    ]  # fmt: skip
+    spec["externalIPs"] = [ext[k] for k in draw(_PICK4)]
+    etp = draw(_POLICY)
+    spec["externalTrafficPolicy"] = etp
+    if svc_type == "LoadBalancer" and etp == "Local":
+        spec["healthCheckNodePort"] = 32000 + i
+    obj: Obj = {"kind": "Service", "metadata": {"name": name, "namespace": "default"}, "spec": spec}
+    if svc_type == "LoadBalancer":  # one of each family most of the time, so ranges of both apply
+        lb = [f"198.19.1.{i + 1}", f"fd00:198:19::1:{i + 1:x}", f"::ffff:198.19.3.{i + 1}"]
+        obj["status"] = {"loadBalancer": {"ingress": [{"ip": lb[k]} for k in draw(_PICK3)]}}
+    slices: list[Obj] = []
+    for f in (4, 6):
+        slices.append(
+            {
+                "kind": "EndpointSlice",
+                "metadata": {"name": f"{name}-{f}", "namespace": "default",
+                             "labels": {"kubernetes.io/service-name": name}},
+                "addressType": f"IPv{f}",
+                "ports": [{"name": p["name"], "port": p["targetPort"], "protocol": p["protocol"]} for p in ports],
+                "endpoints": [
+                    {"addresses": [a], "conditions": {"ready": True}, "nodeName": draw(_NODE)}
+                    for a in draw(_ENDPOINTS[f])
+                ],
+            }
+        )  # fmt: skip
+    return obj, slices
+
+
+_COUNT = {n: st.integers(1, n) for n in range(1, 9)}
+
+
+@st.composite
+def shaped_world(draw: Any, max_services: int = 5) -> list[Obj]:
+    """A few well-formed Services with their slices (distinct names and ClusterIPs: no conflicts)."""
+    out: list[Obj] = []
+    for i in range(draw(_COUNT[max_services])):
+        svc, slices = draw(shaped_service(i))
+        out += [svc, *slices]
+    return out
+
+
+def shaped_networks(max_size: int = 4) -> st.SearchStrategy[list[str]]:
+    """--cluster-cidr / --nodeport-addresses: the same shapes as source ranges, or none."""
+    return st.one_of(st.just([]), cidr_list(max_size))

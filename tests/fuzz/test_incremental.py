@@ -29,6 +29,13 @@ CFG = ProxyConfig(
 )
 NAMES = ["a", "b", "c", "d", "e", S.LONG]
 NS = ["default", "ns1"]
+EXT = [IPv4Address("198.19.0.1"), IPv6Address("fd00:198:19::1"), IPv6Address("::ffff:198.19.0.1")]
+LB = [IPv4Address("198.19.1.1"), IPv6Address("fd00:198:19::9"), IPv6Address("::ffff:198.19.1.1")]
+# Source ranges as the parser hands them over (host bits cleared, duplicates kept): every shape of
+# issue 19, both families in one list; read back from the kernel, they must equal a fresh compile.
+RANGES = st.lists(st.sampled_from([ip_network(c, strict=False) for c in S.SHAPED_CIDRS]), max_size=3).map(
+    lambda rs: rs + rs[:1]  # the first one twice: a duplicate
+)
 
 
 @st.composite
@@ -57,11 +64,12 @@ def services(draw: Any, unique_ips: bool, ipv6_affinity: bool = True) -> Service
         )
         for k, (proto, port) in enumerate(raw_ports)
     )
-    ext = draw(st.lists(st.sampled_from([IPv4Address("198.19.0.1"), IPv6Address("fd00:198:19::1")]), max_size=2))
-    lb = draw(st.lists(st.sampled_from([IPv4Address("198.19.1.1"), IPv6Address("fd00:198:19::9")]), max_size=2))
-    if unique_ips:
-        ext = [IPv4Address(f"198.19.0.{i + 1}")] if ext else []
-        lb = [IPv4Address(f"198.19.1.{i + 1}")] if lb and svc_type == "LoadBalancer" else []
+    ext = draw(st.lists(st.sampled_from(EXT), max_size=2))
+    lb = draw(st.lists(st.sampled_from(LB), max_size=2))
+    if unique_ips:  # each its own, in either family; IPv6 IPv4-mapped too (nft lists it dotted)
+        ext = [IPv4Address(f"198.19.0.{i + 1}"), IPv6Address(f"fd00:198:19::{i + 1:x}")][: len(ext)]
+        lb = [IPv4Address(f"198.19.1.{i + 1}"), IPv6Address(f"::ffff:198.19.3.{i + 1}")][: len(lb)]
+        lb = lb if svc_type == "LoadBalancer" else []
     etp = draw(st.sampled_from(["Cluster", "Local"]))
     return Service(
         ns,
@@ -76,9 +84,7 @@ def services(draw: Any, unique_ips: bool, ipv6_affinity: bool = True) -> Service
         session_affinity_timeout=draw(st.sampled_from([None, None, 10, 10800]))
         if ipv6_affinity or all(ip.version == 4 for ip in ips)
         else None,
-        load_balancer_source_ranges=tuple(
-            draw(st.lists(st.sampled_from([ip_network("10.0.0.0/8"), ip_network("203.0.113.0/24")]), max_size=2))
-        ),
+        load_balancer_source_ranges=tuple(draw(RANGES)),
         health_check_node_port=32000 + i if svc_type == "LoadBalancer" and etp == "Local" else None,
     )
 
