@@ -12,18 +12,18 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from nftproxy.compiler import balancing, skeleton
-from nftproxy.compiler.changelog import ChangeLog, Obj, Slot
+from nftproxy.compiler import balancing, names
+from nftproxy.compiler.changelog import ChangeLog, Obj
 from nftproxy.compiler.claims import Claims
 from nftproxy.compiler.config import ProxyConfig
 from nftproxy.compiler.fragment import Fragment
 from nftproxy.compiler.render import Renderer
 from nftproxy.compiler.store import ElementStore
 from nftproxy.model.types import Skipped
-from nftproxy.nft.objects import Family, Key, Table
+from nftproxy.nft.objects import Family, Key, Slot, Table
 from nftproxy.nft.transaction import Transaction
 
-AFFINITY_SETS = ("affinity-services", "affinity-nodeports")
+AFFINITY_SETS = (names.AFFINITY_SERVICES, names.AFFINITY_NODEPORTS)
 
 
 class Assembly:
@@ -111,15 +111,15 @@ class Assembly:
         if any(name in touched for name in AFFINITY_SETS):
             return True
         values = self.store.values
-        names = {2: "affinity-nodeports", 3: "affinity-services"}  # by the frontend key's length
+        by_width = {2: names.AFFINITY_NODEPORTS, 3: names.AFFINITY_SERVICES}  # by the frontend key's length
         return any(
-            (names[len(key)], key) in values if key else balancing.rr_sticky(map_name)  # round-robin: by its map
+            (by_width[len(key)], key) in values if key else balancing.rr_sticky(map_name)  # round-robin: by its map
             for map_name, key in self.log.spreads
         )
 
     def affinity_timeout(self, frontend: Key) -> int | None:
         """The affinity timeout of a frontend (IP . proto . port, or proto . NodePort), if any."""
-        name = "affinity-services" if len(frontend) == 3 else "affinity-nodeports"
+        name = names.AFFINITY_SERVICES if len(frontend) == 3 else names.AFFINITY_NODEPORTS
         el = self.store.values.get((name, frontend))
         if el is None or not el.value:
             return None
@@ -127,7 +127,7 @@ class Assembly:
 
     def endpoints_of(self, frontend: Key) -> set[Slot]:
         """Every endpoint a frontend's packets may be sent to (any endpoint map)."""
-        maps = skeleton.NODEPORT_ENDPOINT_MAPS if len(frontend) == 2 else skeleton.IP_ENDPOINT_MAPS
+        maps = names.NODEPORT_ENDPOINT_MAPS if len(frontend) == 2 else names.IP_ENDPOINT_MAPS
         out: set[Slot] = set()
         spreads = self.store.spreads
         for kind, n in self.store.objects:

@@ -9,10 +9,9 @@ whole tables, and recording what a bulk load touches, 10^5 entries, would only c
 
 from __future__ import annotations
 
-from nftproxy.nft.objects import Element, Key
+from nftproxy.nft.objects import Element, Key, Slot
 
 Obj = tuple[str, int]  # (kind, N): kinds in skeleton.KINDS
-Slot = tuple[str, str]  # endpoint address, port
 
 
 class ChangeLog:

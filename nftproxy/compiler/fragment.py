@@ -14,22 +14,19 @@ from dataclasses import dataclass
 from ipaddress import collapse_addresses
 from typing import NamedTuple
 
-from nftproxy.compiler import balancing
+from nftproxy.compiler import balancing, names
 from nftproxy.compiler.balancing import name as tagged
 from nftproxy.compiler.balancing import with_tag
 from nftproxy.compiler.config import ProxyConfig
 from nftproxy.compiler.endpoints import Categorized, Target, categorize, targets
 from nftproxy.model.types import EndpointSlice, Service, ServicePort
-from nftproxy.nft.objects import Element, Family, Key, address, prefix
+from nftproxy.nft.objects import Element, Family, Key, Slot, address, prefix
 
 REJECT = ("goto reject-chain",)
 DROP = ("drop",)
 
 
-Slot = tuple[str, str]  # endpoint address, port (an endpoint map's value)
-# (map name, frontend key, value of slot 0, 1, …): the N elements ``key . i : value[i]`` of an
-# endpoint map, kept as one entry (an endpoint map holds ~80% of a table's elements).
-Spread = tuple[str, Key, tuple[Slot, ...]]
+MapSpread = tuple[str, Key, tuple[Slot, ...]]  # (endpoint map name, *Spread)
 
 
 class Fragment(NamedTuple):
@@ -38,7 +35,7 @@ class Fragment(NamedTuple):
 
     key: str  # "namespace/name"
     elements: tuple[tuple[str, Element], ...]  # (set name, element)
-    spreads: tuple[Spread, ...]  # endpoint map entries, keyed by a frontend the Service claims
+    spreads: tuple[MapSpread, ...]  # endpoint map entries, keyed by a frontend the Service claims
     claims: tuple[Key, ...]  # Service IP . proto . port and proto . NodePort keys it owns
     objects: frozenset[tuple[str, int]]  # (kind, N) per-count maps/chains it needs
     endpoints: frozenset[tuple[str, int]]  # endpoint address:port pairs in use
@@ -104,7 +101,7 @@ class _Out:
 
     def __init__(self) -> None:
         self.elements: list[tuple[str, Element]] = []
-        self.spreads: list[Spread] = []
+        self.spreads: list[MapSpread] = []
         self.objects: set[tuple[str, int]] = set()
         self.claims: list[Key] = []
         self.used: set[tuple[str, int]] = set()
@@ -143,12 +140,12 @@ class _Names:
 
 
 EXTERNAL_IP = _Names(
-    "service-ips", "external", "external-local", "local-policy-short-circuit", "load-balance",
-    "lb", "endpoints", "local", "local-endpoints",
+    names.SERVICE_IPS, "external", "external-local", names.LOCAL_POLICY_SHORT_CIRCUIT, "load-balance",
+    "lb", names.ENDPOINTS, "local", names.LOCAL_ENDPOINTS,
 )  # fmt: skip
 NODEPORT = _Names(
-    "service-nodeports", "nodeport", "nodeport-local", "nodeport-short-circuit", "nodeport-load-balance",
-    "nodeport", "nodeport-endpoints", "nodeport-local", "nodeport-local-endpoints",
+    names.SERVICE_NODEPORTS, "nodeport", "nodeport-local", names.NODEPORT_SHORT_CIRCUIT, "nodeport-load-balance",
+    "nodeport", names.NODEPORT_ENDPOINTS, "nodeport-local", names.NODEPORT_LOCAL_ENDPOINTS,
 )  # fmt: skip
 
 
@@ -216,21 +213,21 @@ def _port_keys(svc: Service, fe: _Frontends, port: ServicePort) -> _Port:
 def _no_endpoints(out: _Out, p: _Port) -> None:
     """No usable endpoint anywhere: every frontend of the port rejects (connection refused)."""
     for k in (p.cluster, *p.externals):
-        out.add("no-endpoint-services", k, REJECT, p.comment)
+        out.add(names.NO_ENDPOINT_SERVICES, k, REJECT, p.comment)
     if p.node_port:
-        out.add("no-endpoint-nodeports", p.node_port, REJECT, p.comment)
+        out.add(names.NO_ENDPOINT_NODEPORTS, p.node_port, REJECT, p.comment)
 
 
 def _cluster_ip(out: _Out, p: _Port, fe: _Frontends, cluster: tuple[Slot, ...], local: tuple[Slot, ...]) -> None:
     """The ClusterIP under internalTrafficPolicy (Local with none here: dropped)."""
     if not fe.itp_local:
-        out.add("service-ips", p.cluster, (f"goto {out.name('cluster', len(cluster))}",), p.comment)
-        out.spread("lb", "endpoints", p.cluster, cluster)
+        out.add(names.SERVICE_IPS, p.cluster, (f"goto {out.name('cluster', len(cluster))}",), p.comment)
+        out.spread("lb", names.ENDPOINTS, p.cluster, cluster)
     elif local:
-        out.add("service-ips", p.cluster, (f"goto {out.name('cluster-local', len(local))}",), p.comment)
-        out.spread("local", "local-endpoints", p.cluster, local)
+        out.add(names.SERVICE_IPS, p.cluster, (f"goto {out.name('cluster-local', len(local))}",), p.comment)
+        out.spread("local", names.LOCAL_ENDPOINTS, p.cluster, local)
     else:
-        out.add("no-endpoint-services", p.cluster, DROP, p.comment)  # endpoints exist, none here
+        out.add(names.NO_ENDPOINT_SERVICES, p.cluster, DROP, p.comment)  # endpoints exist, none here
 
 
 def _external(
@@ -268,17 +265,19 @@ def _round_robin(
     to_all = chain(t, cluster)
     to_local = chain(t + "l", local) if local and (fe.itp_local or fe.etp_local) else None
     if not fe.itp_local:
-        out.add("service-ips", p.cluster, ("goto cluster-rr",), p.comment)
+        out.add(names.SERVICE_IPS, p.cluster, ("goto cluster-rr",), p.comment)
         out.add(balancing.RR_SERVICES, p.cluster, (to_all,), p.comment)
     elif to_local:
-        out.add("service-ips", p.cluster, ("goto cluster-rr",), p.comment)
+        out.add(names.SERVICE_IPS, p.cluster, ("goto cluster-rr",), p.comment)
         out.add(balancing.RR_SERVICES, p.cluster, (to_local,), p.comment)
     else:
-        out.add("no-endpoint-services", p.cluster, DROP, p.comment)  # endpoints exist, none here
-    fronts = [("service-ips", k, balancing.RR_SERVICES, balancing.RR_LOCAL_SERVICES, "external") for k in p.externals]
+        out.add(names.NO_ENDPOINT_SERVICES, p.cluster, DROP, p.comment)  # endpoints exist, none here
+    fronts = [
+        (names.SERVICE_IPS, k, balancing.RR_SERVICES, balancing.RR_LOCAL_SERVICES, "external") for k in p.externals
+    ]
     if p.node_port:
         fronts.append(
-            ("service-nodeports", p.node_port, balancing.RR_NODEPORTS, balancing.RR_LOCAL_NODEPORTS, "nodeport")
+            (names.SERVICE_NODEPORTS, p.node_port, balancing.RR_NODEPORTS, balancing.RR_LOCAL_NODEPORTS, "nodeport")
         )
     for dispatch, key, all_map, local_map, entry in fronts:
         out.add(dispatch, key, (f"goto {entry}-local-rr" if fe.etp_local else f"goto {entry}-rr",), p.comment)
@@ -292,18 +291,18 @@ def _affinity(out: _Out, p: _Port, timeout: int) -> None:
     record = (f"goto affinity-record-{timeout}",)
     out.objects.add(("affinity", timeout))
     for k in (p.cluster, *p.externals):
-        out.add("affinity-services", k, record, p.comment)
+        out.add(names.AFFINITY_SERVICES, k, record, p.comment)
     if p.node_port:
-        out.add("affinity-nodeports", p.node_port, record, p.comment)
+        out.add(names.AFFINITY_NODEPORTS, p.node_port, record, p.comment)
 
 
 def _source_ranges(out: _Out, p: _Port, fe: _Frontends) -> None:
     """loadBalancerSourceRanges: only listed sources reach the LoadBalancer IPs (not NodePorts)."""
     for ip in fe.lb_ips:
         k = (ip, p.proto, p.port)
-        out.add("firewall-ips", k)
+        out.add(names.FIREWALL_IPS, k)
         for r in fe.ranges:
-            out.add("firewall-allow", (*k, r))
+            out.add(names.FIREWALL_ALLOW, (*k, r))
 
 
 def _hairpin(out: _Out, cat: Categorized, node: str | None) -> None:
@@ -311,7 +310,7 @@ def _hairpin(out: _Out, cat: Categorized, node: str | None) -> None:
     both = cat.cluster + cat.local if cat.local else cat.cluster
     out.used.update([(t.address, t.port) for t in both])
     for a in [t.address for t in both if node is None or t.endpoint.node_name in (None, node)]:
-        out.add("hairpin-endpoints", (a, a))
+        out.add(names.HAIRPIN_ENDPOINTS, (a, a))
     out.local.update([t.address for t in cat.local if t.endpoint.ready])  # health check: ready ones only
 
 
@@ -337,7 +336,7 @@ def compile_fragment(
     affinity, warnings = svc.session_affinity_timeout, svc.warnings
     if affinity and family is Family.IP6:  # see IPV6_AFFINITY
         affinity, warnings = None, (*warnings, IPV6_AFFINITY)
-    out.add("cluster-ips", (fe.cluster_ip,))
+    out.add(names.CLUSTER_IPS, (fe.cluster_ip,))
     for port in svc.ports:
         p = _port_keys(svc, fe, port)
         out.claims += [p.cluster, *p.externals, *([p.node_port] if p.node_port else [])]

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from ipaddress import collapse_addresses, ip_network
 
-from nftproxy.compiler import skeleton
+from nftproxy.compiler import names, skeleton
 from nftproxy.compiler.changelog import ChangeLog, Obj
 from nftproxy.compiler.config import ProxyConfig
 from nftproxy.compiler.fragment import spread_elements
@@ -35,14 +35,14 @@ class Renderer:
         self.base_chains = {c.name: c for c in skeleton.base_chains(f)}
         self._parts: dict[Obj, tuple[list[Set], list[Chain]]] = {}
         self._set_owner: dict[str, Obj] = {}  # map name -> the object declaring it (memo)
-        self.static: dict[str, dict[Key, Element]] = {"cluster-cidrs": {}, "nodeport-ips": {}}
+        self.static: dict[str, dict[Key, Element]] = {names.CLUSTER_CIDRS: {}, names.NODEPORT_IPS: {}}
         for net in collapse_addresses(mine):  # type: ignore[type-var]
-            self.static["cluster-cidrs"][(prefix(net),)] = Element((prefix(net),))
+            self.static[names.CLUSTER_CIDRS][(prefix(net),)] = Element((prefix(net),))
         np_nets: list[IPNetwork] = [n for n in config.nodeport_addresses if n.version == f.version]
         if not config.nodeport_addresses:
             np_nets = [ip_network(ip) for ip in config.node_ips if ip.version == f.version]
         for net in collapse_addresses(np_nets):  # type: ignore[type-var]
-            self.static["nodeport-ips"][(prefix(net),)] = Element((prefix(net),))
+            self.static[names.NODEPORT_IPS][(prefix(net),)] = Element((prefix(net),))
 
     def object_parts(self, obj: Obj) -> tuple[list[Set], list[Chain]]:
         """Memoized: with round-robin Services (objects of their own, balancing.py) there are

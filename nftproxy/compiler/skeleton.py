@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 
-from nftproxy.compiler import balancing
+from nftproxy.compiler import balancing, names
 from nftproxy.nft.objects import Chain, Family, Hook, Set
 
 LAYOUT = 1
@@ -84,8 +84,8 @@ REGULAR_CHAINS: tuple[tuple[str, tuple[str, ...]], ...] = (
         tuple(
             f"meta l4proto {proto} ct status dnat {key} vmap @{vmap}"
             for vmap, key in (
-                ("affinity-services", "ct original {ip} daddr . meta l4proto . ct original proto-dst"),
-                ("affinity-nodeports", "ct original {ip} daddr @nodeport-ips meta l4proto . ct original proto-dst"),
+                (names.AFFINITY_SERVICES, "ct original {ip} daddr . meta l4proto . ct original proto-dst"),
+                (names.AFFINITY_NODEPORTS, "ct original {ip} daddr @nodeport-ips meta l4proto . ct original proto-dst"),
             )
             for proto in ("tcp", "udp", "sctp")
         ),
@@ -104,40 +104,50 @@ REGULAR_CHAINS: tuple[tuple[str, tuple[str, ...]], ...] = (
 
 SETS: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
     (
-        "service-ips",
+        names.SERVICE_IPS,
         "type {addr} . inet_proto . inet_service : verdict",
         (),
         "ClusterIPs, externalIPs, LoadBalancer IPs",
     ),
-    ("service-nodeports", "type inet_proto . inet_service : verdict", (), "NodePorts"),
-    ("no-endpoint-services", "type {addr} . inet_proto . inet_service : verdict", (), "Service IPs without endpoints"),
-    ("no-endpoint-nodeports", "type inet_proto . inet_service : verdict", (), "NodePorts without endpoints"),
-    ("cluster-ips", "type {addr}", (), "every ClusterIP: other ports are rejected"),
-    ("nodeport-ips", "type {addr}", ("interval",), "addresses NodePorts answer on"),
-    ("cluster-cidrs", "type {addr}", ("interval",), "pod CIDRs: sources not masqueraded"),
-    ("hairpin-endpoints", "type {addr} . {addr}", (), "endpoint . itself: hairpin traffic is masqueraded"),
-    ("firewall-ips", "type {addr} . inet_proto . inet_service", (), "LoadBalancer IPs with loadBalancerSourceRanges"),
+    (names.SERVICE_NODEPORTS, "type inet_proto . inet_service : verdict", (), "NodePorts"),
     (
-        "firewall-allow",
+        names.NO_ENDPOINT_SERVICES,
+        "type {addr} . inet_proto . inet_service : verdict",
+        (),
+        "Service IPs without endpoints",
+    ),
+    (names.NO_ENDPOINT_NODEPORTS, "type inet_proto . inet_service : verdict", (), "NodePorts without endpoints"),
+    (names.CLUSTER_IPS, "type {addr}", (), "every ClusterIP: other ports are rejected"),
+    (names.NODEPORT_IPS, "type {addr}", ("interval",), "addresses NodePorts answer on"),
+    (names.CLUSTER_CIDRS, "type {addr}", ("interval",), "pod CIDRs: sources not masqueraded"),
+    (names.HAIRPIN_ENDPOINTS, "type {addr} . {addr}", (), "endpoint . itself: hairpin traffic is masqueraded"),
+    (
+        names.FIREWALL_IPS,
+        "type {addr} . inet_proto . inet_service",
+        (),
+        "LoadBalancer IPs with loadBalancerSourceRanges",
+    ),
+    (
+        names.FIREWALL_ALLOW,
         "type {addr} . inet_proto . inet_service . {addr}",
         ("interval",),
         "LoadBalancer IP . proto . port . allowed source range",
     ),
     (
-        "affinity-services",
+        names.AFFINITY_SERVICES,
         "type {addr} . inet_proto . inet_service : verdict",
         (),
         "sessionAffinity ClientIP frontends -> the recording chain of their timeout",
     ),
-    ("affinity-nodeports", "type inet_proto . inet_service : verdict", (), "sessionAffinity ClientIP NodePorts"),
+    (names.AFFINITY_NODEPORTS, "type inet_proto . inet_service : verdict", (), "sessionAffinity ClientIP NodePorts"),
     (
-        "local-policy-short-circuit",
+        names.LOCAL_POLICY_SHORT_CIRCUIT,
         "type {addr} . inet_proto . inet_service : verdict",
         (),
         "externalTrafficPolicy Local: pod and node traffic goes to all endpoints",
     ),
     (
-        "nodeport-short-circuit",
+        names.NODEPORT_SHORT_CIRCUIT,
         "type inet_proto . inet_service : verdict",
         (),
         "externalTrafficPolicy Local NodePorts: pod and node traffic goes to all endpoints",
@@ -145,14 +155,11 @@ SETS: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
 )
 
 
-AFFINITY = "affinity"
-
-
 def affinity_map(family: Family) -> Set:
     """client . frontend . proto . port -> endpoint, written by the packet path (never diffed)."""
     a = family.addr_type
     return Set(
-        AFFINITY,
+        names.AFFINITY,
         f"type {a} . {a} . inet_proto . inet_service : {a} . inet_service",
         ("dynamic", "timeout"),
         timeout="3h",
@@ -199,20 +206,20 @@ NODEPORT_KEY = "meta l4proto . th dport"
 
 
 def endpoints_map(family: Family, n: int) -> Set:
-    return _endpoint_map(family, "endpoints", _ip_key(family), n, f"Service IP . proto . port . slot -> one of {n}")
+    return _endpoint_map(family, names.ENDPOINTS, _ip_key(family), n, f"Service IP . proto . port . slot -> one of {n}")
 
 
 def nodeport_endpoints_map(family: Family, n: int) -> Set:
-    return _endpoint_map(family, "nodeport-endpoints", NODEPORT_KEY, n, f"proto . NodePort . slot -> one of {n}")
+    return _endpoint_map(family, names.NODEPORT_ENDPOINTS, NODEPORT_KEY, n, f"proto . NodePort . slot -> one of {n}")
 
 
 def local_endpoints_map(family: Family, n: int) -> Set:
-    return _endpoint_map(family, "local-endpoints", _ip_key(family), n, f"Local policy: one of {n} node-local")
+    return _endpoint_map(family, names.LOCAL_ENDPOINTS, _ip_key(family), n, f"Local policy: one of {n} node-local")
 
 
 def nodeport_local_endpoints_map(family: Family, n: int) -> Set:
     return _endpoint_map(
-        family, "nodeport-local-endpoints", NODEPORT_KEY, n, f"Local policy NodePort: one of {n} node-local"
+        family, names.NODEPORT_LOCAL_ENDPOINTS, NODEPORT_KEY, n, f"Local policy NodePort: one of {n} node-local"
     )
 
 
@@ -220,11 +227,11 @@ def _sticky(family: Family) -> str:
     """A client with a live affinity entry goes back to its endpoint (no entry: no match, go on)."""
     ip = family.value
     key = f"{ip} saddr . {ip} daddr . meta l4proto . th dport"
-    return f"meta l4proto {{ tcp, udp, sctp }} dnat {ip} to {key} map @{AFFINITY}"
+    return f"meta l4proto {{ tcp, udp, sctp }} dnat {ip} to {key} map @{names.AFFINITY}"
 
 
 def load_balance_chain(family: Family, n: int) -> Chain:
-    return Chain(f"load-balance-{n}", (_sticky(family), _dnat(family, _ip_key(family), n, "endpoints")))
+    return Chain(f"load-balance-{n}", (_sticky(family), _dnat(family, _ip_key(family), n, names.ENDPOINTS)))
 
 
 def cluster_chain(n: int, masquerade: str | None) -> Chain:
@@ -243,11 +250,13 @@ def nodeport_chain(n: int) -> Chain:
 
 
 def nodeport_load_balance_chain(family: Family, n: int) -> Chain:
-    return Chain(f"nodeport-load-balance-{n}", (_sticky(family), _dnat(family, NODEPORT_KEY, n, "nodeport-endpoints")))
+    return Chain(
+        f"nodeport-load-balance-{n}", (_sticky(family), _dnat(family, NODEPORT_KEY, n, names.NODEPORT_ENDPOINTS))
+    )
 
 
 def local_load_balance_chain(family: Family, n: int) -> Chain:
-    return Chain(f"local-load-balance-{n}", (_sticky(family), _dnat(family, _ip_key(family), n, "local-endpoints")))
+    return Chain(f"local-load-balance-{n}", (_sticky(family), _dnat(family, _ip_key(family), n, names.LOCAL_ENDPOINTS)))
 
 
 def cluster_local_chain(n: int, masquerade: str | None) -> Chain:
@@ -268,19 +277,21 @@ def external_local_chain(family: Family, n: int, pods: bool) -> Chain:
     (none: dropped)."""
     last = f"goto local-load-balance-{n}" if n else "drop"
     return Chain(
-        f"external-local-{n}", (*_short_circuits(family, _ip_key(family), "local-policy-short-circuit", pods), last)
+        f"external-local-{n}", (*_short_circuits(family, _ip_key(family), names.LOCAL_POLICY_SHORT_CIRCUIT, pods), last)
     )
 
 
 def nodeport_local_chain(family: Family, n: int, pods: bool) -> Chain:
     last = f"goto nodeport-local-load-balance-{n}" if n else "drop"
-    return Chain(f"nodeport-local-{n}", (*_short_circuits(family, NODEPORT_KEY, "nodeport-short-circuit", pods), last))
+    return Chain(
+        f"nodeport-local-{n}", (*_short_circuits(family, NODEPORT_KEY, names.NODEPORT_SHORT_CIRCUIT, pods), last)
+    )
 
 
 def nodeport_local_load_balance_chain(family: Family, n: int) -> Chain:
     return Chain(
         f"nodeport-local-load-balance-{n}",
-        (_sticky(family), _dnat(family, NODEPORT_KEY, n, "nodeport-local-endpoints")),
+        (_sticky(family), _dnat(family, NODEPORT_KEY, n, names.NODEPORT_LOCAL_ENDPOINTS)),
     )
 
 
@@ -290,7 +301,7 @@ def affinity_record_chain(family: Family, timeout: int) -> Chain:
     return Chain(
         f"affinity-record-{timeout}",
         tuple(
-            f"meta l4proto {proto} update @{AFFINITY} {{ {ip} saddr . ct original {ip} daddr . meta l4proto . "
+            f"meta l4proto {proto} update @{names.AFFINITY} {{ {ip} saddr . ct original {ip} daddr . meta l4proto . "
             f"ct original proto-dst timeout {timeout}s : {ip} daddr . {proto} dport }}"
             for proto in ("tcp", "udp", "sctp")
         ),
@@ -333,10 +344,6 @@ def count_objects(
 
 
 KINDS = ("lb", "nodeport", "local", "nodeport-local", "affinity")
-# The endpoint maps of each kind, by the frontend they are keyed by (IP . proto . port, or
-# proto . NodePort).
-IP_ENDPOINT_MAPS = {"lb": ("endpoints",), "local": ("local-endpoints",)}
-NODEPORT_ENDPOINT_MAPS = {"nodeport": ("nodeport-endpoints",), "nodeport-local": ("nodeport-local-endpoints",)}
 
 
 def layout_comment(family: Family, masquerade: str | None, pods: bool) -> str:

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from collections import Counter
 
-from nftproxy.compiler.changelog import ChangeLog, Obj, Slot
+from nftproxy.compiler.changelog import ChangeLog, Obj
 from nftproxy.compiler.fragment import Fragment
-from nftproxy.nft.objects import Element, Key
+from nftproxy.nft.objects import Element, Key, Slot
 
 
 class ElementStore:

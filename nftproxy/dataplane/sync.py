@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, replace
 
-from nftproxy.compiler import skeleton, tracemark
+from nftproxy.compiler import names
 from nftproxy.compiler.assembly import Assembly
 from nftproxy.compiler.build import summarize
 from nftproxy.compiler.config import ProxyConfig
@@ -30,7 +30,7 @@ from nftproxy.model.types import EndpointSlice, Service, Skipped
 from nftproxy.nft.bulk import ElementLoad, LoadStep
 from nftproxy.nft.diff import create, plan
 from nftproxy.nft.kernel import Backend, NftError, PartialLoadError
-from nftproxy.nft.objects import Element, Family, Table
+from nftproxy.nft.objects import Element, Family, Spread, Table
 from nftproxy.nft.transaction import Transaction
 
 log = logging.getLogger("nftproxy.dataplane")
@@ -209,7 +209,7 @@ class Dataplane:
         for a in self.assemblies.values():
             have = self.backend.chain_names(a.family, self.config.table)
             if have is not None:  # a trace in progress is tolerated until its deadline
-                have -= tracemark.live(have)
+                have -= names.live_trace_chains(have)
             if have != a.chain_names():
                 self.forget()
                 return False
@@ -455,17 +455,17 @@ class Dataplane:
 
     def _release_affinity(self, a: Assembly) -> None:
         table = self.config.table
-        keys = stale.stale_affinity(a, self.backend.read_dynamic(a.family, table, skeleton.AFFINITY))
+        keys = stale.stale_affinity(a, self.backend.read_dynamic(a.family, table, names.AFFINITY))
         if not keys:
             return
         tx = Transaction(a.family, table)
-        tx.delete_elements(skeleton.AFFINITY, keys)
+        tx.delete_elements(names.AFFINITY, keys)
         try:
             self.backend.apply(tx)
         except NftError:  # one expired meanwhile: the others one by one
             for key in keys:
                 one = Transaction(a.family, table)
-                one.delete_elements(skeleton.AFFINITY, [key])
+                one.delete_elements(names.AFFINITY, [key])
                 with suppress(NftError):
                     self.backend.apply(one)
 
@@ -533,7 +533,7 @@ class _Checker:
 # Each chunk's elements are all its Services' (an element two chunks share is added twice: the
 # kernel accepts an add of an element it holds); together they are the whole set, since a Service
 # an earlier chunk programmed is never evicted by a later one (chunks go in name order, claims.py).
-EARLY_SET = "hairpin-endpoints"
+EARLY_SET = names.HAIRPIN_ENDPOINTS
 
 
 def _early_elements(a: Assembly, keys: list[str]) -> list[Element]:
@@ -541,9 +541,9 @@ def _early_elements(a: Assembly, keys: list[str]) -> list[Element]:
     return [el for key in keys if (f := frags.get(key)) is not None for s, el in f.elements if s == EARLY_SET]
 
 
-def _spreads_of(a: Assembly, keys: list[str]) -> dict[str, list[tuple[tuple[str, ...], tuple[tuple[str, str], ...]]]]:
+def _spreads_of(a: Assembly, keys: list[str]) -> dict[str, list[Spread]]:
     """The endpoint map entries of these Services' fragments, by map."""
-    out: dict[str, list[tuple[tuple[str, ...], tuple[tuple[str, str], ...]]]] = {}
+    out: dict[str, list[Spread]] = {}
     for key in keys:
         frag = a.fragments.get(key)
         if frag is not None:

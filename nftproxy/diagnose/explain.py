@@ -13,13 +13,14 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from nftproxy.compiler import names
 from nftproxy.diagnose.tableview import TableView, normalize
 from nftproxy.nft.objects import Element, Key
 
-IP_DISPATCH = "service-ips"
-NODEPORT_DISPATCH = "service-nodeports"
-NO_EP_IP = "no-endpoint-services"
-NO_EP_NODEPORT = "no-endpoint-nodeports"
+IP_DISPATCH = names.SERVICE_IPS
+NODEPORT_DISPATCH = names.SERVICE_NODEPORTS
+NO_EP_IP = names.NO_ENDPOINT_SERVICES
+NO_EP_NODEPORT = names.NO_ENDPOINT_NODEPORTS
 
 
 @dataclass(frozen=True)
@@ -93,9 +94,6 @@ def _port_name(comment: str | None) -> str:
     return comment.rsplit(":", 1)[1]
 
 
-_ENDPOINT_MAP = re.compile(r"^(nodeport-)?(local-)?endpoints-([a-z0-9]+-)?\d+$")
-
-
 def _endpoint(value: tuple[str, ...] | None) -> str:
     addr, port = (value or ("?", "?"))[:2]
     return f"[{addr}]:{port}" if ":" in addr else f"{addr}:{port}"
@@ -115,15 +113,15 @@ def service_elements(view: TableView, service: str) -> list[tuple[str, Element]]
     own_maps = {  # round-robin: the Service's own maps (keyed by slot only), named by its chains
         el.value[0].removeprefix("goto ")
         for set_name, el in out
-        if set_name.startswith("rr-") and el.value and el.value[0].startswith("goto rr-")
+        if set_name.startswith(names.RR_PREFIX) and el.value and el.value[0].startswith(f"goto {names.RR_PREFIX}")
     }
     for name in sorted(own_maps):
         out += [(name, el) for el in view.els(name).values()]
     for set_name, els in view.elements.items():
-        if _ENDPOINT_MAP.match(set_name):
-            width = 2 if set_name.startswith("nodeport-") else 3
-        elif set_name in ("firewall-ips", "firewall-allow"):
-            width = 3
+        if (em := names.endpoint_map(set_name)) is not None:
+            width = em.width
+        elif set_name in (names.FIREWALL_IPS, names.FIREWALL_ALLOW):
+            width = names.IP_FRONTEND
         else:
             continue
         out += [(set_name, el) for el in els.values() if el.comment is None and el.key[:width] in frontends]
@@ -154,11 +152,11 @@ class _Describer:
         self.endpoints: set[str] = set()
 
     def cidrs(self) -> str:
-        nets = sorted(k[0] for k in self.view.keys("cluster-cidrs"))
+        nets = sorted(k[0] for k in self.view.keys(names.CLUSTER_CIDRS))
         return ", ".join(nets) or "none configured"
 
     def affinity(self) -> int | None:
-        el = self.view.els("affinity-nodeports" if self.nodeport else "affinity-services").get(self.fkey)
+        el = self.view.els(names.AFFINITY_NODEPORTS if self.nodeport else names.AFFINITY_SERVICES).get(self.fkey)
         if el is None or not el.value:
             return None
         m = re.search(r"affinity-record-(\d+)", el.value[0])
@@ -220,11 +218,11 @@ class _Describer:
                         (self._verdict(el.value[0], depth),)), False  # fmt: skip
         m = _DNAT.search(rule)
         if m:
-            return self.dnat(m.group("key"), m.group("map")), m.group("map") != "affinity"
+            return self.dnat(m.group("key"), m.group("map")), m.group("map") != names.AFFINITY
         return Step("rule", f"rule: {rule}"), False
 
     def dnat(self, key: str, map_name: str) -> Step | None:
-        if map_name == "affinity":
+        if map_name == names.AFFINITY:
             timeout = self.affinity()
             if timeout is None:
                 return None
@@ -256,7 +254,7 @@ class _Describer:
             "source-hash": f"source-hash: one of {n} endpoints, chosen by the client address",
         }
         text = f"the only endpoint (map {map_name})" if n == "1" else f"{how.get(algo, algo)} (map {map_name})"
-        if "local-endpoints" in map_name:
+        if (em := names.endpoint_map(map_name)) is not None and em.base.endswith(names.LOCAL_ENDPOINTS):
             text = "this node's endpoints only, client source kept: " + text
         if str(len(slots)) != n:
             text += f"; WARNING: {len(slots)} slots in the map for {n}"
@@ -286,20 +284,20 @@ def _frontend(view: TableView, set_name: str, el: Element) -> Frontend:
     verdict = el.value[0] if el.value else "?"
     if nodeport:
         proto, port = el.key
-        addrs = sorted(k[0] for k in view.keys("nodeport-ips")) or ["(no NodePort addresses)"]
+        addrs = sorted(k[0] for k in view.keys(names.NODEPORT_IPS)) or ["(no NodePort addresses)"]
         address, kind = ", ".join(addrs), "NodePort"
     else:
         address, proto, port = el.key
-        if (address,) in view.els("cluster-ips"):
+        if (address,) in view.els(names.CLUSTER_IPS):
             kind = "ClusterIP"
-        elif el.key in view.els("firewall-ips"):
+        elif el.key in view.els(names.FIREWALL_IPS):
             kind = "LoadBalancer IP"
         else:
             kind = "external IP"  # an externalIP or a LoadBalancer IP: the table does not say which
     d = _Describer(view, el.key, nodeport)
     steps: list[Step] = []
-    if not nodeport and el.key in view.els("firewall-ips"):
-        allowed = sorted(k[3] for k in view.keys("firewall-allow") if k[:3] == el.key)
+    if not nodeport and el.key in view.els(names.FIREWALL_IPS):
+        allowed = sorted(k[3] for k in view.keys(names.FIREWALL_ALLOW) if k[:3] == el.key)
         steps.append(Step("source-ranges", f"loadBalancerSourceRanges: only from {', '.join(allowed)}; others dropped"))
     if set_name in (NO_EP_IP, NO_EP_NODEPORT):
         if verdict == "drop":

@@ -1,7 +1,7 @@
 """``nftproxy trace --to IP:PORT[/PROTO]``: the next packets' verdict paths, in our terms.
 
 A temporary, narrow rule ``… meta nftrace set 1`` goes into two base chains of our own table
-(see tracemark: named with their deadline, the rule also expires by ``meta time``), hooked at
+(see compiler/names.py: named with their deadline, the rule also expires by ``meta time``), hooked at
 priority -190: after conntrack (-200), so ``ct state new`` selects the first packet of each new
 connection (the one that takes the load-balancing decision; later packets follow conntrack),
 and before our filter (-110) and nat (-100) chains. ``nft monitor trace`` (run in the same
@@ -25,7 +25,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from nftproxy.compiler import tracemark
+from nftproxy.compiler import names
 from nftproxy.diagnose.tableview import TableView, normalize
 from nftproxy.nft.kernel import KernelBackend
 from nftproxy.nft.objects import Family
@@ -74,23 +74,23 @@ def match_rule(target: Target, source: str | None, deadline: float) -> str:
         parts.append(f"{target.protocol} dport {target.port}")
     else:
         parts.append(f"meta l4proto {{ tcp, udp, sctp }} th dport {target.port}")
-    return " ".join(parts) + f' meta nftrace set 1 comment "{tracemark.COMMENT}"'
+    return " ".join(parts) + f' meta nftrace set 1 comment "{names.TRACE_COMMENT}"'
 
 
-def install_script(family: Family, table: str, names: tuple[str, str], rule: str) -> str:
+def install_script(family: Family, table: str, chains: tuple[str, str], rule: str) -> str:
     t = f"{family.value} {table}"
     lines = []
-    for name, hook in zip(names, ("prerouting", "output"), strict=True):
+    for name, hook in zip(chains, ("prerouting", "output"), strict=True):
         lines.append(
             f"add chain {t} {name} {{ type filter hook {hook} priority {PRIORITY}; policy accept; "
-            f'comment "{tracemark.COMMENT}: temporary, removed when the trace ends"; }}'
+            f'comment "{names.TRACE_COMMENT}: temporary, removed when the trace ends"; }}'
         )
         lines.append(f"add rule {t} {name} {rule}")
     return "\n".join(lines) + "\n"
 
 
-def remove_script(family: Family, table: str, names: Iterable[str]) -> str:
-    return "".join(f"delete chain {family.value} {table} {n}\n" for n in names)
+def remove_script(family: Family, table: str, chains: Iterable[str]) -> str:
+    return "".join(f"delete chain {family.value} {table} {n}\n" for n in chains)
 
 
 # -- reading trace events -------------------------------------------------------------------
@@ -151,7 +151,7 @@ def group(lines: Iterable[str]) -> Iterator[list[Event]]:
         if parsed is None:
             continue
         tid, ev = parsed
-        if ev.kind == "packet" and ev.chain.startswith(tracemark.PREFIX):
+        if ev.kind == "packet" and ev.chain.startswith(names.TRACE_PREFIX):
             open_[tid] = [ev]
             order.append(open_[tid])
         elif tid in open_:
@@ -187,12 +187,12 @@ def _service_of(view: TableView | None, h: dict[str, str]) -> tuple[str | None, 
     if view is None or "daddr" not in h:
         return None, None
     key = (h["daddr"], h.get("protocol", ""), h.get("dport", ""))
-    for set_name in ("service-ips", "no-endpoint-services"):
+    for set_name in (names.SERVICE_IPS, names.NO_ENDPOINT_SERVICES):
         el = view.els(set_name).get(key)
         if el is not None:
-            return el.comment, "ClusterIP" if (h["daddr"],) in view.els("cluster-ips") else "external IP"
+            return el.comment, "ClusterIP" if (h["daddr"],) in view.els(names.CLUSTER_IPS) else "external IP"
     np = (h.get("protocol", ""), h.get("dport", ""))
-    for set_name in ("service-nodeports", "no-endpoint-nodeports"):
+    for set_name in (names.SERVICE_NODEPORTS, names.NO_ENDPOINT_NODEPORTS):
         el = view.els(set_name).get(np)
         if el is not None:
             return el.comment, "NodePort"
@@ -214,7 +214,7 @@ def interpret(events: list[Event], ours: str, view: TableView | None) -> Packet:
             if ev.table not in others:
                 others.append(ev.table)
             continue
-        if ev.chain.startswith(tracemark.PREFIX):
+        if ev.chain.startswith(names.TRACE_PREFIX):
             continue
         if ev.chain not in path:
             path.append(ev.chain)
@@ -233,7 +233,7 @@ def interpret(events: list[Event], ours: str, view: TableView | None) -> Packet:
             dnat_seen = True
             algorithm = (
                 "affinity"
-                if "map @affinity" in rule
+                if f"map @{names.AFFINITY}" in rule
                 else "round-robin"
                 if "numgen inc" in rule
                 else "source-hash"
@@ -322,7 +322,7 @@ class Tracer:
         )
         time.sleep(0.2)  # the monitor subscribes before the first marked packet
         deadline = time.time() + timeout + 5
-        self.names = tracemark.chain_names(deadline, os.getpid())
+        self.names = names.trace_chains(deadline, os.getpid())
         self.backend.run(install_script(self.family, self.table, self.names, match_rule(target, source, deadline)))
 
     def lines(self, count: int, timeout: float) -> Iterator[str]:
@@ -349,7 +349,7 @@ class Tracer:
                 line = raw.decode(errors="replace") + "\n"
                 yield line
                 parsed = parse_event(line)
-                if parsed and parsed[1].kind == "packet" and parsed[1].chain.startswith(tracemark.PREFIX):
+                if parsed and parsed[1].kind == "packet" and parsed[1].chain.startswith(names.TRACE_PREFIX):
                     started += 1
                     if started >= count and grace_end is None:
                         grace_end = time.monotonic() + 0.5

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from nftproxy.compiler import ProxyConfig, compile_tables
+from nftproxy.compiler import ProxyConfig, balancing, compile_tables, names
 from nftproxy.compiler.build import Desired
 from nftproxy.compiler.config import this_node
 from nftproxy.model.parse import SERVICE_NAME_LABEL, parse_endpoint_slice, parse_node, parse_service
@@ -27,35 +27,20 @@ from nftproxy.model.types import EndpointSlice, Node, Service, Skipped
 from nftproxy.nft.kernel import Backend
 from nftproxy.nft.objects import Element, Family, Key, Table
 
-# Maps whose keys start with a frontend, and how long that frontend part is.
-_DISPATCH = {  # the verdict finding the frontend: one of these holds it
-    "service-ips": 3,
-    "no-endpoint-services": 3,
-    "service-nodeports": 2,
-    "no-endpoint-nodeports": 2,
-}
-_FRONTEND_SETS = {
-    "affinity-services": 3,
-    "affinity-nodeports": 2,
-    "local-policy-short-circuit": 3,
-    "nodeport-short-circuit": 2,
-    "firewall-ips": 3,
-    "firewall-allow": 3,
-}
-_ENDPOINT_MAP = re.compile(r"^(endpoints|local-endpoints|nodeport-endpoints|nodeport-local-endpoints)-(\d+)$")
+_DISPATCH = set(names.DISPATCH_MAPS)  # the verdict finding the frontend: one of these holds it
 _WORDS = {
-    "affinity-services": "session affinity",
-    "affinity-nodeports": "session affinity",
-    "local-policy-short-circuit": "externalTrafficPolicy short-circuit",
-    "nodeport-short-circuit": "externalTrafficPolicy short-circuit",
-    "firewall-ips": "loadBalancerSourceRanges",
-    "firewall-allow": "loadBalancerSourceRanges",
+    names.AFFINITY_SERVICES: "session affinity",
+    names.AFFINITY_NODEPORTS: "session affinity",
+    names.LOCAL_POLICY_SHORT_CIRCUIT: "externalTrafficPolicy short-circuit",
+    names.NODEPORT_SHORT_CIRCUIT: "externalTrafficPolicy short-circuit",
+    names.FIREWALL_IPS: "loadBalancerSourceRanges",
+    names.FIREWALL_ALLOW: "loadBalancerSourceRanges",
 }
 _CONFIG_SETS = {
-    "cluster-cidrs": "cluster CIDRs (--cluster-cidr)",
-    "nodeport-ips": "NodePort addresses (--nodeport-addresses, else the Node's IPs)",
+    names.CLUSTER_CIDRS: "cluster CIDRs (--cluster-cidr)",
+    names.NODEPORT_IPS: "NodePort addresses (--nodeport-addresses, else the Node's IPs)",
 }
-_DYNAMIC = {"affinity"}  # written by the packet path
+_DYNAMIC = set(names.DYNAMIC)  # written by the packet path
 _COUNT = re.compile(r"-\d+$")
 
 
@@ -68,17 +53,6 @@ class Difference:
 
     def __str__(self) -> str:
         return self.text
-
-
-def _frontend_len(set_name: str) -> int | None:
-    if set_name in _DISPATCH:
-        return _DISPATCH[set_name]
-    if set_name in _FRONTEND_SETS:
-        return _FRONTEND_SETS[set_name]
-    m = _ENDPOINT_MAP.match(set_name)
-    if m:
-        return 2 if m.group(1).startswith("nodeport") else 3
-    return None
 
 
 @dataclass
@@ -117,11 +91,11 @@ def _views(table: Table | None, dynamic: set[str]) -> tuple[dict[Key, _View], di
     for set_name, els in table.elements.items():
         if set_name in dynamic:
             continue
-        n = _frontend_len(set_name)
+        n = names.frontend_width(set_name)
         if n is None:
             rest[set_name] = dict(els)
             continue
-        m = _ENDPOINT_MAP.match(set_name)
+        m = names.endpoint_map(set_name)
         for key, el in els.items():
             fe = key[:n]
             v = views[fe]
@@ -132,9 +106,8 @@ def _views(table: Table | None, dynamic: set[str]) -> tuple[dict[Key, _View], di
                     v.dispatch = (set_name, el.value)
                     v.comment = el.comment
             elif m:
-                kind = m.group(1)
-                v.endpoints.setdefault(kind, {})[key[n] if len(key) > n else ""] = el.value or ()
-                v.sizes[kind] = int(m.group(2))
+                v.endpoints.setdefault(m.kind, {})[key[n] if len(key) > n else ""] = el.value or ()
+                v.sizes[m.kind] = m.n
             else:
                 v.extras.setdefault(set_name, set()).add((key[n:], el.value))
     return views, rest
@@ -266,8 +239,25 @@ def _compare_rest(
                 owner = owners.get(ep)
                 out.append(Difference(f"Service {owner or '?'}: hairpin endpoint {ep} extra (stale)", owner))
         else:
-            out += [Difference(f"{family.value}: set {set_name}: element {k} missing") for k in missing]
-            out += [Difference(f"{family.value}: set {set_name}: element {k} extra") for k in extra]
+            rr = _rr_owners(want, have)
+            for words, keys, side in (("missing", missing, w), ("extra", extra, h)):
+                for k in keys:
+                    el = side.get(tuple(k.split(" . ")))
+                    owner = el.comment.split(":")[0] if el is not None and el.comment else rr.get(set_name)
+                    text = f"{family.value}: set {set_name}: element {k} {words}"
+                    out.append(Difference(f"Service {owner}: {text}" if owner else text, owner))
+    return out
+
+
+def _rr_owners(*sides: Mapping[str, Mapping[Key, Element]]) -> dict[str, str]:
+    """A round-robin Service port's own map (``rr-<tag>-N``, keyed by slot only) -> its Service,
+    from the entry maps' elements that go to it (keyed by a frontend, with the Service's comment)."""
+    out: dict[str, str] = {}
+    for side in sides:
+        for set_name in balancing.RR_VMAPS:
+            for el in side.get(set_name, {}).values():
+                if el.comment and el.value:
+                    out.setdefault(el.value[0].removeprefix("goto "), el.comment.split(":")[0])
     return out
 
 
@@ -295,9 +285,9 @@ def _compare_table(desired: Table, applied: Table | None) -> list[Difference | s
         ("chains", set(desired.chains), set(applied.chains)),
         ("sets/maps", set(desired.sets), set(applied.sets)),
     ):
-        for words, names in (("missing", want_names - have_names), ("extra (stale)", have_names - want_names)):
-            base = sorted(n for n in names if not _COUNT.search(n))
-            per_count = sorted(n for n in names if _COUNT.search(n))
+        for words, found in (("missing", want_names - have_names), ("extra (stale)", have_names - want_names)):
+            base = sorted(n for n in found if not _COUNT.search(n))
+            per_count = sorted(n for n in found if _COUNT.search(n))
             if base:
                 out.append(f"{where}: {what} {words}: {', '.join(base)}")
             if per_count:

@@ -11,10 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from nftproxy.nft.objects import Element, Family, Key, Set
+from nftproxy.nft.objects import Element, Family, Set, Spread
 from nftproxy.nft.transaction import Transaction
-
-Spread = tuple[Key, tuple[tuple[str, ...], ...]]
 
 
 class ElementLoad(NamedTuple):

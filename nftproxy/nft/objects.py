@@ -79,6 +79,10 @@ class Set:
 
 
 Key = tuple[str, ...]
+Slot = tuple[str, str]  # the value of an endpoint map's element: endpoint address, port
+# An endpoint map's entries for one frontend, kept as one: the N elements ``key . i : slots[i]``
+# (an endpoint map holds ~80% of a table's elements).
+Spread = tuple[Key, tuple[Slot, ...]]
 
 
 class Element(NamedTuple):

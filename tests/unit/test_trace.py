@@ -14,7 +14,7 @@ from ipaddress import ip_address, ip_network
 
 import pytest
 
-from nftproxy.compiler import ProxyConfig, compile_tables, tracemark
+from nftproxy.compiler import ProxyConfig, compile_tables, names
 from nftproxy.diagnose.tableview import view_of
 from nftproxy.diagnose.trace import group, interpret, match_rule, parse_target, render_packet
 from nftproxy.model.manifests import load
@@ -75,6 +75,6 @@ def test_rule_is_narrow_and_expires() -> None:
         and "ct state new ip daddr 10.96.0.10 ip saddr 198.18.0.0/24 tcp dport 80" in rule
     )
     assert rule.endswith('meta nftrace set 1 comment "nftproxy trace"')
-    pre, out = tracemark.chain_names(deadline, 42)
-    assert tracemark.live({pre, out, "services"}) == {pre, out}
-    assert tracemark.live({pre}, now=deadline + 1) == set()
+    pre, out = names.trace_chains(deadline, 42)
+    assert names.live_trace_chains({pre, out, "services"}) == {pre, out}
+    assert names.live_trace_chains({pre}, now=deadline + 1) == set()

@@ -127,3 +127,23 @@ def test_a_refused_sync_keeps_the_previous_table_and_the_checker_says_what_is_pe
     assert any("wrong endpoints on 10.96.0.2 tcp 80" in x and "missing 10.244.1.3:8080" in x for x in out), out
     assert dp.sync().full  # the retry compares with the kernel's whole table
     assert diffs(dp, fake) == []
+
+
+def test_endpoint_drift_of_source_hash_and_round_robin_services_is_attributed() -> None:
+    """Their endpoint maps are named `endpoints-sh-N` and `rr-<tag>-N` (keyed by slot only)."""
+    for algorithm, endpoint_map in (("source-hash", "endpoints-sh-3"), ("round-robin", "rr-")):
+        fake = FakeBackend()
+        dp = Dataplane(fake, replace(CFG, load_balancing=algorithm))
+        for i in (1, 2):
+            dp.set_service(svc(i))
+            dp.set_slice(eps(i, 3))
+        dp.sync()
+        elements = fake.tables[(Family.IP, "nftproxy")].elements
+        name = next(n for n in elements if n.startswith(endpoint_map) and elements[n])
+        key = next(iter(elements[name]))
+        del elements[name][key]
+        desired = compile_tables(dp.services.values(), dp.slices.values(), dp.config)
+        found = compare(desired.tables, read_kernel(fake, "nftproxy"))
+        assert found and all(d.service is not None and d.service.startswith("default/s") for d in found), [
+            (str(d), d.service) for d in found
+        ]

@@ -1,0 +1,136 @@
+"""Every name in our table, written once: the sets and maps, the endpoint maps per count and
+algorithm, the width of the frontend each is keyed by, the recognisers of per-count names, and
+the names of ``nftproxy trace``'s temporary chains. The compiler writes the table with these; the
+readers (diagnose/verify, explain, trace, the syncer's checks) read it back with these.
+
+Pure: no kernel, no Kubernetes.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterable
+from typing import NamedTuple
+
+# -- the dispatch verdict maps: a frontend's first lookup ---------------------------------
+SERVICE_IPS = "service-ips"  # Service IP . proto . port -> goto its chain
+SERVICE_NODEPORTS = "service-nodeports"  # proto . NodePort -> goto its chain
+NO_ENDPOINT_SERVICES = "no-endpoint-services"  # Service IP . proto . port -> reject / drop
+NO_ENDPOINT_NODEPORTS = "no-endpoint-nodeports"  # proto . NodePort -> reject / drop
+DISPATCH_MAPS = (SERVICE_IPS, SERVICE_NODEPORTS, NO_ENDPOINT_SERVICES, NO_ENDPOINT_NODEPORTS)
+
+# -- the other sets and maps -------------------------------------------------------------
+CLUSTER_IPS = "cluster-ips"  # every ClusterIP: its other ports are rejected
+NODEPORT_IPS = "nodeport-ips"  # the addresses NodePorts answer on (config)
+CLUSTER_CIDRS = "cluster-cidrs"  # pod CIDRs: sources not masqueraded (config)
+HAIRPIN_ENDPOINTS = "hairpin-endpoints"  # endpoint . itself
+FIREWALL_IPS = "firewall-ips"  # LoadBalancer IP . proto . port with loadBalancerSourceRanges
+FIREWALL_ALLOW = "firewall-allow"  # … . allowed source range
+AFFINITY_SERVICES = "affinity-services"  # Service IP . proto . port -> goto affinity-record-<timeout>
+AFFINITY_NODEPORTS = "affinity-nodeports"  # proto . NodePort -> goto affinity-record-<timeout>
+AFFINITY = "affinity"  # the dynamic map the packet path writes: client . frontend -> endpoint
+LOCAL_POLICY_SHORT_CIRCUIT = "local-policy-short-circuit"  # eTP Local: pod/node traffic to all endpoints
+NODEPORT_SHORT_CIRCUIT = "nodeport-short-circuit"
+CONFIG_SETS = (CLUSTER_CIDRS, NODEPORT_IPS)  # elements from the config, not from any Service
+DYNAMIC = (AFFINITY,)  # written by the packet path: never compared with a desired table
+
+# -- endpoint maps: <base>[-<tag>]-<N>, keyed by frontend . slot ----------------------------
+ENDPOINTS = "endpoints"  # all endpoints of an IP frontend (ClusterIP, external, LoadBalancer)
+LOCAL_ENDPOINTS = "local-endpoints"  # this node's, for Local policies
+NODEPORT_ENDPOINTS = "nodeport-endpoints"
+NODEPORT_LOCAL_ENDPOINTS = "nodeport-local-endpoints"
+# The endpoint maps of each per-count kind, by the frontend they are keyed by.
+IP_ENDPOINT_MAPS = {"lb": (ENDPOINTS,), "local": (LOCAL_ENDPOINTS,)}
+NODEPORT_ENDPOINT_MAPS = {"nodeport": (NODEPORT_ENDPOINTS,), "nodeport-local": (NODEPORT_LOCAL_ENDPOINTS,)}
+
+# -- the width of the frontend a set's keys start with --------------------------------------
+IP_FRONTEND = 3  # address . proto . port
+NODEPORT_FRONTEND = 2  # proto . NodePort
+FRONTEND_WIDTH = {
+    SERVICE_IPS: IP_FRONTEND,
+    NO_ENDPOINT_SERVICES: IP_FRONTEND,
+    SERVICE_NODEPORTS: NODEPORT_FRONTEND,
+    NO_ENDPOINT_NODEPORTS: NODEPORT_FRONTEND,
+    AFFINITY_SERVICES: IP_FRONTEND,
+    AFFINITY_NODEPORTS: NODEPORT_FRONTEND,
+    LOCAL_POLICY_SHORT_CIRCUIT: IP_FRONTEND,
+    NODEPORT_SHORT_CIRCUIT: NODEPORT_FRONTEND,
+    FIREWALL_IPS: IP_FRONTEND,
+    FIREWALL_ALLOW: IP_FRONTEND,
+}
+
+
+class EndpointMap(NamedTuple):
+    base: str  # endpoints | local-endpoints | nodeport-endpoints | nodeport-local-endpoints
+    tag: str  # the load-balancing algorithm's infix ("" random, "sh" source-hash)
+    n: int  # N: the map holds slots 0 … N-1
+
+    @property
+    def width(self) -> int:
+        return NODEPORT_FRONTEND if self.base.startswith("nodeport-") else IP_FRONTEND
+
+    @property
+    def kind(self) -> str:
+        """The map's base name with its algorithm (``endpoints``, ``endpoints-sh``)."""
+        return f"{self.base}-{self.tag}" if self.tag else self.base
+
+
+_ENDPOINT_MAP = re.compile(r"^((?:nodeport-)?(?:local-)?endpoints)-(?:([a-z][a-z0-9]*)-)?(\d+)$")
+
+
+def endpoint_map(set_name: str) -> EndpointMap | None:
+    """``endpoints-3``, ``nodeport-local-endpoints-sh-2`` …: an endpoint map's parts, else None."""
+    m = _ENDPOINT_MAP.match(set_name)
+    return EndpointMap(m.group(1), m.group(2) or "", int(m.group(3))) if m else None
+
+
+def frontend_width(set_name: str) -> int | None:
+    """How many leading key fields of this set's elements are a frontend (None: not keyed so)."""
+    width = FRONTEND_WIDTH.get(set_name)
+    if width is not None:
+        return width
+    em = endpoint_map(set_name)
+    return em.width if em is not None else None
+
+
+# -- round-robin (balancing.py): a Service port's own map, keyed by slot only ----------------
+RR_PREFIX = "rr-"
+_RR_MAP = re.compile(r"^rr-([0-9a-f]{10}s?)-(\d+)$")
+
+
+def rr_map(set_name: str) -> tuple[str, int] | None:
+    """``rr-<tag>-<N>``, a round-robin Service port's own map: (tag, N), else None."""
+    m = _RR_MAP.match(set_name)
+    return (m.group(1), int(m.group(2))) if m else None
+
+
+# -- nftproxy trace's temporary chains -------------------------------------------------------
+# A trace adds two base chains to our table, ``trace-<deadline>-<pid>-prerouting`` and
+# ``…-output``, whose rule also matches ``meta time < deadline``: even if the trace process is
+# killed, its rule stops marking packets at the deadline. The desired table never contains them,
+# so a full sync deletes them; the syncer's periodic check tolerates them until their deadline
+# (a trace in progress is not cut short) and then repairs the table, which removes them.
+TRACE_PREFIX = "trace-"
+TRACE_COMMENT = "nftproxy trace"
+_TRACE_CHAIN = re.compile(r"^trace-(\d+)-(\d+)-(prerouting|output)$")
+
+
+def trace_chains(deadline: float, pid: int) -> tuple[str, str]:
+    base = f"{TRACE_PREFIX}{int(deadline)}-{pid}"
+    return f"{base}-prerouting", f"{base}-output"
+
+
+def is_trace_chain(name: str) -> bool:
+    return _TRACE_CHAIN.match(name) is not None
+
+
+def live_trace_chains(names: Iterable[str], now: float | None = None) -> set[str]:
+    """The trace chains among ``names`` whose deadline has not passed."""
+    now = time.time() if now is None else now
+    out = set()
+    for n in names:
+        m = _TRACE_CHAIN.match(n)
+        if m and int(m.group(1)) > now:
+            out.add(n)
+    return out
