@@ -1,5 +1,5 @@
 # The two commands of a fresh machine (see README): `make demo` and `make test`.
-.PHONY: demo demo-down demo-quick demo-quick-down demo-apply images k8s-tools test bench bench-cluster install lint
+.PHONY: demo demo-down demo-quick demo-quick-down demo-apply images k8s-tools test test-fresh test-e2e-alone bench bench-cluster install lint
 
 # The main job: a real cluster on this machine (kubelet nodes, images built here, helm install).
 demo: install k8s-tools
@@ -26,6 +26,14 @@ k8s-tools:
 
 test:
 	bash hack/test.sh
+
+# The fresh-machine case, checked (README "Tests"): a clean clone with an empty NFTPROXY_CACHE.
+test-fresh:
+	bash hack/test-fresh.sh
+
+# Each tests/e2e module alone, each on an empty images cache.
+test-e2e-alone:
+	bash hack/test-fresh.sh e2e-alone
 
 bench: install
 	.venv/bin/python -m bench.dataplane

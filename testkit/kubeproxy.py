@@ -18,7 +18,8 @@
 without a subprocess: :func:`connect_in` creates the socket in the namespace (setns of the
 calling thread only, and back). The same helpers read nftproxy's ``nftproxy_*`` metrics.
 
-Binary: ``kube-proxy`` from ``$NFTPROXY_BIN`` or ``~/.cache/nftproxy/bin`` (hack/k8s-tools.sh).
+Binary: ``kube-proxy`` from ``$NFTPROXY_BIN`` or ``${NFTPROXY_CACHE:-~/.cache/nftproxy}/bin``
+(hack/k8s-tools.sh), found by :func:`testkit.controlplane.find_binary`.
 """
 
 from __future__ import annotations

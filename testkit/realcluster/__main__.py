@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from testkit.realcluster.cluster import ClusterError, RealCluster, state_dir
+from testkit.realcluster.images import ImagesMissing
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -35,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{what}: {'running' if alive else 'GONE'}")
         print(f"export KUBECONFIG={c.kubeconfig}")
         return 0 if running and all(running.values()) else 1
-    except ClusterError as e:
+    except (ClusterError, ImagesMissing) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
 

@@ -236,6 +236,8 @@ class RealCluster:
         self.log(f"    {what}: {dt:.1f}s")
 
     def up(self, *, build: bool = True) -> RealCluster:
+        """Start the cluster. BUILD: run hack/images.sh first (cached, locked); without it the
+        images must have been built already (else images.ImagesMissing, nothing left behind)."""
         if (self.dir / "state.json").exists():
             raise ClusterError(f"{self.dir} exists: run `python -m testkit.realcluster down --name {self.name}` first")
         self.state = {

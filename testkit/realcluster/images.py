@@ -1,4 +1,10 @@
-"""The cluster's images: built by hack/images.sh (cached), listed in images.json."""
+"""The cluster's images: built by hack/images.sh (cached), listed in images.json.
+
+:func:`build` runs hack/images.sh: a no-op ("cached") when nothing changed, a build when the
+images are missing or their inputs changed, and safe when several processes call it at once (the
+script holds a lock in the images directory for the whole run). :func:`load` only reads what an
+earlier build left, and says how to make it when there is nothing.
+"""
 
 from __future__ import annotations
 
@@ -44,6 +50,23 @@ def build(log: Callable[[str], None]) -> dict[str, Any]:
     return load()
 
 
+class ImagesMissing(FileNotFoundError):
+    """No images.json in the images directory: hack/images.sh has not run there."""
+
+
+def built() -> bool:
+    return images_json().is_file()
+
+
 def load() -> dict[str, Any]:
-    data: dict[str, Any] = json.loads(images_json().read_text())
+    """What the last build of hack/images.sh listed (no build: see :func:`build`)."""
+    path = images_json()
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise ImagesMissing(
+            f"no images built: {path} is missing (run `make images` or hack/images.sh, "
+            "or use RealCluster.up(build=True))"
+        ) from None
+    data: dict[str, Any] = json.loads(text)
     return data

@@ -1,8 +1,14 @@
 """The real cluster of the end-to-end tests: testkit.realcluster, two kubelet nodes, started once.
 
-The first run on a machine builds the images (hack/images.sh, cached after). The cluster is
-removed at the end, also when a test fails; a cluster left by a session that was killed is
-removed by the next one.
+No test relies on another having run first, or on what an earlier run left in the cache:
+
+* ``images``: the cluster's images, built by hack/images.sh when they are missing or stale (cached
+  after, a few seconds when nothing changed; the script holds a lock in the images directory, so
+  two sessions building at once wait for each other). Every test that starts a cluster takes it,
+  also when its module runs alone. ``NFTPROXY_E2E_NO_BUILD=1``: never build; a test that needs
+  images that are not there is skipped, with the reason.
+* ``cluster``: the cluster, removed at the end, also when a test fails; a cluster left by a
+  session that was killed is removed by the next one.
 """
 
 from __future__ import annotations
@@ -10,10 +16,12 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from testkit.realcluster import RealCluster, stale_clusters
+from testkit.realcluster import images as imagelib
 
 MACHINE_SYSCTLS = ("kernel/panic", "kernel/panic_on_oops", "vm/overcommit_memory", "net/ipv4/ip_forward")
 
@@ -28,16 +36,33 @@ def sysctls_before() -> dict[str, str]:
 
 
 @pytest.fixture(scope="session")
-def cluster(sysctls_before: dict[str, str]) -> Iterator[RealCluster]:
+def images() -> dict[str, Any]:
+    """images.json of hack/images.sh, built first when needed (see the module's docstring)."""
+    if os.environ.get("NFTPROXY_E2E_NO_BUILD"):
+        if not imagelib.built():
+            pytest.skip(
+                f"NFTPROXY_E2E_NO_BUILD is set and no images are built ({imagelib.images_json()} is missing): "
+                "run `make images` first"
+            )
+        return imagelib.load()
+    try:
+        return imagelib.build(log=lambda s: print(s, flush=True))
+    except Exception as e:
+        pytest.fail(f"the images could not be built: {e}", pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def cluster(request: pytest.FixtureRequest, sysctls_before: dict[str, str]) -> Iterator[RealCluster]:
     if name := os.environ.get("NFTPROXY_E2E_CLUSTER"):
         # Development: a cluster made with `python -m testkit.realcluster up --name NAME`, kept.
         yield RealCluster.attach(name)
         return
+    request.getfixturevalue("images")  # built (or skipped) before anything of the cluster exists
     for name in stale_clusters():
         RealCluster.attach(name).down()
     c = RealCluster(f"e2e{os.getpid()}", log=lambda s: print(s, flush=True))
     try:
-        c.up()
+        c.up(build=False)
     except Exception as e:
         pytest.fail(f"the cluster did not come up: {e}", pytrace=False)
     try:

@@ -5,10 +5,12 @@ from __future__ import annotations
 import os
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from testkit.realcluster import ClusterError, RealCluster, procs
+from testkit.realcluster.images import ImagesMissing
 
 pytestmark = pytest.mark.e2e
 
@@ -24,7 +26,8 @@ def leftovers(c: RealCluster, pids: list[int]) -> dict[str, object]:
     }
 
 
-def test_a_failed_up_leaves_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_failed_up_leaves_nothing(images: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    # `images`: built here when missing (this test fails after the import into containerd)
     c = RealCluster(f"fail{os.getpid()}", log=lambda s: None)
     started: list[int] = []
 
@@ -41,3 +44,14 @@ def test_a_failed_up_leaves_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
         c.up(build=False)
     assert started
     assert leftovers(c, started) == {"netns": [], "processes": [], "cgroups": [], "mounts": [], "dirs": []}
+
+
+def test_up_without_build_on_an_empty_images_cache_says_so_and_leaves_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("NFTPROXY_IMAGES", str(tmp_path / "images"))  # nothing built there
+    c = RealCluster(f"noimg{os.getpid()}", log=lambda s: None)
+    with pytest.raises(ImagesMissing, match=r"no images built: .*/images/images\.json is missing \(run `make images`"):
+        c.up(build=False)
+    assert leftovers(c, []) == {"netns": [], "processes": [], "cgroups": [], "mounts": [], "dirs": []}
+    assert not (tmp_path / "images").exists()  # up(build=False) builds nothing

@@ -1,8 +1,10 @@
 """nftproxy installed with `helm install` on a real cluster (testkit.realcluster): kubelet nodes,
 the image built here, workloads whose EndpointSlices come from the real controller, real requests.
 
-The tests run in file order and build on each other (install, workload, rolling updates, node
-identity, uninstall): one cluster for all of them.
+One cluster for all of them. Each test gets what it needs from the fixtures (the images, the
+cluster, the release, the workload, nftproxy's rolling update), so any one of them passes alone;
+together they share that state, in file order. The uninstall test removes the release: it is the
+last one.
 """
 
 from __future__ import annotations
@@ -217,7 +219,10 @@ def _handles(c: RealCluster) -> dict[str, str]:
     return {n.name: w.without_counters(w.nft_table(c, n.name, handles=True)) for n in c.nodes}
 
 
-def test_nftproxy_daemonset_rolling_update_under_traffic(web: RealCluster) -> None:
+@pytest.fixture(scope="module")
+def nftproxy_rolled(web: RealCluster) -> dict[str, Any]:
+    """nftproxy's DaemonSet rolled (helm upgrade) under traffic: the pods and tables before, the
+    traffic's results."""
     c = web
     old = {node: p["metadata"]["name"] for node, p in w.nftproxy_pods(c).items()}
     before = _handles(c)
@@ -234,19 +239,27 @@ def test_nftproxy_daemonset_rolling_update_under_traffic(web: RealCluster) -> No
         eventually(lambda: in_sync(c), timeout=60, what="both ProxyStatuses in sync")
 
     results = w.with_traffic(c, roll, settle=3)
-    for name, r in results.items():
+    return {"old_pods": old, "handles_before": before, "results": results}
+
+
+def test_nftproxy_daemonset_rolling_update_under_traffic(web: RealCluster, nftproxy_rolled: dict[str, Any]) -> None:
+    c = web
+    old = nftproxy_rolled["old_pods"]
+    for name, r in nftproxy_rolled["results"].items():
         assert r["failed"] == 0, (name, r)
         assert r["ok"] > 20, (name, r)
     new = {node: p["metadata"]["name"] for node, p in w.nftproxy_pods(c).items()}
     assert set(new) == set(old) and all(new[n] != old[n] for n in new)
     # the new pods adopted the tables: not one rule or chain recreated (same handles), same contents
-    assert _handles(c) == before
+    assert _handles(c) == nftproxy_rolled["handles_before"]
 
 
-def test_restarted_nftproxy_sends_nothing_at_adoption(web: RealCluster) -> None:
+def test_restarted_nftproxy_sends_nothing_at_adoption(web: RealCluster, nftproxy_rolled: dict[str, Any]) -> None:
     """The new pods' first sync compared the table with the kernel's and found nothing to send
     (an image without /etc/protocols read "6" for tcp back and re-sent every map element)."""
     c = web
+    new = {node: p["metadata"]["name"] for node, p in w.nftproxy_pods(c).items()}
+    assert all(new[n] != nftproxy_rolled["old_pods"][n] for n in new)  # restarted pods, not the first ones
     for pod in w.nftproxy_pods(c).values():
         log = c.kubectl("logs", "-n", w.NAMESPACE, pod["metadata"]["name"])
         first = next(line for line in log.splitlines() if "synced (" in line)
