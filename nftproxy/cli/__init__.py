@@ -4,12 +4,12 @@ I/O and printing. The top floor: nothing in nftproxy imports it."""
 from __future__ import annotations
 
 import argparse
-import gc
 import logging
 import os
 import sys
 from collections.abc import Sequence
 
+from nftproxy import heap
 from nftproxy.cli.flags import add_proxy_flags, add_run_flags, config_from_args, settings_from_args
 from nftproxy.compiler import ProxyConfig, compile_tables
 from nftproxy.compiler.build import Desired
@@ -21,15 +21,9 @@ from nftproxy.nft.kernel import KernelBackend, NftError, PartialLoadError
 
 
 def _load(args: argparse.Namespace) -> Inputs:
-    """Read and parse every -f input. The cyclic GC is off meanwhile: the ~10^6 objects a big
-    list decodes to are all alive until parsed, and each collection would walk them again (40%
-    of the time of a 10k-Service JSON list). The model then is frozen out of the GC's reach."""
-    gc.disable()
-    try:
+    """Read and parse every -f input (``heap.bulk_decode``)."""
+    with heap.bulk_decode():
         return load(args.file, args.service_proxy_name)
-    finally:
-        gc.freeze()
-        gc.enable()
 
 
 def _compile(args: argparse.Namespace) -> tuple[Inputs, Desired]:
@@ -96,9 +90,9 @@ def cmd_cleanup(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from nftproxy.operator import kube, memory  # noqa: PLC0415
+    from nftproxy.operator import kube  # noqa: PLC0415
 
-    memory.tune()  # before the first thread (the prefetch's)
+    heap.tune()  # before the first thread (the prefetch's)
     settings = settings_from_args(args)
     api = kube.api_client(settings.kubeconfig)
     prefetched = kube.prefetch_lists(api)  # the initial lists load while kopf imports (~0.4 s)

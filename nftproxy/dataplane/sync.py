@@ -11,14 +11,14 @@ sync, stale UDP conntrack and affinity entries are reconciled with the new state
 
 from __future__ import annotations
 
-import gc
 import hashlib
 import logging
 import time
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager, suppress
+from contextlib import suppress
 from dataclasses import dataclass, replace
 
+from nftproxy import heap
 from nftproxy.compiler import names
 from nftproxy.compiler.assembly import Assembly
 from nftproxy.compiler.build import summarize
@@ -34,24 +34,6 @@ from nftproxy.nft.objects import Element, Family, Spread, Table
 from nftproxy.nft.transaction import Transaction
 
 log = logging.getLogger("nftproxy.dataplane")
-
-
-@contextmanager
-def _gc_paused(pause: bool, freeze: bool = False) -> Iterator[None]:
-    """A bulk compile allocates ~10^6 tuples and no cycles: the cyclic GC only costs (x2.5).
-
-    ``freeze``: what is alive afterwards is long-lived compiled state; gc.freeze moves it out of
-    the collector's reach (refcounting still frees it), or the next collections walk it all."""
-    if not pause or not gc.isenabled():
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        if freeze:
-            gc.freeze()
-        gc.enable()
 
 
 @dataclass(frozen=True)
@@ -136,7 +118,7 @@ class Dataplane:
     def compile(self) -> None:
         """Recompile the Services changed since the last call, each once, in name order (the
         first by name claims a frontend). ``sync`` and the readers below do it anyway."""
-        with _gc_paused(len(self.inputs.dirty) > 1000, freeze=True):
+        with heap.bulk_compile(len(self.inputs.dirty) > 1000):
             self._compile(sorted(self.inputs.dirty))
 
     def _compile(self, keys: list[str]) -> None:
@@ -331,7 +313,7 @@ class Dataplane:
                 yield step
 
         try:
-            with _gc_paused(True, freeze=True):  # ~10^6 objects allocated, no cycles
+            with heap.bulk_compile():
                 self.batched = self.backend.load(record(self._load_steps()))
         except NftError as e:
             if self._roll_back_first_load():

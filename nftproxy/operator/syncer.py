@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import gc
 import logging
 import time
 from collections import deque
@@ -22,10 +21,10 @@ from typing import Any
 
 import tenacity
 
+from nftproxy import heap
 from nftproxy.dataplane.sync import Dataplane, SyncResult
 from nftproxy.model.parse import Ignored, parse_endpoint_slice, parse_node, parse_service
 from nftproxy.model.types import EndpointSlice, Node, Service, Skipped
-from nftproxy.operator import memory
 from nftproxy.operator.metrics import Metrics
 from nftproxy.operator.settings import Settings
 
@@ -314,15 +313,11 @@ class Syncer:
         if was_full:
             self.full_due = False
             self.last_full = self.last_start
-            # The caches now hold ~10^6 long-lived objects: move them out of the cyclic GC's
-            # reach, or each full collection walks them all (a pause of seconds at 10k Services).
-            gc.collect()
-            gc.freeze()
-            memory.trim()
+            heap.settle()
         if was_checked:
             self.check_due = False
             self.last_check = self.last_start
-            memory.trim()
+            heap.trim()
 
     def _record_success(self, result: SyncResult, stats: Stats | None) -> None:
         self.first_sync.set()

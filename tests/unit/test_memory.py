@@ -1,4 +1,4 @@
-"""`nftproxy run` tunes glibc's malloc before its first thread (nftproxy.operator.memory): the
+"""`nftproxy run` tunes glibc's malloc before its first thread (nftproxy.heap): the
 threads' allocations share the main arena. Checked in a child process with glibc's own report."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import sys
 
 CHILD = """
 import ctypes, sys, threading
-from nftproxy.operator import memory
+from nftproxy import heap as memory
 if sys.argv[1] == "tuned":
     assert memory.tune()
 def work():
