@@ -67,10 +67,12 @@ def refused_by_the_fake(e: Element) -> str | None:
 
 def run_poisoned_nftproxy() -> None:
     """``python -m tests.support.poison ARGS``: the nftproxy command with the poison injected."""
+    import nftproxy.dataplane.first_load  # noqa: PLC0415
     import nftproxy.dataplane.sync  # noqa: PLC0415
     from nftproxy.cli import entry  # noqa: PLC0415
 
-    setattr(nftproxy.dataplane.sync, "compile_fragment", poisoned())  # noqa: B010
+    for module in (nftproxy.dataplane.sync, nftproxy.dataplane.first_load):  # both compile Services
+        setattr(module, "compile_fragment", poisoned())  # noqa: B010
     entry()
 
 
