@@ -20,10 +20,9 @@ from nftproxy.manifests import load
 from nftproxy.nft.objects import Family
 from nftproxy.tableview import TableView, view_of
 from tests import k8sobjects as k
-from tests.unit.test_golden import CASES, GOLDEN
+from tests.support.golden import CASES, EXTRA, GOLDEN
 
 TABLES = [f"{f.value} nftproxy" for f in Family]
-EXTRA = ["default/nope", "other/absent"]  # not in the input: "not programmed"
 
 
 def views(case: str) -> tuple[list[TableView | None], list[str]]:

@@ -13,49 +13,17 @@ from typing import Any
 import pytest
 from prometheus_client import generate_latest
 
-from nftproxy.compiler import ProxyConfig
 from nftproxy.dataplane import Dataplane
 from nftproxy.nft.bulk import LoadStep
 from nftproxy.nft.fake import FakeBackend
 from nftproxy.nft.kernel import NftError
-from nftproxy.nft.objects import Family
 from nftproxy.nft.transaction import Transaction
 from nftproxy.operator.metrics import Metrics
-from nftproxy.operator.settings import Settings
 from nftproxy.operator.status import render_status
 from nftproxy.operator.syncer import STATS_PERIOD, Syncer
 from tests import k8sobjects as k
 from tests.support.poison import BAD_ADDRESS, POISON_PORT, poisoned, refused_by_the_fake
-
-
-def settings(**kw: Any) -> Settings:
-    base: dict[str, Any] = {
-        "proxy": ProxyConfig(node_name="n1"),
-        "kubeconfig": None,
-        "min_sync_period": 0.0,
-        "sync_period": 30.0,
-        "healthz": None,
-        "metrics": None,
-        "netns": None,
-        "status_period": 1.0,
-        "log_level": "info",
-        "node_ips_from_flags": False,
-    }
-    return Settings(**{**base, **kw})
-
-
-def make(**kw: Any) -> tuple[Syncer, FakeBackend]:
-    fake = FakeBackend()
-    s = settings(**kw)
-    return Syncer(Dataplane(fake, s.proxy), s, Metrics()), fake
-
-
-def svc(name: str, ip: str) -> k.Obj:
-    return k.service(name, [ip], [k.port(80, "http")])
-
-
-def elements(fake: FakeBackend, name: str) -> set[tuple[str, ...]]:
-    return set(fake.tables[(Family.IP, "nftproxy")].elements[name])
+from tests.support.syncer import elements, make, settings, svc
 
 
 def test_nothing_is_synced_before_the_initial_lists_are_complete() -> None:
