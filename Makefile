@@ -1,5 +1,6 @@
 # The two commands of a fresh machine (see README): `make demo` and `make test`.
-.PHONY: demo demo-down demo-quick demo-quick-down demo-apply images k8s-tools test bench bench-cluster install lint
+# `make check`: the fast tier (lint, types, unit tests, a short fuzz run; no root, apt or Kubernetes).
+.PHONY: check demo demo-down demo-quick demo-quick-down demo-apply images k8s-tools test bench bench-cluster install lint
 
 # The main job: a real cluster on this machine (kubelet nodes, images built here, helm install).
 demo: install k8s-tools
@@ -26,6 +27,9 @@ k8s-tools:
 
 test:
 	bash hack/test.sh
+
+check:
+	bash hack/check.sh
 
 bench: install
 	.venv/bin/python -m bench.dataplane

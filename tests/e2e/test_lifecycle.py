@@ -10,7 +10,7 @@ import pytest
 
 from testkit.realcluster import ClusterError, RealCluster, procs
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.k8s, pytest.mark.netns]
 
 
 def leftovers(c: RealCluster, pids: list[int]) -> dict[str, object]:

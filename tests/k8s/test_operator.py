@@ -25,7 +25,7 @@ from testkit.controlplane import ControlPlane
 from testkit.netlab import Client, NetLab, Node, Pod, cleanup_stale
 from tests import k8sobjects as k
 
-pytestmark = pytest.mark.k8s
+pytestmark = [pytest.mark.k8s, pytest.mark.netns]
 
 
 def _free_port() -> int:
