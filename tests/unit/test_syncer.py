@@ -28,7 +28,7 @@ from tests.support.poison import BAD_ADDRESS, POISON_PORT, poisoned, refused_by_
 from tests.support.syncer import elements, make, settings, svc
 
 
-def test_nothing_is_synced_before_the_initial_lists_are_complete() -> None:
+def test_nothing_is_synced_before_the_initial_lists_are_complete(monkeypatch: pytest.MonkeyPatch) -> None:
     async def go() -> None:
         syncer, fake = make()
         task = asyncio.create_task(syncer.run())
@@ -40,7 +40,7 @@ def test_nothing_is_synced_before_the_initial_lists_are_complete() -> None:
         assert ("10.96.0.1",) in elements(fake, "cluster-ips")
         task.cancel()
 
-    asyncio.run(go())
+    run_in_virtual_time(go, monkeypatch, syncer_module)
 
 
 def test_syncs_are_spaced_by_min_sync_period_while_changes_keep_coming(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -222,7 +222,7 @@ def test_counts_are_not_computed_after_every_partial_sync_but_catch_up(monkeypat
     run_in_virtual_time(go, monkeypatch, syncer_module)
 
 
-def test_the_checksum_waits_until_no_change_is_queued() -> None:
+def test_the_checksum_waits_until_no_change_is_queued(monkeypatch: pytest.MonkeyPatch) -> None:
     """The checksum walks every element (~0.9 s at 50k Services): a change queued during the
     first (full) sync is synced first, then the checksum is computed, with no further change."""
 
@@ -252,7 +252,7 @@ def test_the_checksum_waits_until_no_change_is_queued() -> None:
         assert syncer.status.checksum and ("10.96.0.9",) in elements(fake, "cluster-ips")
         task.cancel()
 
-    asyncio.run(go())
+    run_in_virtual_time(go, monkeypatch, syncer_module)
 
 
 class _SlowLoad(FakeBackend):
@@ -274,7 +274,7 @@ class _SlowLoad(FakeBackend):
         return super().load(waiting())
 
 
-def test_a_service_created_during_the_first_load_is_in_its_last_step() -> None:
+def test_a_service_created_during_the_first_load_is_in_its_last_step(monkeypatch: pytest.MonkeyPatch) -> None:
     """kopf's watches start as the first sync begins: a Service (and its slice) created while
     the first load runs goes into that load (Dataplane.top_up), not into a sync after it; a
     Node change then waits for the next sync (it rebuilds the table)."""
@@ -318,7 +318,7 @@ def test_a_service_created_during_the_first_load_is_in_its_last_step() -> None:
         with contextlib.suppress(asyncio.CancelledError):
             await task
 
-    asyncio.run(go())
+    run_in_virtual_time(go, monkeypatch, syncer_module)
 
 
 def test_a_refused_service_is_skipped_in_status_and_retried_at_the_hourly_full_sync(
