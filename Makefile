@@ -42,4 +42,5 @@ install:
 
 lint: install
 	.venv/bin/ruff check nftproxy testkit tests bench
+	.venv/bin/ruff format --check nftproxy testkit tests bench
 	.venv/bin/mypy
