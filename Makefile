@@ -1,5 +1,6 @@
 # The two commands of a fresh machine (see README): `make demo` and `make test`.
-.PHONY: demo demo-down demo-quick demo-quick-down demo-apply images k8s-tools test test-fresh test-e2e-alone bench bench-cluster install lint
+# `make check`: the fast tier (lint, types, unit tests, a short fuzz run; no root, apt or Kubernetes).
+.PHONY: check demo demo-down demo-quick demo-quick-down demo-apply images k8s-tools test test-fresh test-e2e-alone bench bench-cluster install lint
 
 # The main job: a real cluster on this machine (kubelet nodes, images built here, helm install).
 demo: install k8s-tools
@@ -27,13 +28,16 @@ k8s-tools:
 test:
 	bash hack/test.sh
 
-# The fresh-machine case, checked (README "Tests"): a clean clone with an empty NFTPROXY_CACHE.
+# The fresh-machine case, checked (docs/testing.md): a clean clone with an empty NFTPROXY_CACHE.
 test-fresh:
 	bash hack/test-fresh.sh
 
 # Each tests/e2e module alone, each on an empty images cache.
 test-e2e-alone:
 	bash hack/test-fresh.sh e2e-alone
+
+check:
+	bash hack/check.sh
 
 bench: install
 	.venv/bin/python -m bench.dataplane
@@ -46,5 +50,6 @@ install:
 
 lint: install
 	.venv/bin/ruff check nftproxy testkit tests bench
+	.venv/bin/ruff format --check nftproxy testkit tests bench
 	.venv/bin/mypy
 	.venv/bin/lint-imports

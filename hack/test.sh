@@ -6,6 +6,7 @@ bash hack/install.sh
 bash hack/k8s-tools.sh
 echo "==> ruff"
 .venv/bin/ruff check nftproxy testkit tests bench
+.venv/bin/ruff format --check nftproxy testkit tests bench
 echo "==> mypy (strict)"
 .venv/bin/mypy
 echo "==> import-linter (the layers, pyproject.toml)"

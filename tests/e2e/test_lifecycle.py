@@ -12,7 +12,7 @@ import pytest
 from testkit.realcluster import ClusterError, RealCluster, procs
 from testkit.realcluster.images import ImagesMissing
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.k8s, pytest.mark.netns]
 
 
 def leftovers(c: RealCluster, pids: list[int]) -> dict[str, object]:

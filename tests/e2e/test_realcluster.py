@@ -23,7 +23,7 @@ from testkit.realcluster import RealCluster
 from testkit.realcluster import workload as w
 from tests.e2e.conftest import machine_sysctls
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.k8s, pytest.mark.netns]
 ROOT = Path(__file__).resolve().parents[2]
 
 

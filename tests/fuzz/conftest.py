@@ -1,4 +1,5 @@
-"""Fuzzing profiles: bounded for `make test`, long for `bench/fuzz.py` (NFTPROXY_FUZZ=long).
+"""Fuzzing profiles: bounded for `make test` (NFTPROXY_FUZZ=ci, the default), a quarter of that
+for `make check` (NFTPROXY_FUZZ=check), long for `bench/fuzz.py` (NFTPROXY_FUZZ=long).
 
 NFTPROXY_FUZZ_EXAMPLES=N overrides the number of examples of every fuzz test.
 """
@@ -21,18 +22,22 @@ _COMMON: dict[str, Any] = {
     "deadline": None,  # a shared 2-core machine: timing is not the property under test
     "suppress_health_check": [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
 }
-settings.register_profile("ci", **_COMMON)
-settings.register_profile("long", **_COMMON)
-settings.load_profile(os.environ.get("NFTPROXY_FUZZ", "ci"))
+PROFILE = os.environ.get("NFTPROXY_FUZZ", "ci")
+for _name in ("ci", "check", "long"):
+    settings.register_profile(_name, **_COMMON)
+settings.load_profile(PROFILE)
 
-LONG = os.environ.get("NFTPROXY_FUZZ") == "long"
+LONG = PROFILE == "long"
 
 
 def examples(ci: int, long: int) -> int:
-    """Examples for one test: ``ci`` in `make test`, ``long`` for the bench run (or the env's N)."""
+    """Examples for one test: ``ci`` in `make test`, a quarter of it (at least 5) in `make check`,
+    ``long`` for the bench run (or the env's N)."""
     override = os.environ.get("NFTPROXY_FUZZ_EXAMPLES")
     if override:
         return int(override)
+    if PROFILE == "check":
+        return max(ci // 4, 5)
     return long if LONG else ci
 
 

@@ -12,9 +12,9 @@ import pytest
 import yaml
 
 from testkit.controlplane import ControlPlane, ControlPlaneError
-from tests.k8s.helmchart import CHART, REPO, Helm, Release, find, install
+from tests.k8s.helmchart import CHART, Helm, Release, find, install
 
-k8s = pytest.mark.k8s
+pytestmark = pytest.mark.k8s
 
 CRD_NAME = "proxystatuses.nftproxy.io"
 
@@ -68,20 +68,6 @@ def release(control_plane: ControlPlane, helm_k8s: Helm) -> Iterator[Release]:
         rel.uninstall()
 
 
-# --------------------------------------------------------------------------- offline
-
-
-def test_chart_crds_are_the_canonical_ones() -> None:
-    canonical = sorted(p.name for p in (REPO / "crds").glob("*.yaml"))
-    shipped = sorted(p.name for p in (CHART / "crds").glob("*.yaml"))
-    assert shipped == canonical, "charts/nftproxy/crds/ must hold exactly the files of crds/"
-    for name in canonical:
-        assert (CHART / "crds" / name).read_bytes() == (REPO / "crds" / name).read_bytes(), (
-            f"charts/nftproxy/crds/{name} differs from crds/{name}: run `cp crds/*.yaml charts/nftproxy/crds/`"
-        )
-
-
-@k8s
 @pytest.mark.parametrize("strict", [False, True], ids=["lint", "lint-strict"])
 def test_lint_is_clean(helm: Helm, strict: bool) -> None:
     for values in (
@@ -125,7 +111,6 @@ BAD_VALUES: list[tuple[list[str], list[str]]] = [
 ]
 
 
-@k8s
 @pytest.mark.parametrize(("values", "messages"), BAD_VALUES, ids=[v[0] for v, _ in BAD_VALUES])
 def test_bad_values_are_refused(helm: Helm, values: list[str], messages: list[str]) -> None:
     res = helm("template", "np", str(CHART), *(a for v in values for a in ("--set", v)), check=False)
@@ -135,7 +120,6 @@ def test_bad_values_are_refused(helm: Helm, values: list[str], messages: list[st
         assert message in res.stderr, res.stderr
 
 
-@k8s
 def test_daemonset_defaults(helm: Helm) -> None:
     objs = helm.template()
     ds = find(objs, "DaemonSet")
@@ -186,7 +170,6 @@ def test_daemonset_defaults(helm: Helm) -> None:
     assert not [o for o in objs if o["kind"] == "CustomResourceDefinition"], "CRDs come from crds/"
 
 
-@k8s
 def test_daemonset_values(helm: Helm) -> None:
     objs = helm.template(
         [
@@ -253,22 +236,11 @@ def test_daemonset_values(helm: Helm) -> None:
     assert svc["spec"]["ports"] == [{"name": "metrics", "port": 20249, "targetPort": "metrics", "protocol": "TCP"}]
 
 
-def test_values_schema_and_readme_cover_every_value() -> None:
-    values = yaml.safe_load((CHART / "values.yaml").read_text())
-    schema = json.loads((CHART / "values.schema.json").read_text())
-    readme = (CHART / "README.md").read_text()
-    assert schema["additionalProperties"] is False
-    assert set(values) == set(schema["properties"]), "values.yaml and values.schema.json disagree"
-    undocumented = [k for k in values if f"| `{k}" not in readme and f"`{k}`" not in readme]
-    assert undocumented == [], "values missing from the README's table"
-
-
 def _env_of(objs: list[dict[str, Any]]) -> dict[str, str]:
     (c,) = find(objs, "DaemonSet")["spec"]["template"]["spec"]["containers"]
     return {e["name"]: e["value"] for e in c["env"] if "value" in e}
 
 
-@k8s
 @pytest.mark.parametrize("custom", [False, True], ids=["defaults", "custom"])
 def test_operator_understands_the_rendered_environment(
     helm: Helm, monkeypatch: pytest.MonkeyPatch, custom: bool
@@ -319,7 +291,6 @@ def test_operator_understands_the_rendered_environment(
     assert settings.log_level == "debug"
 
 
-@k8s
 def test_cluster_role_is_least_privilege(helm: Helm) -> None:
     objs = helm.template()
     role = find(objs, "ClusterRole")
@@ -347,7 +318,6 @@ def _apply_crds(cp: ControlPlane) -> None:
     cp.kubectl("wait", "--for=condition=Established", f"crd/{CRD_NAME}", "--timeout=30s")
 
 
-@k8s
 def test_rendered_chart_is_accepted_by_the_apiserver(control_plane: ControlPlane, helm: Helm) -> None:
     cp = control_plane
     _apply_crds(cp)
@@ -387,7 +357,6 @@ def test_rendered_chart_is_accepted_by_the_apiserver(control_plane: ControlPlane
     cp.kubectl("apply", "--dry-run=server", "-f", "-", input=json.dumps(status))
 
 
-@k8s
 def test_install_then_upgrade(control_plane: ControlPlane, helm_k8s: Helm) -> None:
     cp = control_plane
     name, ns = _unique("np"), _unique("nftproxy-up")
@@ -520,7 +489,6 @@ DENIED = [
 ]
 
 
-@k8s
 def test_rbac_least_privilege_for_real(control_plane: ControlPlane, release: Release, tmp_path: Path) -> None:
     cp = control_plane
     kc = release.token_kubeconfig(tmp_path / "nftproxy.kubeconfig")

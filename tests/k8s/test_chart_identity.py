@@ -16,7 +16,7 @@ from testkit.netlab import NetLab, cleanup_stale
 from tests import k8sobjects as k
 from tests.k8s.helmchart import Helm, Release, install
 
-pytestmark = pytest.mark.k8s
+pytestmark = [pytest.mark.k8s, pytest.mark.netns]
 
 
 @pytest.fixture(scope="module")

@@ -29,7 +29,7 @@ from testkit.kubeproxy import KubeProxy
 from testkit.netlab import Client, NetLab, Node, Pod, cleanup_stale
 from tests import k8sobjects as k
 
-pytestmark = pytest.mark.k8s
+pytestmark = [pytest.mark.k8s, pytest.mark.netns]
 
 NODE = "mig-node"
 NS = "migrate"

@@ -17,7 +17,7 @@ from testkit.netlab import NetLab, Node, Pod, cleanup_stale
 from tests import k8sobjects as k
 from tests.support.poison import BAD_ADDRESS, POISON_PORT
 
-pytestmark = pytest.mark.k8s
+pytestmark = [pytest.mark.k8s, pytest.mark.netns]
 
 FLAGS = ("--min-sync-period", "0", "--status-period", "0.5s", "--sync-period", "5s")
 NS = "refused"

@@ -28,8 +28,8 @@ from nftproxy.nft.kernel import KernelBackend
 from nftproxy.nft.objects import Family
 from testkit.netlab import Client, NetLab, Node, Pod, bare_netns, cleanup_stale
 from tests import k8sobjects as k
-from tests.unit.test_explain import EXTRA
-from tests.unit.test_golden import CASES, GOLDEN
+from tests.support.golden import CASES, EXTRA, GOLDEN
+from tests.support.run import run_nftproxy
 
 pytestmark = pytest.mark.netns
 
@@ -37,13 +37,7 @@ HTTP = [k.port(8080, "http")]
 
 
 def nftproxy(*args: str, netns: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
-    argv = [sys.executable, "-m", "nftproxy", *args]
-    if netns:
-        argv = ["ip", "netns", "exec", netns, *argv]
-    r = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=120)
-    if check:
-        assert r.returncode == 0, r.stderr
-    return r
+    return run_nftproxy(*args, netns=netns, check=check)
 
 
 def test_kernel_explains_like_the_compiled_table() -> None:

@@ -9,7 +9,7 @@ import subprocess
 import pytest
 
 from testkit.netlab import bare_netns
-from tests.unit.test_golden import CASES, GOLDEN
+from tests.support.golden import CASES, GOLDEN
 
 pytestmark = pytest.mark.netns
 

@@ -19,8 +19,8 @@ from nftproxy.nft.objects import Element, Family, Table
 from nftproxy.nft.transaction import Transaction
 from testkit.netlab import bare_netns
 from tests import k8sobjects as k
-from tests.unit.test_bad_input import GOOD
-from tests.unit.test_incremental import eps, expected, svc
+from tests.support.builders import GOOD, eps, expected, svc
+from tests.support.run import run_nftproxy
 
 pytestmark = pytest.mark.netns
 
@@ -45,12 +45,7 @@ def nft(netns: str, *args: str, stdin: str | None = None) -> str:
 
 
 def nftproxy(netns: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        ["ip", "netns", "exec", netns, sys.executable, "-m", "nftproxy", *args],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    return run_nftproxy(*args, netns=netns)
 
 
 def test_failed_transaction_leaves_table_byte_identical(netns: str) -> None:

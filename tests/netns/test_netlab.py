@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import time
 from collections.abc import Iterator
@@ -21,13 +20,7 @@ from testkit.netlab import (
     list_netns,
 )
 
-pytestmark = [
-    pytest.mark.netns,
-    pytest.mark.skipif(
-        os.geteuid() != 0 or shutil.which("ip") is None,
-        reason="needs root and iproute2",
-    ),
-]
+pytestmark = pytest.mark.netns  # root and `ip netns`: tests/conftest.py skips without them
 
 TCP, UDP = 8080, 5353
 

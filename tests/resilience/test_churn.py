@@ -11,7 +11,7 @@ import pytest
 from testkit.churn import Plan, Result, run
 from testkit.controlplane import ControlPlane
 
-pytestmark = [pytest.mark.k8s, pytest.mark.netns]
+pytestmark = [pytest.mark.resilience, pytest.mark.k8s, pytest.mark.netns]
 
 
 def report(res: Result) -> str:

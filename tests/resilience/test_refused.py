@@ -29,7 +29,7 @@ from testkit.controlplane import ControlPlane
 from testkit.netlab import NetLab, Node
 from tests import k8sobjects as k
 
-pytestmark = [pytest.mark.k8s, pytest.mark.netns]
+pytestmark = [pytest.mark.resilience, pytest.mark.k8s, pytest.mark.netns]
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ from nftproxy.nft.fake import FakeBackend
 from nftproxy.nft.kernel import NftError
 from nftproxy.nft.objects import Element, Family, Set, Table
 from nftproxy.nft.transaction import Transaction
-from tests.unit.test_incremental import CFG, eps, svc
+from tests.support.builders import CFG, eps, svc
 
 
 def _tx(*elements: str) -> Transaction:

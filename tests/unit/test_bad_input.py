@@ -7,11 +7,7 @@ import pytest
 from nftproxy.compiler import ProxyConfig, compile_tables
 from nftproxy.model.manifests import classify
 from tests import k8sobjects as k
-
-GOOD = [
-    k.service("good", ["10.96.0.1"], [k.port(80)]),
-    k.endpoint_slice("good-1", "good", [k.endpoint("10.244.1.2")], [k.port(8080)]),
-]
+from tests.support.builders import GOOD
 
 
 def _svc(**spec: object) -> k.Obj:

@@ -19,7 +19,7 @@ from nftproxy.model.types import Service
 from nftproxy.nft.fake import FakeBackend
 from nftproxy.nft.objects import Family
 from tests import k8sobjects as k
-from tests.unit.test_incremental import CFG, eps, expected, state, svc
+from tests.support.builders import CFG, eps, expected, state, svc
 
 
 def _svc(annotation: str | None) -> k.Obj:

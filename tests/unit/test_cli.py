@@ -2,15 +2,10 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 from tests import k8sobjects as k
-
-
-def run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "nftproxy", *args], capture_output=True, text=True, check=False)
+from tests.support.run import run_nftproxy as run
 
 
 def test_unreadable_file_is_one_line(tmp_path: Path) -> None:

@@ -22,10 +22,9 @@ from nftproxy.diagnose.tableview import TableView, view_of
 from nftproxy.model.manifests import classify, load
 from nftproxy.nft.objects import Family
 from tests import k8sobjects as k
-from tests.unit.test_golden import CASES, GOLDEN
+from tests.support.golden import CASES, EXTRA, GOLDEN
 
 TABLES = [f"{f.value} nftproxy" for f in Family]
-EXTRA = ["default/nope", "other/absent"]  # not in the input: "not programmed"
 
 
 def views(case: str) -> tuple[list[TableView | None], list[str]]:

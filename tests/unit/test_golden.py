@@ -7,7 +7,6 @@ and review the diff like code.
 from __future__ import annotations
 
 import os
-from ipaddress import ip_address, ip_network
 from pathlib import Path
 
 import pytest
@@ -15,45 +14,7 @@ import pytest
 from nftproxy.compiler import ProxyConfig, compile_tables
 from nftproxy.model.manifests import load
 from nftproxy.nft.diff import plan
-
-GOLDEN = Path(__file__).resolve().parent.parent / "golden"
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "demo.yaml"
-POLICIES = GOLDEN / "policies.yaml"
-
-CASES: dict[str, tuple[Path, ProxyConfig]] = {
-    "demo-default": (
-        EXAMPLE,
-        ProxyConfig(
-            node_name="node-1",
-            node_ips=(ip_address("198.18.0.1"), ip_address("fd00:198:18::1")),
-            cluster_cidrs=(ip_network("10.244.0.0/16"), ip_network("fd00:10:244::/48")),
-        ),
-    ),
-    "demo-masquerade-all": (
-        EXAMPLE,
-        ProxyConfig(
-            node_name="node-1",
-            node_ips=(ip_address("198.18.0.1"),),
-            nodeport_addresses=(ip_network("198.18.0.0/24"), ip_network("198.18.0.7/32")),
-            masquerade_all=True,
-        ),
-    ),
-    "policies": (
-        POLICIES,
-        ProxyConfig(
-            node_name="node-1",
-            node_zone="zone-a",
-            node_ips=(ip_address("198.18.0.1"),),
-            cluster_cidrs=(ip_network("10.244.0.0/16"),),
-        ),
-    ),
-    "balancing": (
-        GOLDEN / "balancing.yaml",
-        ProxyConfig(
-            node_name="node-1", node_ips=(ip_address("198.18.0.1"),), cluster_cidrs=(ip_network("10.244.0.0/16"),)
-        ),
-    ),
-}
+from tests.support.golden import CASES, EXAMPLE, GOLDEN
 
 
 def render(source: Path, config: ProxyConfig) -> str:

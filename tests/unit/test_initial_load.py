@@ -14,7 +14,7 @@ from kubernetes.client.exceptions import ApiException
 
 from nftproxy.operator import handlers, kube
 from tests import k8sobjects as k
-from tests.unit.test_syncer import elements, make, svc
+from tests.support.syncer import elements, make, svc
 
 
 def test_a_retried_list_forgets_what_only_the_failed_attempt_saw(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -20,7 +20,7 @@ from nftproxy.operator.kubeproxy_watch import KubeProxyWatch
 from nftproxy.operator.status import StatusWriter
 from nftproxy.operator.syncer import Syncer
 from tests import k8sobjects as k
-from tests.unit.test_syncer import make, settings
+from tests.support.syncer import make, settings
 
 SERVICES = references.Resource(group="", version="v1", plural="services", namespaced=True)
 SLICES = references.Resource(group="discovery.k8s.io", version="v1", plural="endpointslices", namespaced=True)

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import ipaddress
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,6 +14,7 @@ from nftproxy.model import manifests
 from nftproxy.model.manifests import ManifestError, classify, load
 from nftproxy.model.types import Skipped
 from tests import k8sobjects as k
+from tests.support.run import run_nftproxy
 
 OBJS = [
     k.service("web", ["10.96.0.10"], [k.port(80)]),
@@ -57,10 +56,10 @@ def test_json_that_json_refuses_falls_back_to_yaml_with_its_line(tmp_path: Path)
 def test_stdin_reads_like_a_file(tmp_path: Path) -> None:
     p = tmp_path / "in.json"
     p.write_text(json.dumps(LIST))
-    cmd = [sys.executable, "-m", "nftproxy", "render", "--node-ip", "198.18.0.1", "-f"]
-    from_file = subprocess.run([*cmd, str(p)], capture_output=True, text=True, check=True)
+    cmd = ["render", "--node-ip", "198.18.0.1", "-f"]
+    from_file = run_nftproxy(*cmd, str(p), check=True)
     with p.open() as f:
-        from_stdin = subprocess.run([*cmd, "-"], stdin=f, capture_output=True, text=True, check=True)
+        from_stdin = run_nftproxy(*cmd, "-", stdin=f, check=True)
     assert "10.244.1.2" in from_file.stdout and from_stdin.stdout == from_file.stdout
 
 

@@ -19,7 +19,7 @@ from nftproxy.diagnose.tableview import view_of
 from nftproxy.diagnose.trace import group, interpret, match_rule, parse_target, render_packet
 from nftproxy.model.manifests import load
 from nftproxy.nft.objects import Family
-from tests.unit.test_golden import GOLDEN
+from tests.support.golden import GOLDEN
 
 CONFIG = ProxyConfig(
     node_name="node1", node_ips=(ip_address("198.18.0.1"),), cluster_cidrs=(ip_network("10.244.0.0/16"),)

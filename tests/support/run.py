@@ -1,0 +1,26 @@
+"""`python -m nftproxy ...` as a subprocess, the one way the tests run the command line."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from typing import IO
+
+
+def run_nftproxy(
+    *args: str,
+    netns: str | None = None,
+    input: str | None = None,
+    stdin: IO[str] | None = None,
+    check: bool = False,
+    timeout: float = 120,
+) -> subprocess.CompletedProcess[str]:
+    """Runs this interpreter's nftproxy with ``args`` (inside ``netns`` with ``ip netns exec``),
+    output captured as text. ``check`` asserts exit status 0, showing stderr if not."""
+    argv = [sys.executable, "-m", "nftproxy", *args]
+    if netns:
+        argv = ["ip", "netns", "exec", netns, *argv]
+    r = subprocess.run(argv, input=input, stdin=stdin, capture_output=True, text=True, check=False, timeout=timeout)
+    if check:
+        assert r.returncode == 0, f"nftproxy {' '.join(args)}: exit {r.returncode}\n{r.stderr}"
+    return r
