@@ -23,8 +23,8 @@ import tenacity
 
 from nftproxy import heap
 from nftproxy.dataplane.sync import Dataplane, SyncResult
-from nftproxy.model.parse import Ignored, parse_endpoint_slice, parse_node, parse_service
-from nftproxy.model.types import EndpointSlice, Node, Service, Skipped
+from nftproxy.model.types import Node, Skipped
+from nftproxy.operator.intake import Change, Intake
 from nftproxy.operator.metrics import Metrics
 from nftproxy.operator.settings import Settings
 
@@ -36,7 +36,6 @@ log = logging.getLogger("nftproxy.syncer")
 FULL_SYNC_PERIOD = 3600.0
 STATS_PERIOD = 1.0  # seconds: how stale the counts (Services, endpoints, skipped) may get
 
-Change = Service | EndpointSlice | Node | Skipped | Ignored | None
 Stats = tuple[int, int, list[Skipped], dict[int, tuple[str, int]]]  # Services, endpoints, skipped, health checks
 
 
@@ -62,26 +61,13 @@ class Status:
     generation: int = 0  # bumped whenever anything above changes
 
 
-def _trigger_epoch(text: str | None) -> float | None:
-    if not text:
-        return None
-    try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
-
-
 class Syncer:
     def __init__(self, dataplane: Dataplane, settings: Settings, metrics: Metrics) -> None:
         self.dp = dataplane
         self.settings = settings
         self.metrics = metrics
         self.status = Status()
-        self.pending: dict[tuple[str, str], Change] = {}
-        self.pending_counts: dict[str, int] = {}  # pending changes per kind (for the gauges)
-        self.bad: dict[tuple[str, str], Skipped] = {}  # parse failures, per object
-        self.versions: dict[tuple[str, str], str] = {}  # resourceVersion last queued, per object
-        self.node: Node | None = None
+        self.intake = Intake(settings, metrics, self._queued)
         self.loaded = asyncio.Event()  # initial lists complete
         self.first_sync = asyncio.Event()  # the table is programmed from the initial lists
         self.wake = asyncio.Event()
@@ -102,106 +88,41 @@ class Syncer:
         self.top_up_triggers: list[float] = []  # trigger times of the changes a first load took
         dataplane.top_up = self._top_up
 
-    # -- intake (event loop thread) ---------------------------------------------------------
+    # -- intake (event loop thread): see intake.py ----------------------------------------
+    @property
+    def pending(self) -> dict[tuple[str, str], Change]:
+        return self.intake.pending
+
+    @property
+    def node(self) -> Node | None:
+        return self.intake.node
+
     def service_changed(self, key: str, obj: Mapping[str, Any] | None) -> None:
-        if self._seen(("svc", key), obj):
-            return
-        value = None if obj is None else parse_service(obj, self.settings.proxy.service_proxy_name)
-        self.metrics.service_changes.inc()
-        self._queue(("svc", key), value)
+        self.intake.service_changed(key, obj)
 
     def slice_changed(self, key: str, obj: Mapping[str, Any] | None) -> None:
-        if self._seen(("slice", key), obj):
-            return
-        log.debug("slice event %s", key)
-        value = None if obj is None else parse_endpoint_slice(obj)
-        self.metrics.endpoint_changes.inc()
-        self._queue(("slice", key), value)
+        self.intake.slice_changed(key, obj)
+
+    def node_changed(self, obj: Mapping[str, Any]) -> None:
+        self.intake.node_changed(obj)
 
     def held(self) -> set[tuple[str, str]]:
         """(kind, key) of every Service and EndpointSlice held (as last listed or watched)."""
-        return set(self.versions)
+        return self.intake.held()
 
-    def _seen(self, key: tuple[str, str], obj: Mapping[str, Any] | None) -> bool:
-        """Is ``obj`` the version already queued? (kopf replays every object when its watches
-        start, right after our own initial list: 20k no-op parses and syncs at 10k Services.)"""
-        if obj is None:
-            self.versions.pop(key, None)
-            return False
-        version = (obj.get("metadata") or {}).get("resourceVersion")
-        if version and self.versions.get(key) == version:
-            return True
-        if version:
-            self.versions[key] = version
-        return False
-
-    def node_changed(self, obj: Mapping[str, Any]) -> None:
-        node = parse_node(obj)
-        if isinstance(node, Node) and node != self.node:
-            self._queue(("node", node.name), node)
-
-    def _queue(self, key: tuple[str, str], value: Change) -> None:
-        if key not in self.pending:
-            self.pending_counts[key[0]] = self.pending_counts.get(key[0], 0) + 1
-        self.pending[key] = value
+    def _queued(self) -> None:
         if self.loaded.is_set():  # during the initial lists (10^4 objects) once, at the end
-            self._pending_metrics()
+            self.intake.publish_metrics()
             self.wake.set()
-
-    def _pending_metrics(self) -> None:
-        self.metrics.service_changes_pending.set(self.pending_counts.get("svc", 0))
-        self.metrics.endpoint_changes_pending.set(self.pending_counts.get("slice", 0))
-        self.metrics.last_queued.set(time.time())
 
     def mark_loaded(self) -> None:
         """The initial lists are in: syncing may start (never from a half-empty cache)."""
         self.loaded.set()
-        self._pending_metrics()
+        self.intake.publish_metrics()
         self.wake.set()
 
-    # -- applying queued changes to the dataplane (event loop thread, between syncs) --------
     def _apply_pending(self, nodes: bool = True) -> list[float]:
-        """The queued changes into the dataplane; ``nodes`` False: the Node's stay queued."""
-        pending, self.pending = self.pending, {}
-        self.pending_counts.clear()
-        if not nodes:
-            self.pending = {k: v for k, v in pending.items() if k[0] == "node"}
-            pending = {k: v for k, v in pending.items() if k[0] != "node"}
-            if self.pending:
-                self.pending_counts["node"] = len(self.pending)
-        self.metrics.service_changes_pending.set(0)
-        self.metrics.endpoint_changes_pending.set(0)
-        triggers: list[float] = []
-        for (kind, key), value in pending.items():
-            if kind == "node":
-                assert isinstance(value, Node)
-                self.node = value
-                self._apply_node(value)
-                continue
-            what = "Service" if kind == "svc" else "EndpointSlice"
-            if isinstance(value, Skipped):
-                # Bad input: reported, and the last good version (if any) keeps working.
-                self.bad[(what, key)] = value
-                continue
-            self.bad.pop((what, key), None)
-            if kind == "svc":
-                if value is None:
-                    self.dp.delete_service(key)
-                elif isinstance(value, Ignored):
-                    self.dp.ignore_service(key)
-                elif isinstance(value, Service):
-                    self.dp.set_service(value)
-            elif isinstance(value, EndpointSlice):
-                self.dp.set_slice(value)
-                t = _trigger_epoch(value.trigger_time)
-                if t is not None:
-                    triggers.append(t)
-            else:  # deleted, or an FQDN slice
-                self.dp.delete_slice(key)
-        return triggers
-
-    def _apply_node(self, node: Node) -> None:
-        self.dp.set_config(self.settings.proxy.for_node(node))
+        return self.intake.apply(self.dp, nodes)
 
     def _top_up(self) -> None:
         """``Dataplane.top_up``, in the worker thread, before a first load's last step: the Service
@@ -347,7 +268,7 @@ class Syncer:
 
     def _set_skipped(self, compile_skipped: list[Skipped]) -> None:
         s = self.status
-        s.skipped = sorted({str(x): x for x in (*self.bad.values(), *compile_skipped)}.values(), key=str)
+        s.skipped = sorted({str(x): x for x in (*self.intake.bad.values(), *compile_skipped)}.values(), key=str)
         self.metrics.skipped.set(len(s.skipped))
 
     def _observe_sync(self, result: SyncResult) -> None:

@@ -1,0 +1,132 @@
+"""The syncer's intake: objects in (kopf's events, our lists), parsed, deduplicated by
+resourceVersion, queued until the next sync, then applied to the dataplane in one go. Bad input is
+kept as a reason (the last good version keeps working); this node's Node is merged into the
+config (``ProxyConfig.for_node``). Runs on the event loop thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from typing import Any
+
+from nftproxy.dataplane.sync import Dataplane
+from nftproxy.model.parse import Ignored, parse_endpoint_slice, parse_node, parse_service
+from nftproxy.model.types import EndpointSlice, Node, Service, Skipped
+from nftproxy.operator.metrics import Metrics
+from nftproxy.operator.settings import Settings
+
+log = logging.getLogger("nftproxy.syncer")
+
+Change = Service | EndpointSlice | Node | Skipped | Ignored | None
+
+
+def _trigger_epoch(text: str | None) -> float | None:
+    if not text:
+        return None
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+class Intake:
+    def __init__(self, settings: Settings, metrics: Metrics, queued: Callable[[], None]) -> None:
+        self.settings = settings
+        self.metrics = metrics
+        self.queued = queued  # called after each change queued (the syncer wakes up)
+        self.pending: dict[tuple[str, str], Change] = {}
+        self.pending_counts: dict[str, int] = {}  # pending changes per kind (for the gauges)
+        self.bad: dict[tuple[str, str], Skipped] = {}  # parse failures, per object
+        self.versions: dict[tuple[str, str], str] = {}  # resourceVersion last queued, per object
+        self.node: Node | None = None
+
+    def service_changed(self, key: str, obj: Mapping[str, Any] | None) -> None:
+        if self._seen(("svc", key), obj):
+            return
+        value = None if obj is None else parse_service(obj, self.settings.proxy.service_proxy_name)
+        self.metrics.service_changes.inc()
+        self._queue(("svc", key), value)
+
+    def slice_changed(self, key: str, obj: Mapping[str, Any] | None) -> None:
+        if self._seen(("slice", key), obj):
+            return
+        log.debug("slice event %s", key)
+        value = None if obj is None else parse_endpoint_slice(obj)
+        self.metrics.endpoint_changes.inc()
+        self._queue(("slice", key), value)
+
+    def held(self) -> set[tuple[str, str]]:
+        """(kind, key) of every Service and EndpointSlice held (as last listed or watched)."""
+        return set(self.versions)
+
+    def _seen(self, key: tuple[str, str], obj: Mapping[str, Any] | None) -> bool:
+        """Is ``obj`` the version already queued? (kopf replays every object when its watches
+        start, right after our own initial list: 20k no-op parses and syncs at 10k Services.)"""
+        if obj is None:
+            self.versions.pop(key, None)
+            return False
+        version = (obj.get("metadata") or {}).get("resourceVersion")
+        if version and self.versions.get(key) == version:
+            return True
+        if version:
+            self.versions[key] = version
+        return False
+
+    def node_changed(self, obj: Mapping[str, Any]) -> None:
+        node = parse_node(obj)
+        if isinstance(node, Node) and node != self.node:
+            self._queue(("node", node.name), node)
+
+    def _queue(self, key: tuple[str, str], value: Change) -> None:
+        if key not in self.pending:
+            self.pending_counts[key[0]] = self.pending_counts.get(key[0], 0) + 1
+        self.pending[key] = value
+        self.queued()
+
+    def publish_metrics(self) -> None:
+        self.metrics.service_changes_pending.set(self.pending_counts.get("svc", 0))
+        self.metrics.endpoint_changes_pending.set(self.pending_counts.get("slice", 0))
+        self.metrics.last_queued.set(time.time())
+
+    def apply(self, dp: Dataplane, nodes: bool = True) -> list[float]:
+        """The queued changes into the dataplane; ``nodes`` False: the Node's stay queued."""
+        pending, self.pending = self.pending, {}
+        self.pending_counts.clear()
+        if not nodes:
+            self.pending = {k: v for k, v in pending.items() if k[0] == "node"}
+            pending = {k: v for k, v in pending.items() if k[0] != "node"}
+            if self.pending:
+                self.pending_counts["node"] = len(self.pending)
+        self.metrics.service_changes_pending.set(0)
+        self.metrics.endpoint_changes_pending.set(0)
+        triggers: list[float] = []
+        for (kind, key), value in pending.items():
+            if kind == "node":
+                assert isinstance(value, Node)
+                self.node = value
+                dp.set_config(self.settings.proxy.for_node(value))  # the Node merged into the flags
+                continue
+            what = "Service" if kind == "svc" else "EndpointSlice"
+            if isinstance(value, Skipped):
+                # Bad input: reported, and the last good version (if any) keeps working.
+                self.bad[(what, key)] = value
+                continue
+            self.bad.pop((what, key), None)
+            if kind == "svc":
+                if value is None:
+                    dp.delete_service(key)
+                elif isinstance(value, Ignored):
+                    dp.ignore_service(key)
+                elif isinstance(value, Service):
+                    dp.set_service(value)
+            elif isinstance(value, EndpointSlice):
+                dp.set_slice(value)
+                t = _trigger_epoch(value.trigger_time)
+                if t is not None:
+                    triggers.append(t)
+            else:  # deleted, or an FQDN slice
+                dp.delete_slice(key)
+        return triggers
