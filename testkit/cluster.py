@@ -17,7 +17,7 @@ from testkit.controlplane import ControlPlane
 from testkit.netlab import NetLab, Node
 
 ROOT = Path(__file__).resolve().parents[1]
-CRD = ROOT / "crds" / "proxystatus.yaml"
+CRD = ROOT / "charts" / "nftproxy" / "crds" / "proxystatus.yaml"
 T = TypeVar("T")
 
 
