@@ -53,7 +53,7 @@ NS = "bench"
 # The probed Service has its own endpoint count, so its map (endpoints-3) holds only its elements:
 # `nft get element` on it stays cheap and the polling does not slow the proxy it measures.
 PROBE_ENDPOINTS = 3
-CRD = Path(__file__).resolve().parents[1] / "crds" / "proxystatus.yaml"
+CRD = Path(__file__).resolve().parents[1] / "charts" / "nftproxy" / "crds" / "proxystatus.yaml"
 
 
 PROBE_BASE = 1_000_000  # indexes of probed Services

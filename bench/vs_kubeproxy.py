@@ -42,7 +42,7 @@ from testkit.kubeproxy import KubeProxy, wait_synced
 from testkit.netlab import bare_netns
 from testkit.nftwatch import ElementWatch, service_key
 
-CRD = Path(__file__).resolve().parents[1] / "crds" / "proxystatus.yaml"
+CRD = Path(__file__).resolve().parents[1] / "charts" / "nftproxy" / "crds" / "proxystatus.yaml"
 NODE = "bench-node"
 NEW_BASE = PROBE_BASE + 500  # indexes of the Services created during the rounds (10.96.251.244 on)
 METRICS = ("127.0.0.1", 10249)

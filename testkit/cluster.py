@@ -17,7 +17,7 @@ from testkit.controlplane import ControlPlane
 from testkit.netlab import NetLab, Node
 
 ROOT = Path(__file__).resolve().parents[1]
-CRD = ROOT / "crds" / "proxystatus.yaml"
+CRD = ROOT / "charts" / "nftproxy" / "crds" / "proxystatus.yaml"
 T = TypeVar("T")
 
 
@@ -45,6 +45,12 @@ class LocalCluster:
 
     def add_node(self, name: str, index: int, zone: str | None = None) -> Node:
         node = self.lab.add_node(name, index)
+        self.register_node(node, zone)
+        return node
+
+    def register_node(self, node: Node, zone: str | None = None) -> None:
+        """The Node object of a lab node (``add_node`` does both; a test may start a proxy first)."""
+        name = node.name
         labels = {"kubernetes.io/hostname": name}
         if zone:
             labels["topology.kubernetes.io/zone"] = zone
@@ -62,7 +68,6 @@ class LocalCluster:
                 },
             }
         )
-        return node
 
     def start_proxy(
         self,

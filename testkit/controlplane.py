@@ -357,6 +357,7 @@ class ControlPlane:
         extra_apiserver_args: Sequence[str] = (),
         service_accounts: bool = False,
         etcd_data_dir: str | os.PathLike[str] | None = None,
+        audit: bool = False,
     ) -> None:
         self._own_workdir = workdir is None
         self._workdir_arg = Path(workdir).resolve() if workdir is not None else None
@@ -367,6 +368,9 @@ class ControlPlane:
         # service_accounts: keep the ServiceAccount admission plugin on (a real cluster, with a
         # controller-manager that creates the `default` ServiceAccounts and kube-root-ca.crt).
         self.service_accounts = service_accounts
+        # audit: log every request (Metadata level: who, verb, resource, response code; no bodies)
+        # as JSON lines to ``audit_log`` (see read_audit_log). Off by default: it costs a write per request.
+        self.audit = audit
         # etcd_data_dir: etcd's data elsewhere than WORKDIR/etcd (e.g. on tmpfs: a disk busy with
         # image layers made etcd's fdatasync take minutes); the caller removes it.
         self.etcd_data_dir = Path(etcd_data_dir) if etcd_data_dir is not None else None
@@ -414,6 +418,22 @@ class ControlPlane:
     @property
     def apiserver_log(self) -> Path:
         return self.workdir / "logs" / "kube-apiserver.log"
+
+    @property
+    def audit_log(self) -> Path:
+        """The apiserver's audit log (JSON lines), when started with ``audit=True``."""
+        return self.workdir / "logs" / "audit.log"
+
+    def read_audit_log(self) -> list[dict[str, Any]]:
+        """Every audit event logged so far (``audit.k8s.io/v1`` Event objects)."""
+        if not self.audit:
+            raise ControlPlaneError("control plane started without audit=True")
+        try:
+            text = self.audit_log.read_text(errors="replace")
+        except FileNotFoundError:
+            return []
+        # The last line may be half written: only complete lines.
+        return [json.loads(line) for line in text.splitlines(keepends=True) if line.endswith("\n") and line.strip()]
 
     @property
     def pids(self) -> dict[str, int]:
@@ -637,7 +657,22 @@ class ControlPlane:
             "--endpoint-reconciler-type=none",
             "--allow-privileged=true",
             "--profiling=false",
+            *(self._audit_args() if self.audit else []),
             *self.extra_apiserver_args,
+        ]
+
+    def _audit_args(self) -> list[str]:
+        policy = self.workdir / "audit-policy.yaml"
+        # JSON is YAML. Every request at Metadata level; RequestReceived is left out (each request's
+        # later stages, ResponseStarted/ResponseComplete/Panic, carry the same and the answer's code).
+        spec = {"apiVersion": "audit.k8s.io/v1", "kind": "Policy", "omitStages": ["RequestReceived"]}
+        policy.write_text(json.dumps({**spec, "rules": [{"level": "Metadata"}]}) + "\n")
+        self.audit_log.parent.mkdir(parents=True, exist_ok=True)
+        return [
+            f"--audit-policy-file={policy}",
+            f"--audit-log-path={self.audit_log}",
+            "--audit-log-format=json",
+            "--audit-log-mode=blocking",  # written before the answer: a test reads all it did
         ]
 
     def _wait_etcd(self) -> None:

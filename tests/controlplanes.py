@@ -9,9 +9,10 @@ import pytest
 from testkit.controlplane import ControlPlane, ControlPlaneError
 
 
-def started_control_plane() -> Iterator[ControlPlane]:
-    """For a fixture: ``yield from started_control_plane()``; stopped (no process left) after."""
-    cp = ControlPlane()
+def started_control_plane(*, audit: bool = False) -> Iterator[ControlPlane]:
+    """For a fixture: ``yield from started_control_plane()``; stopped (no process left) after.
+    ``audit``: the apiserver logs every request (ControlPlane.read_audit_log)."""
+    cp = ControlPlane(audit=audit)
     try:
         cp.start()
     except ControlPlaneError as e:

@@ -34,7 +34,7 @@ from tests.conformance import cases as c
 from tests.conformance.differences import accepted
 
 ROOT = Path(__file__).resolve().parents[2]
-CRD = ROOT / "crds" / "proxystatus.yaml"
+CRD = ROOT / "charts" / "nftproxy" / "crds" / "proxystatus.yaml"
 TRY_TIMEOUT = 0.5  # seconds per try (an answer here takes a few ms; a drop costs the whole wait)
 
 
