@@ -40,10 +40,10 @@ check:
 	bash hack/check.sh
 
 bench: install
-	.venv/bin/python -m bench.dataplane
+	.venv/bin/python -m bench dataplane
 
 bench-cluster: install k8s-tools
-	flock /tmp/nftproxy-heavy.lock .venv/bin/python -m bench.realcluster
+	flock /tmp/nftproxy-heavy.lock .venv/bin/python -m bench realcluster
 
 install:
 	bash hack/install.sh

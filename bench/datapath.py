@@ -34,8 +34,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, cast
 
-from bench.operator import NS, create_many
-from bench.vs_kubeproxy import CRD, METRICS, NODE, KubeProxyRunner, NftproxyRunner, Runner
+from bench.apiserver import CRD, NS, create_many
+from bench.runners import METRICS, NODE, KubeProxyRunner, NftproxyRunner, Runner
 from nftproxy.operator import kube
 from testkit.controlplane import ControlPlane
 from testkit.kubeproxy import wait_synced

@@ -21,12 +21,9 @@ The node is a network namespace created and deleted here; the API is on loopback
 from __future__ import annotations
 
 import argparse
-import base64
-import http.client
 import json
 import os
 import socket
-import ssl
 import statistics
 import struct
 import subprocess
@@ -34,181 +31,29 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.request
 import uuid
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from ipaddress import IPv4Address
 from pathlib import Path
 from typing import Any, cast
-from urllib.parse import urlsplit
 
+from bench.apiserver import (
+    AT_START_BASE,
+    AT_START_ENDPOINTS,
+    CRD,
+    NS,
+    PROBE_BASE,
+    PROBE_ENDPOINTS,
+    cluster_ip,
+    create_many,
+    endpoint_slice,
+    import_many,
+    warm_up,
+)
 from nftproxy.nft.kernel import KernelBackend, NftError
 from nftproxy.nft.objects import Family
 from nftproxy.operator import kube
 from testkit.controlplane import ControlPlane
 from testkit.nftwatch import ElementWatch
-
-NS = "bench"
-# The probed Service has its own endpoint count, so its map (endpoints-3) holds only its elements:
-# `nft get element` on it stays cheap and the polling does not slow the proxy it measures.
-PROBE_ENDPOINTS = 3
-CRD = Path(__file__).resolve().parents[1] / "charts" / "nftproxy" / "crds" / "proxystatus.yaml"
-
-
-PROBE_BASE = 1_000_000  # indexes of probed Services
-AT_START_BASE = PROBE_BASE + 100  # indexes of the Services created 1 s after a start
-AT_START_ENDPOINTS = 5  # their own endpoint count: their own map, cheap to poll
-
-
-def cluster_ip(i: int) -> str:
-    """10.96.1.0 on for the bulk (63,744 of them fit below the probes' 10.96.250.0, inside the
-    control plane's 10.96.0.0/16: 50k Services included), 10.96.250.0 on for the probes."""
-    assert i < 249 * 256 or i >= PROBE_BASE, i
-    return str(IPv4Address("10.96.250.0") + i - PROBE_BASE if i >= PROBE_BASE else IPv4Address("10.96.1.0") + i)
-
-
-def service(i: int) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": {"name": f"s{i}", "namespace": NS},
-        "spec": {"clusterIP": cluster_ip(i), "ports": [{"name": "http", "port": 80}]},
-    }
-
-
-def endpoint_slice(i: int, endpoints: int, salt: int = 0) -> dict[str, Any]:
-    base = int(IPv4Address("10.128.0.0")) + i * endpoints
-    return {
-        "apiVersion": "discovery.k8s.io/v1",
-        "kind": "EndpointSlice",
-        "metadata": {"name": f"s{i}-x", "namespace": NS, "labels": {"kubernetes.io/service-name": f"s{i}"}},
-        "addressType": "IPv4",
-        "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
-        "endpoints": [
-            {"addresses": [str(IPv4Address(base + j + salt))], "conditions": {"ready": True}, "nodeName": f"n{j % 50}"}
-            for j in range(endpoints)
-        ],
-    }
-
-
-def create_many(api: Any, start: int, stop: int, endpoints: int, threads: int = 16) -> None:
-    """Services ``start``..``stop``-1 and their EndpointSlices, created by ``threads`` threads, each
-    with its own keep-alive HTTPS connection, plain JSON POSTs (half the client CPU of the
-    generated CoreV1Api, measured). kube-apiserver's CPU is the limit: ~1.7 ms per object at
-    first (2.8 s of its CPU for 1.6k objects, 0.6 s of etcd's), growing with the number of
-    Services (its ClusterIP allocator): 50k Services + slices took 16 minutes, ~300 Services/s at
-    first, ~30/s at 48k. For a big bulk, import_many."""
-    cfg = api.configuration
-    ctx = ssl.create_default_context(cafile=cfg.ssl_ca_cert)
-    if cfg.cert_file:
-        ctx.load_cert_chain(cfg.cert_file, cfg.key_file)
-    url = urlsplit(cfg.host)
-    local = threading.local()
-
-    def post(path: str, body: dict[str, Any]) -> None:
-        for attempt in range(5):
-            conn = getattr(local, "conn", None)
-            if conn is None:
-                conn = local.conn = http.client.HTTPSConnection(url.hostname or "", url.port or 443, context=ctx)
-            try:
-                conn.request("POST", path, json.dumps(body).encode(), {"Content-Type": "application/json"})
-                resp = conn.getresponse()
-                data = resp.read()
-            except (OSError, http.client.HTTPException):
-                conn.close()
-                local.conn = None
-                if attempt == 4:
-                    raise
-                time.sleep(0.5)
-                continue
-            if resp.status == 409:  # already there (e.g. a retried request that had gone through)
-                return
-            if resp.status == 429 or resp.status >= 500:
-                time.sleep(0.5)
-                continue
-            if resp.status >= 300:
-                raise RuntimeError(f"POST {path}: {resp.status} {data[:300]!r}")
-            return
-        raise RuntimeError(f"POST {path}: still failing")
-
-    def one(i: int) -> None:
-        post(f"/api/v1/namespaces/{NS}/services", service(i))
-        post(f"/apis/discovery.k8s.io/v1/namespaces/{NS}/endpointslices", endpoint_slice(i, endpoints))
-
-    with ThreadPoolExecutor(threads) as pool:
-        list(pool.map(one, range(start, stop)))
-
-
-def _managed(api_version: str, now: str, fields: dict[str, Any]) -> list[dict[str, Any]]:
-    """metadata.managedFields as the apiserver writes it for a create by this client."""
-    return [{"manager": "unknown", "operation": "Update", "apiVersion": api_version, "time": now,
-             "fieldsType": "FieldsV1", "fieldsV1": fields}]  # fmt: skip
-
-
-def stored(i: int, endpoints: int, now: str) -> list[tuple[str, dict[str, Any]]]:
-    """Service ``i``, its EndpointSlice and its ClusterIP's IPAddress as kube-apiserver stores
-    them after a create through the API (defaults and managedFields included, so the lists the
-    proxy reads are the same bytes), by etcd key."""
-    svc, sl = service(i), endpoint_slice(i, endpoints)
-    ip = cluster_ip(i)
-    svc["metadata"] |= {"uid": str(uuid.uuid4()), "creationTimestamp": now}
-    svc["metadata"]["managedFields"] = _managed("v1", now, {"f:spec": {
-        "f:clusterIP": {}, "f:internalTrafficPolicy": {}, "f:sessionAffinity": {}, "f:type": {},
-        "f:ports": {".": {}, 'k:{"port":80,"protocol":"TCP"}': {
-            ".": {}, "f:name": {}, "f:port": {}, "f:protocol": {}, "f:targetPort": {}}}}})  # fmt: skip
-    svc["spec"] = {"ports": [{"name": "http", "protocol": "TCP", "port": 80, "targetPort": 80}], "clusterIP": ip,
-                   "clusterIPs": [ip], "type": "ClusterIP", "sessionAffinity": "None", "ipFamilies": ["IPv4"],
-                   "ipFamilyPolicy": "SingleStack", "internalTrafficPolicy": "Cluster"}  # fmt: skip
-    svc["status"] = {"loadBalancer": {}}
-    sl["metadata"] |= {"uid": str(uuid.uuid4()), "generation": 1, "creationTimestamp": now}
-    sl["metadata"]["managedFields"] = _managed("discovery.k8s.io/v1", now, {
-        "f:addressType": {}, "f:endpoints": {}, "f:ports": {},
-        "f:metadata": {"f:labels": {".": {}, "f:kubernetes.io/service-name": {}}}})  # fmt: skip
-    address = {
-        "apiVersion": "networking.k8s.io/v1",
-        "kind": "IPAddress",
-        "metadata": {
-            "name": ip, "uid": str(uuid.uuid4()), "creationTimestamp": now,
-            "labels": {"ipaddress.kubernetes.io/ip-family": "IPv4",
-                       "ipaddress.kubernetes.io/managed-by": "ipallocator.k8s.io"},
-        },
-        "spec": {"parentRef": {"group": "", "resource": "services", "namespace": NS, "name": f"s{i}"}},
-    }  # fmt: skip
-    return [
-        (f"/registry/services/specs/{NS}/s{i}", svc),
-        (f"/registry/endpointslices/{NS}/s{i}-x", sl),
-        (f"/registry/ipaddresses/{ip}", address),
-    ]
-
-
-def import_many(cp: ControlPlane, start: int, stop: int, endpoints: int, threads: int = 4) -> None:
-    """Like create_many, written straight into etcd (transactions of 60-120 puts, JSON: the
-    apiserver reads JSON and protobuf alike), its watch caches following through their etcd
-    watches. Through the API, each create costs kube-apiserver time that grows with the number
-    of Services (the ClusterIP allocator): 100k objects took 16 minutes (the rate fell from
-    ~300 to ~30 Services/s by 48k); this takes seconds. For the bulk of a benchmark only: the
-    objects a benchmark watches for go through the API."""
-    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    url = f"{cp.etcd_url}/v3/kv/txn"
-
-    def b64(data: bytes) -> str:
-        return base64.b64encode(data).decode()
-
-    def put(batch: range, addresses: bool) -> None:
-        ops = [{"requestPut": {"key": b64(key.encode()), "value": b64(json.dumps(obj).encode())}}
-               for i in batch for key, obj in stored(i, endpoints, now)
-               if key.startswith("/registry/ipaddresses/") == addresses]  # fmt: skip
-        req = urllib.request.Request(url, json.dumps({"success": ops}).encode(), {"Content-Type": "application/json"})  # noqa: S310
-        with urllib.request.urlopen(req, timeout=60) as resp:  # noqa: S310  (our etcd, http)
-            answer = json.load(resp)
-        if not answer.get("succeeded"):
-            raise RuntimeError(f"etcd txn failed: {answer}")
-
-    batches = [range(a, min(stop, a + 60)) for a in range(start, stop, 60)]
-    with ThreadPoolExecutor(threads) as pool:  # the IPAddresses first, or the apiserver's repair
-        list(pool.map(lambda b: put(b, True), batches))  # loop "repairs" the Services it sees first
-        list(pool.map(lambda b: put(b, False), batches))
 
 
 class Node:
@@ -331,16 +176,6 @@ def write_at_start(api: Any, node: Node, index: int, out: list[float]) -> Callab
         out.append(float("nan"))
 
     return run
-
-
-def warm_up(api: Any) -> None:
-    """List everything once, as the proxy will. Right after the bulk is written into etcd, the
-    apiserver's first list of it is slower (measured at 50k, both lists one after the other:
-    11.2 s, then 7.2-7.6 s every time after); the apiserver of a live cluster holds its objects
-    long before a proxy starts."""
-    for path in ("/api/v1/services", "/apis/discovery.k8s.io/v1/endpointslices"):
-        for _ in kube.pages(api, path):
-            pass
 
 
 def pct(values: list[float], p: float) -> float:

@@ -20,7 +20,7 @@ import time
 import uuid
 from pathlib import Path
 
-from bench.apply import endpoint_slice, service
+from bench.listed import endpoint_slice, service
 from nftproxy.compiler import ProxyConfig
 from nftproxy.dataplane.sync import Dataplane
 from nftproxy.nft.kernel import KernelBackend

@@ -35,93 +35,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
-from bench.operator import NS, PROBE_BASE, cluster_ip, create_many, endpoint_slice, import_many, service
+from bench.apiserver import CRD, NS, PROBE_BASE, cluster_ip, create_many, endpoint_slice, import_many, service
+from bench.runners import METRICS, NODE, KubeProxyRunner, NftproxyRunner, Runner, rss_mb
 from nftproxy.operator import kube
 from testkit.controlplane import ControlPlane
-from testkit.kubeproxy import KubeProxy, wait_synced
+from testkit.kubeproxy import wait_synced
 from testkit.netlab import bare_netns
 from testkit.nftwatch import ElementWatch, service_key
 
-CRD = Path(__file__).resolve().parents[1] / "charts" / "nftproxy" / "crds" / "proxystatus.yaml"
-NODE = "bench-node"
 NEW_BASE = PROBE_BASE + 500  # indexes of the Services created during the rounds (10.96.251.244 on)
-METRICS = ("127.0.0.1", 10249)
-
-
-def rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
-
-
-class Runner:
-    """One proxy in one namespace: start, pid, prefix of its sync metrics, stop."""
-
-    prefix = ""
-
-    def start(self) -> None:
-        raise NotImplementedError
-
-    def pid(self) -> int:
-        raise NotImplementedError
-
-    def stop(self) -> None:
-        raise NotImplementedError
-
-
-class KubeProxyRunner(Runner):
-    prefix = "kubeproxy"
-
-    def __init__(self, netns: str, cp: ControlPlane, workdir: Path, mode: str = "nftables") -> None:
-        self.kp = KubeProxy(
-            netns, NODE, cp.kubeconfig, workdir, node_ip=METRICS[0], mode=mode, min_sync_period="1s", verbosity=0
-        )
-
-    def start(self) -> None:
-        self.kp.start()
-
-    def pid(self) -> int:
-        pid = self.kp.pid
-        if pid is None:
-            raise RuntimeError(f"kube-proxy exited:\n{self.kp.log_tail()}")
-        return pid
-
-    def stop(self) -> None:
-        self.kp.stop()
-
-
-class NftproxyRunner(Runner):
-    prefix = "nftproxy"
-
-    def __init__(self, netns: str, cp: ControlPlane, workdir: Path) -> None:
-        self.netns, self.cp, self.log = netns, cp, workdir / "nftproxy.log"
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        argv = [sys.executable, "-m", "nftproxy", "run", "--node-name", NODE, "--kubeconfig", str(self.cp.kubeconfig)]
-        argv += ["--netns", self.netns, "--healthz-bind-address", "127.0.0.1:10256"]
-        argv += ["--metrics-bind-address", f"{METRICS[0]}:{METRICS[1]}", "--status-period", "10s"]
-        with self.log.open("ab") as log:
-            self.proc = subprocess.Popen(
-                [*argv, "--log-level", "warning"], stdout=log, stderr=log, start_new_session=True
-            )
-
-    def pid(self) -> int:
-        assert self.proc is not None
-        if self.proc.poll() is not None:
-            raise RuntimeError(f"nftproxy exited:\n{self.log.read_text()[-3000:]}")
-        return self.proc.pid
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.proc = None
 
 
 def measure(
