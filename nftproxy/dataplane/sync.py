@@ -55,10 +55,6 @@ class Dataplane:
         self.stream_services = 2_000  # … and from this many Services (from scratch), in chunks
         self.stream_chunks = 8
         self.batched = 0  # elements the last sync sent through backend.load
-        # Called by a chunked first load (in the syncing thread) before its last step: it may
-        # feed more inputs (the changes made while the load ran), merged into that step when
-        # they only add Services (see _top_up); the others wait for the next sync.
-        self.top_up: Callable[[], None] | None = None
         # Services whose elements the kernel refused (family, key) -> why: left out of that
         # family's table until their inputs change or ``retry_refused`` (the next full sync).
         self.refused: dict[tuple[Family, str], str] = {}
@@ -201,12 +197,15 @@ class Dataplane:
         """Distrust what we think the kernel holds: the next sync is a full one."""
         self.in_sync = False
 
-    def sync(self) -> SyncResult:
+    def sync(self, top_up: Callable[[], None] | None = None) -> SyncResult:
+        """One sync. ``top_up``: called by a chunked first load (in this thread) before its last
+        step; it may feed more inputs (the changes made while the load ran), merged into that
+        step when they only add Services (first_load.py); the others wait for the next sync."""
         start = time.perf_counter()
         full = not self.in_sync
         self.batched = 0
         try:
-            txs = self._full() if full else self._partial()
+            txs = self._full(top_up) if full else self._partial()
         except NftError as e:
             self.in_sync = False
             if not self._quarantine(e):
@@ -273,7 +272,7 @@ class Dataplane:
         self.backend.apply(*txs)
         return txs
 
-    def _full(self) -> list[Transaction]:
+    def _full(self, top_up: Callable[[], None] | None = None) -> list[Transaction]:
         """Compare with the table read back from the kernel, and send the difference; a first
         load of a big table (no table yet) goes through the backend's bulk ``load``."""
         table = self.config.table
@@ -286,7 +285,7 @@ class Dataplane:
         applied = {f: self.backend.read(f, table) for f in self.assemblies}
         if all(t is None for t in applied.values()) and self._wants_bulk():
             load = FirstLoad(self.backend, self.config, self.assemblies, self.inputs, self.compile, self._compile)
-            txs, self.batched = load.run(self._chunked(), self.stream_chunks, self.top_up)
+            txs, self.batched = load.run(self._chunked(), self.stream_chunks, top_up)
             return txs
         self.compile()
         txs = [plan(applied[a.family], a.table()) for a in self.assemblies.values()]

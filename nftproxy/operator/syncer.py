@@ -86,7 +86,6 @@ class Syncer:
         self.compile_skipped: list[Skipped] = []  # left out by the compiler (conflicts, orphans)
         self.loop: asyncio.AbstractEventLoop | None = None  # the event loop's, for the top-up
         self.top_up_triggers: list[float] = []  # trigger times of the changes a first load took
-        dataplane.top_up = self._top_up
 
     # -- intake (event loop thread): see intake.py ----------------------------------------
     @property
@@ -125,7 +124,7 @@ class Syncer:
         return self.intake.apply(self.dp, nodes)
 
     def _top_up(self) -> None:
-        """``Dataplane.top_up``, in the worker thread, before a first load's last step: the Service
+        """``Dataplane.sync``'s ``top_up``, in the worker thread, before a first load's last step: the Service
         and EndpointSlice changes queued meanwhile go into the dataplane (on the event loop
         thread, while this one waits), to be loaded with it. kopf's watches start as the first
         sync begins: a change made then (~0.7 s of load at 10k Services) otherwise waited for the
@@ -287,7 +286,7 @@ class Syncer:
         """Runs in a worker thread while the event loop only queues new changes."""
         if full:
             self.dp.forget()
-        result = self.dp.sync()
+        result = self.dp.sync(top_up=self._top_up)
         if check and not result.full and not self.dp.verify():
             log.warning("the nftproxy table was changed behind our back: repairing it (full sync)")
             result = self.dp.sync()

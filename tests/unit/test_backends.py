@@ -4,7 +4,7 @@ chunks, the dispatch maps last; rolled back when a later step fails)."""
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 
 import pytest
@@ -106,11 +106,9 @@ def test_a_failed_first_load_is_rolled_back() -> None:
     assert fake.read(Family.IP, "nftproxy") is not None
 
 
-def _top_up_load(top_up: object) -> tuple[Dataplane, FakeBackend]:
+def _top_up_load(top_up: Callable[[Dataplane], None]) -> tuple[Dataplane, FakeBackend, Callable[[], None]]:
     dp, fake = _loaded(9)
-    assert callable(top_up)
-    dp.top_up = lambda: top_up(dp)
-    return dp, fake
+    return dp, fake, lambda: top_up(dp)
 
 
 def _matches_full_compile(dp: Dataplane, fake: FakeBackend) -> None:
@@ -129,15 +127,14 @@ def test_a_service_added_during_a_first_load_is_loaded_with_it() -> None:
         dp.set_service(svc(20))
         dp.set_slice(eps(20, 3))
 
-    dp, fake = _top_up_load(add)
-    assert dp.sync().full
+    dp, fake, top_up = _top_up_load(add)
+    assert dp.sync(top_up).full
     assert len(fake.loads) == 5  # 3 chunks, the added Service, then every other element
     assert {key[0] for ld in fake.loads[3].loads for key, _ in ld.spreads} == {"10.96.0.21"}
     service_ips = {el.key for ld in fake.loads[-1].loads if ld.set.name == "service-ips" for el in ld.elements}
     assert ("10.96.0.21", "tcp", "80") in service_ips
     assert not dp.sync_due
     _matches_full_compile(dp, fake)
-    dp.top_up = None
     assert dp.sync().operations == 0  # nothing left to send
 
 
@@ -149,11 +146,10 @@ def test_a_change_to_a_service_already_loaded_waits_for_the_next_sync() -> None:
         dp.set_slice(eps(0, 2, gen=50))
         dp.delete_service("default/s1")
 
-    dp, fake = _top_up_load(change)
-    assert dp.sync().full
+    dp, fake, top_up = _top_up_load(change)
+    assert dp.sync(top_up).full
     assert len(fake.loads) == 4  # nothing new to load
     assert dp.sync_due and dp.pending == 2
-    dp.top_up = None
     result = dp.sync()
     assert not result.full and result.operations > 0
     assert not dp.sync_due
@@ -169,11 +165,10 @@ def test_a_service_added_during_a_first_load_that_takes_a_loaded_ones_frontend_w
         dp.set_service(replace(svc(5), name="a-first"))
         dp.set_slice(replace(eps(5, 2, gen=70), name="a-first-x", service_name="a-first"))
 
-    dp, fake = _top_up_load(steal)
-    assert dp.sync().full
+    dp, fake, top_up = _top_up_load(steal)
+    assert dp.sync(top_up).full
     assert len(fake.loads) == 4  # nothing new to load
     assert dp.sync_due and dp.in_sync and dp.pending == 1
-    dp.top_up = None
     assert not dp.sync().full
     assert not dp.sync_due
     _matches_full_compile(dp, fake)
