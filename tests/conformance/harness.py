@@ -117,7 +117,7 @@ class Proxy:
     def stop(self) -> None:
         raise NotImplementedError
 
-    def wait_synced(self, since: float = 0.0, timeout: float = 90.0, change: bool = False) -> None:
+    def wait_synced(self, since: float = 0.0, timeout: float = 90.0, change: bool = False, quiet: float = 0.5) -> None:
         raise NotImplementedError
 
     def log_tail(self) -> str:
@@ -136,8 +136,8 @@ class KubeProxyRef(Proxy):
     def stop(self) -> None:
         self.kp.stop()
 
-    def wait_synced(self, since: float = 0.0, timeout: float = 90.0, change: bool = False) -> None:
-        self.kp.wait_synced(since=since, timeout=timeout, change=change)
+    def wait_synced(self, since: float = 0.0, timeout: float = 90.0, change: bool = False, quiet: float = 0.5) -> None:
+        self.kp.wait_synced(since=since, timeout=timeout, change=change, quiet=quiet)
 
     def log_tail(self) -> str:
         return self.kp.log_tail(60)
@@ -180,10 +180,12 @@ class NftProxy(Proxy):
             self.proc.wait()
         self.proc = None
 
-    def wait_synced(self, since: float = 0.0, timeout: float = 90.0, change: bool = False) -> None:
+    def wait_synced(self, since: float = 0.0, timeout: float = 90.0, change: bool = False, quiet: float = 0.5) -> None:
         assert self.proc is not None
         try:
-            wait_synced(self.netns, c.NODE4, 10249, "nftproxy", since=since, timeout=timeout, change=change)
+            wait_synced(
+                self.netns, c.NODE4, 10249, "nftproxy", since=since, timeout=timeout, change=change, quiet=quiet
+            )
         except Exception as e:
             raise AssertionError(f"{e}\n{self.log_tail()}") from None
         if self.proc.poll() is not None:
@@ -316,10 +318,13 @@ def parallel(fn: Callable[[T], R], items: Sequence[T], workers: int = 12) -> lis
         return list(pool.map(fn, items))
 
 
-def settle(sides: Sequence[Side], since: float, timeout: float = 90.0, change: bool = False) -> None:
+def settle(
+    sides: Sequence[Side], since: float, timeout: float = 90.0, change: bool = False, quiet: float = 0.5
+) -> None:
     """Both proxies have synced every change made so far (after ``since``); with ``change``, the
-    watch events of what was written after ``since`` have reached them first."""
+    watch events of what was written after ``since`` have reached them first; ``quiet``: no sync
+    for that long before it counts as settled."""
     time.sleep(0.3)
     for s in sides:
         assert s.proxy is not None
-        s.proxy.wait_synced(since=since, timeout=timeout, change=change)
+        s.proxy.wait_synced(since=since, timeout=timeout, change=change, quiet=quiet)

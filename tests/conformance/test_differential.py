@@ -110,7 +110,12 @@ def duo(conformance_control_plane: ControlPlane) -> Iterator[Duo]:
             since = time.time()
             a.proxy.start()
             b.proxy.start()
-            settle(duo.sides, since)
+            # kube-proxy learns its Node's zone from a Node informer of its own, after its first
+            # sync may already have run (pkg/proxy/config NodeTopologyConfig -> the proxier's
+            # OnTopologyChange -> Sync(), at most once per --min-sync-period, 1 s): settled after
+            # 0.5 s of quiet, a make test on a fresh machine caught it before that resync, without
+            # topology hints (every topo-* case differed). Quiet for longer than one sync period.
+            settle(duo.sides, since, quiet=2.5)
             yield duo
         finally:
             for s in (a, b):
