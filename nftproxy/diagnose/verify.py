@@ -206,6 +206,7 @@ def _compare_rest(
     owners: Mapping[str, str],
 ) -> list[Difference]:  # fmt: skip
     out: list[Difference] = []
+    rr = _rr_owners(want, have)  # a round-robin map's owner (keyed by slot only: no frontend)
     for set_name in sorted(set(want) | set(have)):
         w, h = want.get(set_name, {}), have.get(set_name, {})
         if w == h:
@@ -239,7 +240,6 @@ def _compare_rest(
                 owner = owners.get(ep)
                 out.append(Difference(f"Service {owner or '?'}: hairpin endpoint {ep} extra (stale)", owner))
         else:
-            rr = _rr_owners(want, have)
             for words, keys, side in (("missing", missing, w), ("extra", extra, h)):
                 for k in keys:
                     el = side.get(tuple(k.split(" . ")))
