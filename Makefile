@@ -4,23 +4,23 @@
 
 # The main job: a real cluster on this machine (kubelet nodes, images built here, helm install).
 demo: install k8s-tools
-	.venv/bin/python -m testkit.realcluster.demo
+	.venv/bin/python -m demo.realcluster
 
 demo-down: install
-	.venv/bin/python -m testkit.realcluster.demo --down
+	.venv/bin/python -m demo.realcluster --down
 
 # The quick one: control plane + node namespaces + `nftproxy run` (no kubelet, no image).
 demo-quick: install k8s-tools
-	.venv/bin/python -m testkit.demo
+	.venv/bin/python -m demo.quick
 
 demo-quick-down: install
-	.venv/bin/python -m testkit.demo --down
+	.venv/bin/python -m demo.quick --down
 
 images: install
 	bash hack/images.sh
 
 demo-apply: install
-	.venv/bin/python -m testkit.demo_apply
+	.venv/bin/python -m demo.apply
 
 k8s-tools:
 	bash hack/k8s-tools.sh
@@ -49,7 +49,7 @@ install:
 	bash hack/install.sh
 
 lint: install
-	.venv/bin/ruff check nftproxy testkit tests bench
-	.venv/bin/ruff format --check nftproxy testkit tests bench
+	.venv/bin/ruff check nftproxy testkit tests bench demo
+	.venv/bin/ruff format --check nftproxy testkit tests bench demo
 	.venv/bin/mypy
 	.venv/bin/lint-imports

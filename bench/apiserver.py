@@ -18,7 +18,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from nftproxy.operator import kube
-from testkit.controlplane import ControlPlane
+from testkit.k8s import objects
+from testkit.k8s.controlplane import ControlPlane
 
 NS = "bench"
 
@@ -48,27 +49,13 @@ def cluster_ip(i: int) -> str:
 
 
 def service(i: int) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": {"name": f"s{i}", "namespace": NS},
-        "spec": {"clusterIP": cluster_ip(i), "ports": [{"name": "http", "port": 80}]},
-    }
+    return objects.service(f"s{i}", [cluster_ip(i)], [objects.port(80, "http")], namespace=NS)
 
 
 def endpoint_slice(i: int, endpoints: int, salt: int = 0) -> dict[str, Any]:
     base = int(IPv4Address("10.128.0.0")) + i * endpoints
-    return {
-        "apiVersion": "discovery.k8s.io/v1",
-        "kind": "EndpointSlice",
-        "metadata": {"name": f"s{i}-x", "namespace": NS, "labels": {"kubernetes.io/service-name": f"s{i}"}},
-        "addressType": "IPv4",
-        "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
-        "endpoints": [
-            {"addresses": [str(IPv4Address(base + j + salt))], "conditions": {"ready": True}, "nodeName": f"n{j % 50}"}
-            for j in range(endpoints)
-        ],
-    }
+    eps = [objects.endpoint(str(IPv4Address(base + j + salt)), node=f"n{j % 50}") for j in range(endpoints)]
+    return objects.endpoint_slice(f"s{i}-x", f"s{i}", eps, [objects.port(8080, "http")], namespace=NS)
 
 
 def create_many(api: Any, start: int, stop: int, endpoints: int, threads: int = 16) -> None:

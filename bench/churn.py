@@ -18,8 +18,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from testkit.churn import Plan, Result, run
-from testkit.controlplane import ControlPlane
+from testkit.k8s.controlplane import ControlPlane
+from testkit.scenarios.churn import Plan, Result, run
 
 
 def line(name: str, res: Result, faults: str) -> str:

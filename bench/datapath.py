@@ -15,7 +15,7 @@ and each proxy in turn (a FRESH node namespace each, nothing left from the other
   the client and of the server processes (netfilter runs in their syscalls' context and the
   softirqs they trigger on veth), divided by the connections.
 
-kube-proxy runs through testkit.kubeproxy (API via an in-namespace forwarder); iptables mode
+kube-proxy runs through testkit.k8s.kubeproxy (API via an in-namespace forwarder); iptables mode
 uses iptables-nft inside the namespace. All three use the same node name and cluster CIDR.
 """
 
@@ -37,9 +37,10 @@ from typing import Any, cast
 from bench.apiserver import CRD, NS, create_many
 from bench.runners import METRICS, NODE, KubeProxyRunner, NftproxyRunner, Runner
 from nftproxy.operator import kube
-from testkit.controlplane import ControlPlane
-from testkit.kubeproxy import wait_synced
-from testkit.netlab import bare_netns
+from testkit.k8s import objects
+from testkit.k8s.controlplane import ControlPlane
+from testkit.k8s.kubeproxy import wait_synced
+from testkit.lab.netlab import bare_netns
 
 PROBE_VIP, PROBE_PORT = "10.96.200.1", 80
 POD_IP, POD_PORT = "10.200.0.2", 8080
@@ -47,21 +48,9 @@ CLIENT = Path(__file__).with_name("datapath_client.py")
 
 
 def probed_objects() -> list[dict[str, Any]]:
-    svc = {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": {"name": "probed", "namespace": NS},
-        "spec": {"clusterIP": PROBE_VIP, "ports": [{"name": "http", "port": PROBE_PORT, "targetPort": POD_PORT}]},
-    }
-    eps = {
-        "apiVersion": "discovery.k8s.io/v1",
-        "kind": "EndpointSlice",
-        "metadata": {"name": "probed-x", "namespace": NS, "labels": {"kubernetes.io/service-name": "probed"}},
-        "addressType": "IPv4",
-        "ports": [{"name": "http", "port": POD_PORT, "protocol": "TCP"}],
-        "endpoints": [{"addresses": [POD_IP], "conditions": {"ready": True}, "nodeName": NODE}],
-    }
-    return [svc, eps]
+    svc = objects.service("probed", [PROBE_VIP], [objects.port(PROBE_PORT, "http", target=POD_PORT)], namespace=NS)
+    ep = objects.endpoint(POD_IP, node=NODE)
+    return [svc, objects.endpoint_slice("probed-x", "probed", [ep], [objects.port(POD_PORT, "http")], namespace=NS)]
 
 
 def ip(netns: str, *args: str) -> None:

@@ -25,7 +25,7 @@ from nftproxy.dataplane.sync import Dataplane
 from nftproxy.model.types import EndpointSlice, Service
 from nftproxy.nft.fake import FakeBackend
 from nftproxy.nft.kernel import KernelBackend
-from testkit.netlab import bare_netns
+from testkit.lab.netlab import bare_netns
 
 CONFIG = ProxyConfig(
     node_name="node-1",

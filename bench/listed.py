@@ -7,17 +7,18 @@ import uuid
 from ipaddress import IPv4Address
 from typing import Any
 
+from testkit.k8s import objects
+
 SERVICE_BASE = int(IPv4Address("10.96.0.0"))
 
 
 POD_BASE = int(IPv4Address("10.128.0.0"))
 
 
-def _meta(kind: str, i: int, name: str, namespace: str) -> dict[str, Any]:
+def _meta(kind: str, i: int) -> dict[str, Any]:
+    """What the apiserver adds to an object's metadata (uid, resourceVersion, creationTimestamp)."""
     return {
         "creationTimestamp": "2026-11-30T10:00:00Z",
-        "name": name,
-        "namespace": namespace,
         "resourceVersion": str(1000 + 2 * i + (kind == "slice")),
         "uid": str(uuid.UUID(int=(i << 1) | (kind == "slice"))),
     }
@@ -25,25 +26,21 @@ def _meta(kind: str, i: int, name: str, namespace: str) -> dict[str, Any]:
 
 def service(i: int) -> dict[str, Any]:
     ip = str(IPv4Address(SERVICE_BASE + 1 + i))
-    meta = _meta("svc", i, f"svc-{i}", f"ns{i % 100}")
-    meta["labels"] = {"app": f"svc-{i}"}
-    return {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": meta,
-        "spec": {
-            "clusterIP": ip,
-            "clusterIPs": [ip],
-            "internalTrafficPolicy": "Cluster",
-            "ipFamilies": ["IPv4"],
-            "ipFamilyPolicy": "SingleStack",
-            "ports": [{"name": "http", "port": 80, "protocol": "TCP", "targetPort": 8080}],
-            "selector": {"app": f"svc-{i}"},
-            "sessionAffinity": "None",
-            "type": "ClusterIP",
-        },
-        "status": {"loadBalancer": {}},
-    }
+    obj = objects.service(
+        f"svc-{i}",
+        [ip],
+        [objects.port(80, "http", target=8080)],
+        namespace=f"ns{i % 100}",
+        labels={"app": f"svc-{i}"},
+        metadata=_meta("svc", i),
+        internalTrafficPolicy="Cluster",
+        ipFamilies=["IPv4"],
+        ipFamilyPolicy="SingleStack",
+        selector={"app": f"svc-{i}"},
+        sessionAffinity="None",
+    )
+    obj["status"] = {"loadBalancer": {}}
+    return obj
 
 
 def endpoint_ip(i: int, j: int, endpoints: int) -> str:
@@ -51,12 +48,8 @@ def endpoint_ip(i: int, j: int, endpoints: int) -> str:
 
 
 def endpoint_slice(i: int, endpoints: int) -> dict[str, Any]:
-    meta = _meta("slice", i, f"svc-{i}-abcde", f"ns{i % 100}")
+    meta = _meta("slice", i)
     meta["generateName"] = f"svc-{i}-"
-    meta["labels"] = {
-        "endpointslice.kubernetes.io/managed-by": "endpointslice-controller.k8s.io",
-        "kubernetes.io/service-name": f"svc-{i}",
-    }
     meta["ownerReferences"] = [
         {
             "apiVersion": "v1",
@@ -67,21 +60,19 @@ def endpoint_slice(i: int, endpoints: int) -> dict[str, Any]:
             "uid": str(uuid.UUID(int=i << 1)),
         }
     ]
-    return {
-        "addressType": "IPv4",
-        "apiVersion": "discovery.k8s.io/v1",
-        "endpoints": [
-            {
-                "addresses": [endpoint_ip(i, j, endpoints)],
-                "conditions": {"ready": True, "serving": True, "terminating": False},
-                "nodeName": f"node-{(i * endpoints + j) % 100}",
-            }
-            for j in range(endpoints)
-        ],
-        "kind": "EndpointSlice",
-        "metadata": meta,
-        "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
-    }
+    eps = [
+        objects.endpoint(endpoint_ip(i, j, endpoints), node=f"node-{(i * endpoints + j) % 100}")
+        for j in range(endpoints)
+    ]
+    return objects.endpoint_slice(
+        f"svc-{i}-abcde",
+        f"svc-{i}",
+        eps,
+        [objects.port(8080, "http")],
+        namespace=f"ns{i % 100}",
+        labels={"endpointslice.kubernetes.io/managed-by": "endpointslice-controller.k8s.io"},
+        metadata=meta,
+    )
 
 
 def cluster_list(services: int, endpoints: int) -> dict[str, Any]:

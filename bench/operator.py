@@ -10,7 +10,7 @@ Run: ``.venv/bin/python -m bench.operator [--sizes 1000,10000] [--rounds 30]``.
 * the bulk of the Services is written straight into etcd (``import_many``; --via-api: created
   through the API, ~16 minutes for 50k here), the probed ones through the API;
 * event-to-rule latency: an EndpointSlice update written to the API until the new endpoint is in
-  the kernel's map (the kernel's own notification of the added element, `testkit.nftwatch`: `nft
+  the kernel's map (the kernel's own notification of the added element, `testkit.lab.nftwatch`: `nft
   monitor` dumps the whole ruleset first and fell behind at 50k), p50/p99 in steady state (from
   --settle seconds after the last start), with --min-sync-period 0 (and 1s with --period-1s);
   --rounds 0: none;
@@ -52,8 +52,8 @@ from bench.apiserver import (
 from nftproxy.nft.kernel import KernelBackend, NftError
 from nftproxy.nft.objects import Family
 from nftproxy.operator import kube
-from testkit.controlplane import ControlPlane
-from testkit.nftwatch import ElementWatch
+from testkit.k8s.controlplane import ControlPlane
+from testkit.lab.nftwatch import ElementWatch
 
 
 class Node:

@@ -7,8 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from testkit.controlplane import ControlPlane
-from testkit.kubeproxy import KubeProxy
+from testkit.k8s.controlplane import ControlPlane
+from testkit.k8s.kubeproxy import KubeProxy
 
 NODE = "bench-node"
 

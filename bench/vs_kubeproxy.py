@@ -16,9 +16,9 @@ measured:
 * RSS of the proxy process right after its first sync (VmRSS; nftproxy's short-lived ``nft``
   children for big transactions are not counted).
 
-Kernel events come from a NETLINK_NETFILTER socket in the namespace (testkit.nftwatch), not
+Kernel events come from a NETLINK_NETFILTER socket in the namespace (testkit.lab.nftwatch), not
 ``nft monitor``. Both proxies run with their default sync periods (min 1 s, periodic 30 s) and
-the same node name; kube-proxy through testkit.kubeproxy (API via an in-namespace forwarder).
+the same node name; kube-proxy through testkit.k8s.kubeproxy (API via an in-namespace forwarder).
 """
 
 from __future__ import annotations
@@ -38,10 +38,10 @@ from typing import Any, cast
 from bench.apiserver import CRD, NS, PROBE_BASE, cluster_ip, create_many, endpoint_slice, import_many, service
 from bench.runners import METRICS, NODE, KubeProxyRunner, NftproxyRunner, Runner, rss_mb
 from nftproxy.operator import kube
-from testkit.controlplane import ControlPlane
-from testkit.kubeproxy import wait_synced
-from testkit.netlab import bare_netns
-from testkit.nftwatch import ElementWatch, service_key
+from testkit.k8s.controlplane import ControlPlane
+from testkit.k8s.kubeproxy import wait_synced
+from testkit.lab.netlab import bare_netns
+from testkit.lab.nftwatch import ElementWatch, service_key
 
 NEW_BASE = PROBE_BASE + 500  # indexes of the Services created during the rounds (10.96.251.244 on)
 

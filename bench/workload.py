@@ -1,10 +1,14 @@
-"""Synthetic clusters for the benchmarks: N Services x E endpoints, deterministic."""
+"""Synthetic clusters for the benchmarks: N Services x E endpoints, deterministic. Built with the
+one object builder (testkit.k8s.objects) and parsed into the model, as the proxy gets them."""
 
 from __future__ import annotations
 
-from ipaddress import IPv4Address, ip_network
+from ipaddress import IPv4Address
+from typing import Any
 
-from nftproxy.model.types import Endpoint, EndpointPort, EndpointSlice, Service, ServicePort
+from nftproxy.model.balancing import ANNOTATION
+from nftproxy.model.types import EndpointSlice, Service
+from testkit.k8s import objects
 
 SERVICE_BASE = int(IPv4Address("10.96.0.0"))
 POD_BASE = int(IPv4Address("10.128.0.0"))
@@ -17,43 +21,46 @@ def service(i: int, node_port: bool = False, mix: bool = False, lb: bool = False
     affinity = mix and i % 10 == 1
     local_lb = mix and i % 10 == 2
     ranges = mix and i % 20 == 2
-    return Service(
+    algorithm = ("round-robin" if i % 10 == 3 else "source-hash" if i % 10 == 4 else None) if lb else None
+    spec: dict[str, Any] = {}
+    if affinity:
+        spec["sessionAffinity"] = "ClientIP"
+        spec["sessionAffinityConfig"] = {"clientIP": {"timeoutSeconds": 10800}}
+    if local_lb:
+        spec["externalTrafficPolicy"] = "Local"
+        spec["healthCheckNodePort"] = 32000 + i % 700
+    if ranges:
+        spec["loadBalancerSourceRanges"] = ["198.18.0.0/24", f"203.0.{i % 256}.0/24"]
+    obj = objects.service(
+        f"svc-{i}",
+        [str(IPv4Address(SERVICE_BASE + 1 + i))],
+        [objects.port(80, "http", node_port=30000 + i % 2768 if node_port or local_lb else None)],
         namespace=f"ns{i % 100}",
-        name=f"svc-{i}",
         type="LoadBalancer" if local_lb else "NodePort" if node_port else "ClusterIP",
-        cluster_ips=(IPv4Address(SERVICE_BASE + 1 + i),),
-        ports=(ServicePort("http", "TCP", 80, 30000 + i % 2768 if node_port or local_lb else None),),
-        load_balancer_ips=(IPv4Address(int(IPv4Address("198.19.0.0")) + i),) if local_lb else (),
-        external_traffic_policy="Local" if local_lb else "Cluster",
-        session_affinity_timeout=10800 if affinity else None,
-        load_balancer_source_ranges=(ip_network("198.18.0.0/24"), ip_network(f"203.0.{i % 256}.0/24"))
-        if ranges
-        else (),
-        health_check_node_port=32000 + i % 700 if local_lb else None,
-        load_balancing=("round-robin" if i % 10 == 3 else "source-hash" if i % 10 == 4 else None) if lb else None,
+        lb_ips=[str(IPv4Address(int(IPv4Address("198.19.0.0")) + i))] if local_lb else (),
+        annotations={ANNOTATION: algorithm} if algorithm else None,
+        **spec,
     )
+    svc = objects.parsed(obj)
+    assert isinstance(svc, Service), svc
+    return svc
 
 
 def endpoint_slice(i: int, endpoints: int, generation: int = 0) -> EndpointSlice:
     # Endpoints spread over 100 nodes, like pods in a real cluster ("node-1" is the proxy's node).
-    eps = tuple(
-        Endpoint(
+    eps = [
+        objects.endpoint(
             str(IPv4Address(POD_BASE + (i * endpoints + j + generation) % (1 << 22))),
-            True,
-            True,
-            False,
-            f"node-{(i * endpoints + j) % 100}",
+            node=f"node-{(i * endpoints + j) % 100}",
         )
         for j in range(endpoints)
+    ]
+    obj = objects.endpoint_slice(
+        f"svc-{i}-abcde", f"svc-{i}", eps, [objects.port(8080, "http")], namespace=f"ns{i % 100}"
     )
-    return EndpointSlice(
-        namespace=f"ns{i % 100}",
-        name=f"svc-{i}-abcde",
-        service_name=f"svc-{i}",
-        address_type="IPv4",
-        ports=(EndpointPort("http", "TCP", 8080),),
-        endpoints=eps,
-    )
+    es = objects.parsed(obj)
+    assert isinstance(es, EndpointSlice), es
+    return es
 
 
 def cluster(

@@ -21,8 +21,8 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
 fi
 
 echo "==> ruff"
-.venv/bin/ruff check nftproxy testkit tests bench
-.venv/bin/ruff format --check nftproxy testkit tests bench
+.venv/bin/ruff check nftproxy testkit tests bench demo
+.venv/bin/ruff format --check nftproxy testkit tests bench demo
 echo "==> import-linter (the layers, pyproject.toml)"
 .venv/bin/lint-imports
 # mypy (strict) and pytest side by side: a cold mypy cache costs ~45 s on its own here.

@@ -5,8 +5,8 @@ cd "$(dirname "$0")/.."
 bash hack/install.sh
 bash hack/k8s-tools.sh
 echo "==> ruff"
-.venv/bin/ruff check nftproxy testkit tests bench
-.venv/bin/ruff format --check nftproxy testkit tests bench
+.venv/bin/ruff check nftproxy testkit tests bench demo
+.venv/bin/ruff format --check nftproxy testkit tests bench demo
 echo "==> mypy (strict)"
 .venv/bin/mypy
 echo "==> import-linter (the layers, pyproject.toml)"

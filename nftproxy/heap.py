@@ -4,20 +4,17 @@ protects; docs/performance.md names the bench that guards each and its figures.
 
 - ``bulk_decode`` / ``bulk_compile``: ~10^6 objects allocated at once and no cycles among them (a
   list decoded and parsed, a full compile, a first load): the cyclic GC would only walk them again
-  and again (x2.5 on a full compile, ~30-40% of a 10k-Service list's decode and parse); what is
+  and again; what is
   alive afterwards is long-lived, and ``gc.freeze`` moves it out of the collector's reach
   (reference counting still frees it).
 - ``settle``: after a full sync the caches hold ~10^6 long-lived objects: one collection, then
   freeze them, or each full collection walks them all (a pause of seconds at 10k Services).
 - ``tune`` / ``trim``: glibc's malloc (below).
 
-Measured at 10k Services under churn at 50 writes/s (`bench.churn`, 2026-12-01, one run each):
-RSS grew +10.8% in 240 s with glibc's defaults and +6.5% with one arena; over 600 s, +5.1% with
-one arena and +4.4% with the fixed thresholds as well (flat over the second half).
 - One arena: the sync jobs run in an executor thread, and glibc gives each thread an arena of its
   own (a heap whose free top `malloc_trim` leaves in place); with one, what a thread frees is
   reused by any thread and trimmed. Threads allocate holding the GIL, so its lock costs nothing
-  measurable (event -> kernel p50 / p99 525 / 1,020 ms against 517 / 1,013 in the same runs).
+  measurable (bench.churn, docs/performance.md).
 - Fixed thresholds: by default glibc raises its mmap threshold to the size of each mmapped block
   freed (up to 32 MB, and the trim threshold to twice that), so once a big dict table is freed the
   next ones come from the heap and their holes stay resident; fixed, a block over 128 KiB is

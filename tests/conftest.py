@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from testkit.controlplane import ControlPlaneError, find_binary
+from testkit.k8s.controlplane import ControlPlaneError, find_binary
 
 # hack/k8s-tools.sh builds these together into ${NFTPROXY_CACHE:-~/.cache/nftproxy}/bin.
 K8S_TOOLS = ("kube-apiserver", "kubectl", "helm", "kube-proxy")

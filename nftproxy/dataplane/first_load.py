@@ -172,9 +172,8 @@ class FirstLoad:
 # The set whose elements a chunked first load sends with each chunk, not in the last step: it is
 # only read for packets a dispatch map already sent to an endpoint, so it serves no Service early.
 # It is the biggest set (an entry per local endpoint; 10^5 at 10k Services x 10 without a node
-# name), and in the last step its commit (~0.13 s) came after the whole compile; with the chunks it
-# overlaps the next chunk's compile (measured: `nftproxy apply` of 10k Services on a quiet machine,
-# 2.03x -> 1.89x `nft -f`, bench.apply).
+# name), and in the last step its commit came after the whole compile; with the chunks it
+# overlaps the next chunk's compile (bench.apply; figures in docs/performance.md).
 # Each chunk's elements are all its Services' (an element two chunks share is added twice: the
 # kernel accepts an add of an element it holds); together they are the whole set, since a Service
 # an earlier chunk programmed is never evicted by a later one (chunks go in name order, claims.py).

@@ -279,8 +279,8 @@ class Dataplane:
         if any(self.backend.chain_names(f, table) is not None for f in self.assemblies):
             # A table is there (a restart): compile before reading it back. The other way round,
             # the compile's long-lived objects land among the read-back's ~10^6 short-lived ones
-            # and keep their pymalloc arenas: a restart at 10k Services (dataplane alone, real
-            # kernel) ended its full sync at 139-148 MB RSS and 114-122 arenas, now 116-117 MB, 90-92.
+            # and keep their pymalloc arenas: a restarted proxy's RSS stays higher for good
+            # (figures: docs/performance.md).
             self.compile()
         applied = {f: self.backend.read(f, table) for f in self.assemblies}
         if all(t is None for t in applied.values()) and self._wants_bulk():

@@ -102,7 +102,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     settings.watching.reconnect_backoff = 1.0
     settings.networking.error_backoffs = [1, 2, 5, 10, 20, 30]
     # kopf keeps a worker task per object while events flow; its replay of 20k objects at start
-    # holds them all for the default 5 s (measured: ~50 MB more at 10k Services than with 0.2 s).
+    # holds them all for the default 5 s: tens of MB at 10k Services (docs/performance.md).
     settings.queueing.idle_timeout = 0.2
     # kopf's own initial list, page by page like ours (one 10k-Service list is ~150 MB decoded).
     settings.watching.chunk_size = 500

@@ -39,6 +39,7 @@ class Intake:
         self.queued = queued  # called after each change queued (the syncer wakes up)
         self.pending: dict[tuple[str, str], Change] = {}
         self.pending_counts: dict[str, int] = {}  # pending changes per kind (for the gauges)
+        self.pending_since: float | None = None  # monotonic time the oldest pending change was queued
         self.bad: dict[tuple[str, str], Skipped] = {}  # parse failures, per object
         self.versions: dict[tuple[str, str], str] = {}  # resourceVersion last queued, per object
         self.node: Node | None = None
@@ -81,6 +82,8 @@ class Intake:
             self._queue(("node", node.name), node)
 
     def _queue(self, key: tuple[str, str], value: Change) -> None:
+        if not self.pending:
+            self.pending_since = time.monotonic()
         if key not in self.pending:
             self.pending_counts[key[0]] = self.pending_counts.get(key[0], 0) + 1
         self.pending[key] = value
@@ -95,11 +98,13 @@ class Intake:
         """The queued changes into the dataplane; ``nodes`` False: the Node's stay queued."""
         pending, self.pending = self.pending, {}
         self.pending_counts.clear()
+        since, self.pending_since = self.pending_since, None
         if not nodes:
             self.pending = {k: v for k, v in pending.items() if k[0] == "node"}
             pending = {k: v for k, v in pending.items() if k[0] != "node"}
             if self.pending:
                 self.pending_counts["node"] = len(self.pending)
+                self.pending_since = since
         self.metrics.service_changes_pending.set(0)
         self.metrics.endpoint_changes_pending.set(0)
         triggers: list[float] = []

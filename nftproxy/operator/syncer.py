@@ -248,7 +248,11 @@ class Syncer:
         s.last_kind = "full" if result.full else "partial"
         s.syncs += 1
         s.last_error = ""
-        s.in_sync = not self.pending and not self.dp.sync_due
+        # In sync: the kernel holds every change queued before this sync began. One queued while
+        # it ran goes in with the next (min_sync_period on): under steady churn there is always
+        # one, and a condition that flaps False at every sync would tell users nothing.
+        since = self.intake.pending_since
+        s.in_sync = not self.dp.sync_due and (not self.pending or (since is not None and since >= self.last_start))
         if stats is None:
             self.stats_stale = True
             self._set_skipped(self.compile_skipped)  # parse failures are known now

@@ -1,6 +1,6 @@
 """A real Kubernetes cluster on this machine: control plane on loopback, kubelet nodes in netns.
 
-* etcd (data on tmpfs) + kube-apiserver (ServiceAccount admission on) from testkit.controlplane,
+* etcd (data on tmpfs) + kube-apiserver (ServiceAccount admission on) from testkit.k8s.controlplane,
   kube-controller-manager and kube-scheduler, all on 127.0.0.1 of the machine.
 * Nodes ``node-1``, ``node-2``: each a network namespace ``rc-NAME-node-N`` with one address on a
   shared segment (172.30.0.0/24, a bridge in ``rc-NAME-lan``), its own containerd and kubelet
@@ -34,7 +34,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from testkit.controlplane import ControlPlane, cache_dir, find_binary, pid_alive
+from testkit.k8s.controlplane import ControlPlane, cache_dir, find_binary, pid_alive
 from testkit.realcluster import images as imagelib
 from testkit.realcluster import procs
 from testkit.realcluster.node import (

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from testkit.controlplane import cache_dir
+from testkit.k8s.controlplane import cache_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -17,7 +17,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from testkit.controlplane import pid_alive
+from testkit.k8s.controlplane import pid_alive
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 

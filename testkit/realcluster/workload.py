@@ -13,7 +13,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from testkit.controlplane import find_binary
+from testkit.k8s import objects
+from testkit.k8s.controlplane import find_binary
 from testkit.realcluster.cluster import ROOT, RealCluster
 from testkit.realcluster.node import CLUSTER_CIDR
 
@@ -150,17 +151,8 @@ def web_manifests(replicas: int = 2, node: str = "node-1", roll: str = "1") -> s
 
 
 def _service(name: str, node_port: int, policy: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {
-            "type": "NodePort",
-            "externalTrafficPolicy": policy,
-            "selector": {"app": "web"},
-            "ports": [{"port": 80, "targetPort": "http", "nodePort": node_port}],
-        },
-    }
+    ports = [objects.port(80, node_port=node_port, target="http")]
+    return objects.service(name, (), ports, type="NodePort", externalTrafficPolicy=policy, selector={"app": "web"})
 
 
 def cluster_ip(cluster: RealCluster, service: str) -> str:

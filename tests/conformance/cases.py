@@ -18,6 +18,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from testkit.k8s import objects as k
+
 Obj = dict[str, Any]
 NS = "conf"
 NODE = "node-1"  # the proxied node's name (both proxies)
@@ -87,11 +89,9 @@ _hc = iter(range(32100, 32700))
 
 
 def port(port: int, target: int | str, name: str = "", proto: str = "TCP", node_port: int | None = None) -> Obj:
-    p: Obj = {"port": port, "targetPort": target, "protocol": proto}
-    if name:
-        p["name"] = name
-    if node_port:
-        p["nodePort"] = node_port
+    p = k.port(port, name, proto, node_port, target=target)
+    if not name:
+        del p["name"]
     return p
 
 
@@ -109,24 +109,19 @@ def service(
     ips = [next(_v4) if f == 4 else next(_v6) for f in families]
     if type != "ClusterIP":  # every NodePort explicit: a random one could take a later explicit port
         ports = [p if p.get("nodePort") else {**p, "nodePort": next(_np)} for p in ports]
-    s: Obj = {
-        "type": type,
-        "clusterIP": ips[0],
-        "clusterIPs": ips,
-        "ipFamilies": ["IPv4" if f == 4 else "IPv6" for f in families],
-        "ipFamilyPolicy": "RequireDualStack" if len(families) == 2 else "SingleStack",
-        "ports": list(ports),
+    return k.service(
+        name,
+        ips,
+        ports,
+        namespace=NS,
+        type=type,
+        lb_ingress=lb_ingress,
+        labels=labels or None,
+        annotations=annotations,
+        ipFamilies=["IPv4" if f == 4 else "IPv6" for f in families],
+        ipFamilyPolicy="RequireDualStack" if len(families) == 2 else "SingleStack",
         **spec,
-    }
-    meta: Obj = {"name": name, "namespace": NS}
-    if labels:
-        meta["labels"] = labels
-    if annotations:
-        meta["annotations"] = annotations
-    obj: Obj = {"apiVersion": "v1", "kind": "Service", "metadata": meta, "spec": s}
-    if lb_ingress:
-        obj["status"] = {"loadBalancer": {"ingress": list(lb_ingress)}}
-    return obj
+    )
 
 
 def ep(
@@ -142,18 +137,17 @@ def ep(
 ) -> Obj:
     """An endpoint for a pod (or host server); a None condition is left out (unset)."""
     where, v4, v6 = PODS.get(pod) or HOSTS[pod]
-    cond = {k: v for k, v in (("ready", ready), ("serving", serving), ("terminating", terminating)) if v is not None}
-    e: Obj = {"addresses": [v4 if family == 4 else v6], "conditions": cond}
-    node_name = where if node == "" else node
-    if node_name:
-        e["nodeName"] = node_name
-    hints: Obj = {}
-    if zones is not None:
-        hints["forZones"] = [{"name": z} for z in zones]
-    if nodes is not None:
-        hints["forNodes"] = [{"name": n} for n in nodes]
-    if hints:
-        e["hints"] = hints
+    e = k.endpoint(
+        v4 if family == 4 else v6,
+        ready=ready,
+        serving=serving,
+        terminating=terminating,
+        node=where if node == "" else node,
+        for_zones=zones,
+        for_nodes=nodes,
+    )
+    if serving is None:
+        e["conditions"].pop("serving", None)
     return e
 
 
@@ -166,24 +160,20 @@ def eslice(
     family: int = 4,
     labelled: bool = True,
 ) -> Obj:
-    meta: Obj = {"name": f"{svc}-{suffix}", "namespace": NS}
-    if labelled:
-        meta["labels"] = {"kubernetes.io/service-name": svc, "endpointslice.kubernetes.io/managed-by": "conformance"}
-    obj: Obj = {
-        "apiVersion": "discovery.k8s.io/v1",
-        "kind": "EndpointSlice",
-        "metadata": meta,
-        "addressType": "IPv4" if family == 4 else "IPv6",
-        "endpoints": list(endpoints),
-    }
-    if ports is not None:
-        obj["ports"] = list(ports)
-    return obj
+    return k.endpoint_slice(
+        f"{svc}-{suffix}",
+        svc if labelled else None,
+        endpoints,
+        ports,
+        namespace=NS,
+        address_type="IPv4" if family == 4 else "IPv6",
+        labels={"endpointslice.kubernetes.io/managed-by": "conformance"} if labelled else None,
+    )
 
 
 def sport(port: int, name: str = "", proto: str = "TCP") -> Obj:
     """An EndpointSlice port."""
-    return {"name": name, "port": port, "protocol": proto}
+    return k.port(port, name, proto)
 
 
 def frontends(

@@ -7,9 +7,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from testkit.controlplane import ControlPlane
+from testkit.k8s.controlplane import ControlPlane
 from tests.conformance.harness import REPORT
-from tests.controlplanes import started_control_plane
+from tests.support.controlplanes import started_control_plane
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -27,11 +26,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
-from testkit.controlplane import ControlPlane
-from testkit.kubeproxy import KubeProxy, http_get_in, wait_synced
-from testkit.netlab import CLUSTER4, CLUSTER6, EXTERNAL4, EXTERNAL6, SERVICE4, SERVICE6, Host, NetLab, Node, ProbeResult
+from testkit.k8s.controlplane import ControlPlane
+from testkit.k8s.kubeproxy import KubeProxy, http_get_in, wait_synced
+from testkit.lab.netlab import (
+    CLUSTER4,
+    CLUSTER6,
+    EXTERNAL4,
+    EXTERNAL6,
+    SERVICE4,
+    SERVICE6,
+    Host,
+    NetLab,
+    Node,
+    ProbeResult,
+)
 from tests.conformance import cases as c
 from tests.conformance.differences import accepted
+from tests.support.run import nftproxy_argv
 
 ROOT = Path(__file__).resolve().parents[2]
 CRD = ROOT / "charts" / "nftproxy" / "crds" / "proxystatus.yaml"
@@ -154,7 +165,7 @@ class NftProxy(Proxy):
 
     def start(self) -> None:
         argv = [
-            sys.executable, "-m", "nftproxy", "run",
+            *nftproxy_argv(), "run",
             "--node-name", c.NODE,
             "--kubeconfig", str(self.cp.kubeconfig),
             "--netns", self.netns,

@@ -24,8 +24,8 @@ from pathlib import Path
 
 import pytest
 
-from testkit.controlplane import ControlPlane
-from testkit.netlab import NetLab, cleanup_stale
+from testkit.k8s.controlplane import ControlPlane
+from testkit.lab.netlab import NetLab, cleanup_stale
 from tests.conformance import cases as c
 from tests.conformance.harness import (
     CRD,

@@ -15,19 +15,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from testkit.realcluster import RealCluster, stale_clusters
 from testkit.realcluster import images as imagelib
-
-MACHINE_SYSCTLS = ("kernel/panic", "kernel/panic_on_oops", "vm/overcommit_memory", "net/ipv4/ip_forward")
-
-
-def machine_sysctls() -> dict[str, str]:
-    return {k: Path(f"/proc/sys/{k}").read_text().strip() for k in MACHINE_SYSCTLS}
+from tests.support.machine import machine_sysctls
 
 
 @pytest.fixture(scope="session")

@@ -18,10 +18,10 @@ from typing import Any
 
 import pytest
 
-from testkit.cluster import eventually
+from testkit.k8s.cluster import eventually
 from testkit.realcluster import RealCluster
 from testkit.realcluster import workload as w
-from tests.e2e.conftest import machine_sysctls
+from tests.support.machine import machine_sysctls
 
 pytestmark = [pytest.mark.e2e, pytest.mark.k8s, pytest.mark.netns]
 ROOT = Path(__file__).resolve().parents[2]

@@ -18,9 +18,9 @@ from nftproxy.diagnose.verify import compare, equal_contents, read_kernel
 from nftproxy.model.types import Endpoint, EndpointPort, EndpointSlice, Service, ServicePort
 from nftproxy.nft.fake import FakeBackend
 from nftproxy.nft.kernel import Backend, KernelBackend
-from testkit.netlab import bare_netns
+from testkit.lab.netlab import bare_netns
 from tests.fuzz import strategies as S
-from tests.fuzz.conftest import examples
+from tests.support.fuzzing import examples
 
 CFG = ProxyConfig(
     node_name="n1",

@@ -21,7 +21,7 @@ from nftproxy.model.types import EndpointSlice, Node, Service, Skipped
 from nftproxy.nft.diff import plan
 from nftproxy.nft.objects import Family
 from tests.fuzz import strategies as S
-from tests.fuzz.conftest import DryRun, examples
+from tests.support.fuzzing import DryRun, examples
 
 CONFIGS = [
     ProxyConfig(node_name="n1", cluster_cidrs=(ip_network("10.244.0.0/16"), ip_network("fd00:10:244::/48"))),

@@ -10,8 +10,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from testkit.controlplane import ControlPlane
-from tests.controlplanes import started_control_plane
+from testkit.k8s.controlplane import ControlPlane
+from tests.support.controlplanes import started_control_plane
 
 
 @pytest.fixture(scope="session")

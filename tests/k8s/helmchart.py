@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from testkit.controlplane import ControlPlane, find_binary
+from testkit.k8s.controlplane import ControlPlane, find_binary
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "nftproxy"

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from testkit.controlplane import ControlPlane, ControlPlaneError
+from testkit.k8s.controlplane import ControlPlane, ControlPlaneError
 from tests.k8s.helmchart import CHART, Helm, Release, find, install
 
 pytestmark = pytest.mark.k8s

@@ -17,7 +17,6 @@ from __future__ import annotations
 import fnmatch
 import json
 import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,12 +25,13 @@ from typing import Any
 import pytest
 import yaml
 
-from testkit.cluster import LocalCluster, eventually
-from testkit.controlplane import ControlPlane
-from testkit.netlab import NetLab, Node, cleanup_stale
-from tests import k8sobjects as k
-from tests.controlplanes import started_control_plane
+from testkit.k8s import objects as k
+from testkit.k8s.cluster import LocalCluster, eventually
+from testkit.k8s.controlplane import ControlPlane
+from testkit.lab.netlab import NetLab, Node, cleanup_stale
 from tests.k8s.helmchart import Helm, Release, install
+from tests.support.controlplanes import started_control_plane
+from tests.support.run import run_nftproxy
 
 pytestmark = [pytest.mark.k8s, pytest.mark.netns]
 
@@ -123,9 +123,7 @@ def show(grants: set[Grant]) -> str:
 
 
 def nftproxy(*argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "nftproxy", *argv], capture_output=True, text=True, timeout=120, check=False
-    )
+    return run_nftproxy(*argv, timeout=120)
 
 
 def nft(node: Node, *args: str) -> None:

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from testkit.cluster import LocalCluster, eventually
-from testkit.controlplane import ControlPlane
-from testkit.netlab import NetLab, cleanup_stale
-from tests import k8sobjects as k
+from testkit.k8s import objects as k
+from testkit.k8s.cluster import LocalCluster, eventually
+from testkit.k8s.controlplane import ControlPlane
+from testkit.lab.netlab import NetLab, cleanup_stale
 from tests.k8s.helmchart import Helm, Release, install
 
 pytestmark = [pytest.mark.k8s, pytest.mark.netns]

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client, config  # the client kopf and nftproxy use
 
-from testkit.controlplane import (
+from testkit.k8s.controlplane import (
     SERVICE_CLUSTER_IP_RANGE,
     ControlPlane,
     ControlPlaneError,
@@ -187,7 +187,7 @@ def test_stop_after_failed_start_leaves_no_process(tmp_path: Path) -> None:
 
 def test_cli_up_and_down(tmp_path: Path) -> None:
     d = tmp_path / "demo"
-    cli = [sys.executable, "-m", "testkit.controlplane"]
+    cli = [sys.executable, "-m", "testkit.k8s.controlplane"]
     up = subprocess.run([*cli, "up", "--dir", str(d)], capture_output=True, text=True, timeout=180, check=False)
     try:
         assert up.returncode == 0, up.stderr

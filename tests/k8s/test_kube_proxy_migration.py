@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,11 +22,12 @@ from typing import Any
 import pytest
 
 from nftproxy.migration import detect
-from testkit.cluster import LocalCluster, eventually
-from testkit.controlplane import ControlPlane, find_binary
-from testkit.kubeproxy import KubeProxy
-from testkit.netlab import Client, NetLab, Node, Pod, cleanup_stale
-from tests import k8sobjects as k
+from testkit.k8s import objects as k
+from testkit.k8s.cluster import LocalCluster, eventually
+from testkit.k8s.controlplane import ControlPlane, find_binary
+from testkit.k8s.kubeproxy import KubeProxy
+from testkit.lab.netlab import Client, NetLab, Node, Pod, cleanup_stale
+from tests.support.run import run_nftproxy
 
 pytestmark = [pytest.mark.k8s, pytest.mark.netns]
 
@@ -128,8 +128,7 @@ def _nftproxy_takes_over(env: Env) -> None:
         assert cond["KubeProxyDetected"]["status"] == "False", cond
     finally:
         env.cl.stop_proxy(env.node)
-    r = subprocess.run([sys.executable, "-m", "nftproxy", "cleanup", "--netns", env.node.netns],
-                       capture_output=True, text=True, check=False)  # fmt: skip
+    r = run_nftproxy("cleanup", "--netns", env.node.netns)
     assert r.returncode == 0, r.stderr
 
 
@@ -148,15 +147,13 @@ def test_migrate_from_kube_proxy(env: Env, mode: str) -> None:
         assert any(p.startswith("iptables-nft nat") for p in found.places), found.places
     assert env.answers() == EXPECTED  # kube-proxy's leftover rules still serve (stale, unmaintained)
 
-    r = subprocess.run([sys.executable, "-m", "nftproxy", "cleanup", "--kube-proxy", "--netns", env.node.netns],
-                       capture_output=True, text=True, check=False)  # fmt: skip
+    r = run_nftproxy("cleanup", "--kube-proxy", "--netns", env.node.netns)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "removed " in r.stdout and "this kernel has no IPVS" in r.stdout, r.stdout
     assert detect(env.node.netns) is None, r.stdout
     _check_bystanders(env)
     assert not env.answers()["clusterip-from-node"] & {"a", "b"}  # nobody proxies now: no pod answers
-    again = subprocess.run([sys.executable, "-m", "nftproxy", "cleanup", "--kube-proxy", "--netns", env.node.netns],
-                           capture_output=True, text=True, check=False)  # fmt: skip
+    again = run_nftproxy("cleanup", "--kube-proxy", "--netns", env.node.netns)
     assert again.returncode == 0 and "nothing of kube-proxy's found" in again.stdout, again.stdout
 
     _nftproxy_takes_over(env)
@@ -197,11 +194,8 @@ def test_run_reports_a_running_kube_proxy(env: Env, monkeypatch: pytest.MonkeyPa
         finally:
             env.cl.stop_proxy(env.node)
             env.cl.delete("service", "more", NS)
-    subprocess.run([sys.executable, "-m", "nftproxy", "cleanup", "--kube-proxy", "--netns", env.node.netns],
-                   capture_output=True, check=True)  # fmt: skip
-    subprocess.run(
-        [sys.executable, "-m", "nftproxy", "cleanup", "--netns", env.node.netns], capture_output=True, check=True
-    )
+    run_nftproxy("cleanup", "--kube-proxy", "--netns", env.node.netns, check=True)
+    run_nftproxy("cleanup", "--netns", env.node.netns, check=True)
 
 
 def test_ipvs_part_as_far_as_this_kernel_goes(env: Env) -> None:
@@ -209,8 +203,7 @@ def test_ipvs_part_as_far_as_this_kernel_goes(env: Env) -> None:
     kube-proxy's dummy one) is removed, other interfaces are not."""
     env.sh("ip", "link", "add", "kube-ipvs0", "type", "veth", "peer", "name", "keep-peer")
     env.sh("ip", "addr", "add", "10.96.3.99/32", "dev", "kube-ipvs0")
-    r = subprocess.run([sys.executable, "-m", "nftproxy", "cleanup", "--kube-proxy", "--netns", env.node.netns],
-                       capture_output=True, text=True, check=False)  # fmt: skip
+    r = run_nftproxy("cleanup", "--kube-proxy", "--netns", env.node.netns)
     assert r.returncode == 0, r.stdout
     assert "removed interface kube-ipvs0" in r.stdout and "this kernel has no IPVS" in r.stdout
     links = env.sh("ip", "-o", "link").stdout
@@ -219,11 +212,18 @@ def test_ipvs_part_as_far_as_this_kernel_goes(env: Env) -> None:
 
 
 def _explain(env: Env, service: str) -> dict[str, Any]:
-    r = subprocess.run(
-        [sys.executable, "-m", "nftproxy", "explain", service, "--netns", env.node.netns, "-o", "json",
-         "--kubeconfig", str(env.cl.cp.kubeconfig), "--node-name", NODE],
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
+    r = run_nftproxy(
+        "explain",
+        service,
+        "--netns",
+        env.node.netns,
+        "-o",
+        "json",
+        "--kubeconfig",
+        str(env.cl.cp.kubeconfig),
+        "--node-name",
+        NODE,
+    )
     assert r.returncode == 0, r.stderr
     return dict(json.loads(r.stdout))
 
@@ -249,8 +249,7 @@ def test_explain_compares_the_kernel_with_the_api(env: Env) -> None:
     e = _explain(env, f"{NS}/web")
     assert any(r.startswith("not ours") and "'other'" in r for r in e["api"]["reasons"]), e["api"]["reasons"]
     env.cl.apply(*services(env.a, env.b))  # back as it was
-    r = subprocess.run([sys.executable, "-m", "nftproxy", "cleanup", "--netns", env.node.netns],
-                       capture_output=True, text=True, check=False)  # fmt: skip
+    r = run_nftproxy("cleanup", "--netns", env.node.netns)
     assert r.returncode == 0, r.stderr
 
 
@@ -289,6 +288,4 @@ def test_load_balancing_annotation_through_the_operator(env: Env) -> None:
         env.cl.stop_proxy(env.node)
         for name in ("rr", "badlb"):
             env.cl.delete("service", name, NS)
-    subprocess.run(
-        [sys.executable, "-m", "nftproxy", "cleanup", "--netns", env.node.netns], capture_output=True, check=True
-    )
+    run_nftproxy("cleanup", "--netns", env.node.netns, check=True)

@@ -20,10 +20,10 @@ from typing import Any, cast
 
 import pytest
 
-from testkit.cluster import LocalCluster, eventually
-from testkit.controlplane import ControlPlane
-from testkit.netlab import Client, NetLab, Node, Pod, cleanup_stale
-from tests import k8sobjects as k
+from testkit.k8s import objects as k
+from testkit.k8s.cluster import LocalCluster, eventually
+from testkit.k8s.controlplane import ControlPlane
+from testkit.lab.netlab import Client, NetLab, Node, Pod, cleanup_stale
 
 pytestmark = [pytest.mark.k8s, pytest.mark.netns]
 

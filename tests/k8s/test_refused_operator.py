@@ -11,10 +11,10 @@ from dataclasses import dataclass
 
 import pytest
 
-from testkit.cluster import LocalCluster, eventually
-from testkit.controlplane import ControlPlane
-from testkit.netlab import NetLab, Node, Pod, cleanup_stale
-from tests import k8sobjects as k
+from testkit.k8s import objects as k
+from testkit.k8s.cluster import LocalCluster, eventually
+from testkit.k8s.controlplane import ControlPlane
+from testkit.lab.netlab import NetLab, Node, Pod, cleanup_stale
 from tests.support.poison import BAD_ADDRESS, POISON_PORT
 
 pytestmark = [pytest.mark.k8s, pytest.mark.netns]

@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from testkit.cluster import LocalCluster, eventually
-from testkit.controlplane import ControlPlane
-from testkit.netlab import NetLab, Node
-from tests import k8sobjects as k
+from testkit.k8s import objects as k
+from testkit.k8s.cluster import LocalCluster, eventually
+from testkit.k8s.controlplane import ControlPlane
+from testkit.lab.netlab import NetLab, Node
+from tests.support.run import run_nftproxy
 
 pytestmark = [pytest.mark.k8s, pytest.mark.netns]
 CIDRS = ("--cluster-cidr", "10.244.0.0/16,fd00:10:244::/48")
@@ -30,9 +30,8 @@ def cluster(control_plane: ControlPlane, tmp_path: Path) -> Iterator[tuple[Local
 
 
 def verify(cl: LocalCluster, node: Node, *flags: str) -> subprocess.CompletedProcess[str]:
-    argv = [sys.executable, "-m", "nftproxy", "verify", "--node-name", node.name, "--netns", node.netns]
-    argv += ["--kubeconfig", str(cl.cp.kubeconfig), *flags]
-    return subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+    argv = ["verify", "--node-name", node.name, "--netns", node.netns, "--kubeconfig", str(cl.cp.kubeconfig), *flags]
+    return run_nftproxy(*argv, timeout=120)
 
 
 def nft(node: Node, *args: str) -> None:
@@ -78,10 +77,7 @@ def test_verify_exit_codes_and_differences_in_words(cluster: tuple[LocalCluster,
     # Unusable input: exit 2, one line.
     r = verify(cl, node, "--kubeconfig", "/nonexistent/kubeconfig")
     assert r.returncode == 2 and r.stderr.startswith("nftproxy verify: cannot use the kubeconfig"), r
-    r = subprocess.run(
-        [sys.executable, "-m", "nftproxy", "verify", "--node-name", "x", "--netns", "vf-no-such-netns"],
-        capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
+    r = run_nftproxy("verify", "--node-name", "x", "--netns", "vf-no-such-netns", timeout=60)
     assert r.returncode == 2 and "no network namespace" in r.stderr, r
     # A restarted proxy repairs both: in sync again.
     cl.start_proxy(node, "--min-sync-period", "0")

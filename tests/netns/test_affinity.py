@@ -15,7 +15,7 @@ from nftproxy.dataplane.sync import Dataplane
 from nftproxy.model.types import Endpoint, EndpointPort, EndpointSlice, Service, ServicePort
 from nftproxy.nft.kernel import KernelBackend
 from nftproxy.nft.objects import Family
-from testkit.netlab import Client, NetLab, Node, Pod, cleanup_stale
+from testkit.lab.netlab import Client, NetLab, Node, Pod, cleanup_stale
 
 pytestmark = pytest.mark.netns
 

@@ -11,7 +11,6 @@
 
 from __future__ import annotations
 
-import sys
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -20,8 +19,9 @@ from typing import Any
 
 import pytest
 
-from testkit.netlab import Client, NetLab, Node, Pod, cleanup_stale
-from tests import k8sobjects as k
+from testkit.k8s import objects as k
+from testkit.lab.netlab import Client, NetLab, Node, Pod, cleanup_stale
+from tests.support.run import nftproxy_argv
 
 pytestmark = pytest.mark.netns
 
@@ -83,7 +83,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
             svc("sh6", "fd00:10:96::430", "source-hash", node_port=30431), eps6("sh6", pods),
         ]  # fmt: skip
         manifest = k.write(Path(tmp_path_factory.mktemp("lb")) / "objects.yaml", objs)
-        r = nl.exec(node, sys.executable, "-m", "nftproxy", "apply", "-f", str(manifest), "--node-name", "node1",
+        r = nl.exec(node, *nftproxy_argv(), "apply", "-f", str(manifest), "--node-name", "node1",
                     "--node-ip", f"{node.ipv4},{node.ipv6}", "--cluster-cidr", "10.244.0.0/16,fd00:10:244::/48",
                     check=False)  # fmt: skip
         assert r.returncode == 0, r.stderr

@@ -13,7 +13,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -26,10 +25,10 @@ from nftproxy.dataplane.sync import Dataplane
 from nftproxy.diagnose.trace import Tracer, parse_target
 from nftproxy.nft.kernel import KernelBackend
 from nftproxy.nft.objects import Family
-from testkit.netlab import Client, NetLab, Node, Pod, bare_netns, cleanup_stale
-from tests import k8sobjects as k
+from testkit.k8s import objects as k
+from testkit.lab.netlab import Client, NetLab, Node, Pod, bare_netns, cleanup_stale
 from tests.support.golden import CASES, EXTRA, GOLDEN
-from tests.support.run import run_nftproxy
+from tests.support.run import nftproxy_argv, run_nftproxy
 
 pytestmark = pytest.mark.netns
 
@@ -71,7 +70,7 @@ class Lab:
 
     def apply(self, *objs: k.Obj) -> None:
         k.write(self.manifest, objs)
-        r = self.lab.exec(self.node, sys.executable, "-m", "nftproxy", "apply", "-f", str(self.manifest),
+        r = self.lab.exec(self.node, *nftproxy_argv(), "apply", "-f", str(self.manifest),
                           "--node-name", "node1", "--node-ip", self.node.ipv4,
                           "--cluster-cidr", "10.244.0.0/16", check=False)  # fmt: skip
         assert r.returncode == 0, r.stderr
@@ -123,7 +122,7 @@ def test_explain_names_the_endpoints_that_answer(lab: Lab) -> None:
 
 
 def _trace(lab: Lab, *args: str) -> subprocess.Popen[str]:
-    argv = [sys.executable, "-m", "nftproxy", "trace", "--netns", lab.node.netns, "-o", "json", *args]
+    argv = nftproxy_argv("trace", "--netns", lab.node.netns, "-o", "json", *args)
     return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 

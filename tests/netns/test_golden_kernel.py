@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from testkit.netlab import bare_netns
+from testkit.lab.netlab import bare_netns
 from tests.support.golden import CASES, GOLDEN
 
 pytestmark = pytest.mark.netns

@@ -17,8 +17,8 @@ from nftproxy.nft.bulk import LoadStep
 from nftproxy.nft.kernel import KernelBackend, NftError
 from nftproxy.nft.objects import Element, Family, Table
 from nftproxy.nft.transaction import Transaction
-from testkit.netlab import bare_netns
-from tests import k8sobjects as k
+from testkit.k8s import objects as k
+from testkit.lab.netlab import bare_netns
 from tests.support.builders import GOOD, eps, expected, svc
 from tests.support.run import run_nftproxy
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from testkit.netlab import (
+from testkit.lab.netlab import (
     Client,
     NetLab,
     NetLabError,

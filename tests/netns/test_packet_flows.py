@@ -1,14 +1,13 @@
 """Services proven with real packets: `nftproxy apply` programs real node namespaces, real
 clients connect, and the backend pod reports who answered and which source address it saw.
 
-Topology (testkit.netlab): node1 runs pods a, b, t1, t2; node2 runs pod c; an external
+Topology (testkit.lab.netlab): node1 runs pods a, b, t1, t2; node2 runs pod c; an external
 client sits on the node network. Both nodes run `nftproxy apply` with the same objects.
 """
 
 from __future__ import annotations
 
 import subprocess
-import sys
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -16,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from testkit.netlab import Client, NetLab, Node, Pod, ProbeResult, cleanup_stale
-from tests import k8sobjects as k
+from testkit.k8s import objects as k
+from testkit.lab.netlab import Client, NetLab, Node, Pod, ProbeResult, cleanup_stale
+from tests.support.run import nftproxy_argv
 
 pytestmark = pytest.mark.netns
 
@@ -55,7 +55,7 @@ class Cluster:
 
 
 def nftproxy_cmd(*args: str) -> list[str]:
-    return [sys.executable, "-m", "nftproxy", *args]
+    return nftproxy_argv(*args)
 
 
 def node_flags(node: Node) -> list[str]:

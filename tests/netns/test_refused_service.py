@@ -16,7 +16,7 @@ import pytest
 from nftproxy.compiler import ProxyConfig
 from nftproxy.dataplane.sync import Dataplane
 from nftproxy.nft.kernel import KernelBackend
-from testkit.netlab import bare_netns
+from testkit.lab.netlab import bare_netns
 from tests.support.poison import BAD_ADDRESS, POISON_PORT, feed, objects, poisoned
 
 pytestmark = pytest.mark.netns

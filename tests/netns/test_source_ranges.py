@@ -7,7 +7,6 @@ its IPv6 range as ``fd00:198:18::100/`` and the kernel refused every transaction
 from __future__ import annotations
 
 import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from ipaddress import ip_address, ip_network
@@ -20,8 +19,9 @@ from nftproxy.dataplane.sync import Dataplane
 from nftproxy.model.manifests import classify
 from nftproxy.nft.kernel import KernelBackend
 from nftproxy.nft.objects import Family
-from testkit.netlab import Client, NetLab, Node, Pod, bare_netns, cleanup_stale
-from tests import k8sobjects as k
+from testkit.k8s import objects as k
+from testkit.lab.netlab import Client, NetLab, Node, Pod, bare_netns, cleanup_stale
+from tests.support.run import nftproxy_argv, run_nftproxy
 
 pytestmark = pytest.mark.netns
 
@@ -100,12 +100,7 @@ def test_every_prefix_length_is_accepted_and_reads_back_as_compiled(netns: str) 
 def test_render_output_passes_nft_check(netns: str, tmp_path: Path) -> None:
     """What a user runs: `nftproxy render` of the objects, checked by `nft -c`."""
     manifest = k.write(tmp_path / "objects.yaml", every_prefix_length())
-    rendered = subprocess.run(
-        [sys.executable, "-m", "nftproxy", "render", "-f", str(manifest), "--node-name", "node1"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+    rendered = run_nftproxy("render", "-f", str(manifest), "--node-name", "node1", check=True).stdout
     assert "/ }" not in rendered and "/," not in rendered
     check = subprocess.run(
         ["ip", "netns", "exec", netns, "nft", "-c", "-f", "-"],
@@ -153,7 +148,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
         ]  # fmt: skip
         manifest = k.write(tmp_path_factory.mktemp("ranges") / "objects.yaml", objs)
         r = netlab.exec(
-            node, sys.executable, "-m", "nftproxy", "apply", "-f", str(manifest), "--node-name", "node1",
+            node, *nftproxy_argv(), "apply", "-f", str(manifest), "--node-name", "node1",
             "--cluster-cidr", "10.244.0.0/16,fd00:10:244::/48", check=False,
         )  # fmt: skip
         assert r.returncode == 0, r.stderr

@@ -7,14 +7,14 @@ the same objects (each with its own --node-name). Clients ext (198.18.0.100) and
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
 
-from testkit.netlab import Client, NetLab, Node, Pod, cleanup_stale
-from tests import k8sobjects as k
+from testkit.k8s import objects as k
+from testkit.lab.netlab import Client, NetLab, Node, Pod, cleanup_stale
+from tests.support.run import nftproxy_argv
 
 pytestmark = pytest.mark.netns
 
@@ -153,7 +153,7 @@ def two(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Two]:
         for node in (n1, n2):
             r = lab.exec(
                 node,
-                sys.executable, "-m", "nftproxy", "apply", "-f", str(manifest), "--node-name", node.name,
+                *nftproxy_argv(), "apply", "-f", str(manifest), "--node-name", node.name,
                 "--cluster-cidr", "10.244.0.0/16",
                 check=False,
             )  # fmt: skip

@@ -9,7 +9,6 @@ process: it is worked out from the current state, not from one delta."""
 from __future__ import annotations
 
 import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from ipaddress import ip_address, ip_network
@@ -24,8 +23,9 @@ from nftproxy.nft.conntrack import parse as parse_conntrack
 from nftproxy.nft.fake import FakeBackend
 from nftproxy.nft.kernel import KernelBackend
 from nftproxy.nft.objects import Family, UdpFlow
-from testkit.netlab import Client, NetLab, Node, Pod, cleanup_stale
-from tests import k8sobjects as k
+from testkit.k8s import objects as k
+from testkit.lab.netlab import Client, NetLab, Node, Pod, cleanup_stale
+from tests.support.run import nftproxy_argv
 
 pytestmark = pytest.mark.netns
 
@@ -142,7 +142,7 @@ def test_nftproxy_apply_moves_the_flow_to_the_new_endpoint(lab: Lab, tmp_path: P
             k.endpoint_slice("dns-1", "dns", [k.endpoint(pod.ipv4, node="node1")], [k.port(5353, "dns", "UDP")]),
         ]
         path = k.write(tmp_path / "dns.yaml", objs)
-        argv = [sys.executable, "-m", "nftproxy", "apply", "-f", str(path), "--node-name", "node1"]
+        argv = nftproxy_argv("apply", "-f", str(path), "--node-name", "node1")
         argv += ["--node-ip", lab.node.ipv4, "--cluster-cidr", "10.244.0.0/16"]
         r = subprocess.run(["ip", "netns", "exec", lab.node.netns, *argv], capture_output=True, text=True, check=False)
         assert r.returncode == 0, r.stderr

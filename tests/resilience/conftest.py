@@ -6,9 +6,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from testkit.controlplane import ControlPlane
-from testkit.netlab import cleanup_stale
-from tests.controlplanes import started_control_plane
+from testkit.k8s.controlplane import ControlPlane
+from testkit.lab.netlab import cleanup_stale
+from tests.support.controlplanes import started_control_plane
 
 
 @pytest.fixture

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from testkit.churn import Plan, Result, run
-from testkit.controlplane import ControlPlane
+from testkit.k8s.controlplane import ControlPlane
+from testkit.scenarios.churn import Plan, Result, run
 
 pytestmark = [pytest.mark.resilience, pytest.mark.k8s, pytest.mark.netns]
 

@@ -24,10 +24,10 @@ from nftproxy.compiler import ProxyConfig
 from nftproxy.diagnose.verify import Report
 from nftproxy.nft.kernel import KernelBackend
 from nftproxy.operator import kube
-from testkit.cluster import LocalCluster, eventually
-from testkit.controlplane import ControlPlane
-from testkit.netlab import NetLab, Node
-from tests import k8sobjects as k
+from testkit.k8s import objects as k
+from testkit.k8s.cluster import LocalCluster, eventually
+from testkit.k8s.controlplane import ControlPlane
+from testkit.lab.netlab import NetLab, Node
 
 pytestmark = [pytest.mark.resilience, pytest.mark.k8s, pytest.mark.netns]
 

@@ -3,14 +3,14 @@ Services and EndpointSlices, and the table a from-scratch compile gives, to comp
 
 from __future__ import annotations
 
-from ipaddress import IPv4Address, ip_address, ip_network
+from ipaddress import ip_address, ip_network
 
 from nftproxy.compiler import ProxyConfig, compile_tables
 from nftproxy.dataplane.sync import Dataplane
-from nftproxy.model.types import Endpoint, EndpointPort, EndpointSlice, Service, ServicePort
+from nftproxy.model.types import EndpointSlice, Service
 from nftproxy.nft.fake import FakeBackend
 from nftproxy.nft.objects import Family
-from tests import k8sobjects as k
+from testkit.k8s import objects as k
 
 CFG = ProxyConfig(
     node_name="n1",
@@ -20,34 +20,30 @@ CFG = ProxyConfig(
 
 
 def svc(i: int, node_port: bool = False, external: bool = False) -> Service:
-    return Service(
-        "default",
+    ports = [k.port(80, "p", node_port=30000 + i if node_port else None), k.port(53, "u", "UDP")]
+    obj = k.service(
         f"s{i}",
-        "NodePort" if node_port else "ClusterIP",
-        (IPv4Address(f"10.96.0.{i + 1}"),),
-        (ServicePort("p", "TCP", 80, 30000 + i if node_port else None), ServicePort("u", "UDP", 53)),
-        external_ips=(IPv4Address(f"198.19.0.{i + 1}"),) if external else (),
+        [f"10.96.0.{i + 1}"],
+        ports,
+        type="NodePort" if node_port else "ClusterIP",
+        external_ips=[f"198.19.0.{i + 1}"] if external else (),
     )
+    s = k.parsed(obj)
+    assert isinstance(s, Service), s
+    return s
 
 
 def eps(i: int, n: int, gen: int = 0) -> EndpointSlice:
-    return EndpointSlice(
-        "default",
-        f"s{i}-x",
-        f"s{i}",
-        "IPv4",
-        (EndpointPort("p", "TCP", 8080), EndpointPort("u", "UDP", 5353)),
-        tuple(
-            Endpoint(
-                f"10.244.{i}.{j + gen + 1}",
-                ready=j % 4 != 3,
-                serving=True,
-                terminating=j % 4 == 3,
-                node_name=f"n{j % 2}",
-            )
-            for j in range(n)
-        ),
-    )
+    endpoints = [
+        k.endpoint(
+            f"10.244.{i}.{j + gen + 1}", ready=j % 4 != 3, serving=True, terminating=j % 4 == 3, node=f"n{j % 2}"
+        )
+        for j in range(n)
+    ]
+    obj = k.endpoint_slice(f"s{i}-x", f"s{i}", endpoints, [k.port(8080, "p"), k.port(5353, "u", "UDP")])
+    es = k.parsed(obj)
+    assert isinstance(es, EndpointSlice), es
+    return es
 
 
 def state(fake: FakeBackend, family: Family = Family.IP) -> tuple[dict[str, dict[tuple[str, ...], object]], set[str]]:

@@ -18,7 +18,7 @@ from nftproxy.dataplane.sync import Dataplane
 from nftproxy.model.manifests import classify
 from nftproxy.model.types import EndpointSlice, Service
 from nftproxy.nft.objects import Element, Family
-from tests import k8sobjects as k
+from testkit.k8s import objects as k
 
 POISON_PORT = 666
 BAD_ADDRESS = "10.96.0.999"

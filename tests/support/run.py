@@ -7,6 +7,12 @@ import sys
 from typing import IO
 
 
+def nftproxy_argv(*args: str) -> list[str]:
+    """The command line of this interpreter's nftproxy (for a long-running process, or one run
+    inside a lab node with ``NetLab.exec``); ``run_nftproxy`` for a command that ends."""
+    return [sys.executable, "-m", "nftproxy", *args]
+
+
 def run_nftproxy(
     *args: str,
     netns: str | None = None,
@@ -17,7 +23,7 @@ def run_nftproxy(
 ) -> subprocess.CompletedProcess[str]:
     """Runs this interpreter's nftproxy with ``args`` (inside ``netns`` with ``ip netns exec``),
     output captured as text. ``check`` asserts exit status 0, showing stderr if not."""
-    argv = [sys.executable, "-m", "nftproxy", *args]
+    argv = nftproxy_argv(*args)
     if netns:
         argv = ["ip", "netns", "exec", netns, *argv]
     r = subprocess.run(argv, input=input, stdin=stdin, capture_output=True, text=True, check=False, timeout=timeout)

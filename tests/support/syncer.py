@@ -11,7 +11,7 @@ from nftproxy.nft.objects import Family
 from nftproxy.operator.metrics import Metrics
 from nftproxy.operator.settings import Settings
 from nftproxy.operator.syncer import Syncer
-from tests import k8sobjects as k
+from testkit.k8s import objects as k
 
 
 def settings(**kw: Any) -> Settings:

@@ -6,7 +6,7 @@ import pytest
 
 from nftproxy.compiler import ProxyConfig, compile_tables
 from nftproxy.model.manifests import classify
-from tests import k8sobjects as k
+from testkit.k8s import objects as k
 from tests.support.builders import GOOD
 
 

@@ -18,7 +18,7 @@ from nftproxy.model.parse import parse_service
 from nftproxy.model.types import Service
 from nftproxy.nft.fake import FakeBackend
 from nftproxy.nft.objects import Family
-from tests import k8sobjects as k
+from testkit.k8s import objects as k
 from tests.support.builders import CFG, eps, expected, state, svc
 
 

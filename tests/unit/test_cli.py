@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests import k8sobjects as k
+from testkit.k8s import objects as k
 from tests.support.run import run_nftproxy as run
 
 

@@ -21,7 +21,7 @@ from nftproxy.diagnose.explain import Explanation, explain, render_text
 from nftproxy.diagnose.tableview import TableView, view_of
 from nftproxy.model.manifests import classify, load
 from nftproxy.nft.objects import Family
-from tests import k8sobjects as k
+from testkit.k8s import objects as k
 from tests.support.golden import CASES, EXTRA, GOLDEN
 
 TABLES = [f"{f.value} nftproxy" for f in Family]

@@ -13,7 +13,7 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 
 from nftproxy.operator import handlers, kube
-from tests import k8sobjects as k
+from testkit.k8s import objects as k
 from tests.support.syncer import elements, make, svc
 
 

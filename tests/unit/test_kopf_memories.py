@@ -19,7 +19,7 @@ from nftproxy.operator import handlers, main
 from nftproxy.operator.kubeproxy_watch import KubeProxyWatch
 from nftproxy.operator.status import StatusWriter
 from nftproxy.operator.syncer import Syncer
-from tests import k8sobjects as k
+from testkit.k8s import objects as k
 from tests.support.syncer import make, settings
 
 SERVICES = references.Resource(group="", version="v1", plural="services", namespaced=True)

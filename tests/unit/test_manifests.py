@@ -13,7 +13,7 @@ import yaml
 from nftproxy.model import manifests
 from nftproxy.model.manifests import ManifestError, classify, load
 from nftproxy.model.types import Skipped
-from tests import k8sobjects as k
+from testkit.k8s import objects as k
 from tests.support.run import run_nftproxy
 
 OBJS = [

@@ -22,7 +22,7 @@ from nftproxy.operator import syncer as syncer_module
 from nftproxy.operator.metrics import Metrics
 from nftproxy.operator.status import render_status
 from nftproxy.operator.syncer import STATS_PERIOD, Syncer
-from tests import k8sobjects as k
+from testkit.k8s import objects as k
 from tests.support.clock import run_in_virtual_time
 from tests.support.poison import BAD_ADDRESS, POISON_PORT, poisoned, refused_by_the_fake
 from tests.support.syncer import elements, make, settings, svc
@@ -347,3 +347,45 @@ def test_a_refused_service_is_skipped_in_status_and_retried_at_the_hourly_full_s
         assert syncer.status.skipped == []
 
     asyncio.run(go())
+
+
+class _ChangeDuringEveryCommit(FakeBackend):
+    """Steady churn: a watch event arrives while each transaction is being committed."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, change: Any) -> None:
+        super().__init__()
+        self.loop, self.change = loop, change
+
+    def apply(self, *txs: Transaction) -> None:
+        super().apply(*txs)
+        self.loop.call_soon_threadsafe(self.change)
+
+
+def test_in_sync_stays_true_under_steady_churn(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A change queued while a sync runs goes in with the next: the ProxyStatus stays InSync True
+    (under churn there is always one, and the condition must not flap with every sync)."""
+
+    async def go() -> None:
+        n = itertools.count()
+
+        def change() -> None:
+            i = next(n)
+            syncer.service_changed(f"default/c{i}", svc(f"c{i}", f"10.96.1.{1 + i % 250}"))
+
+        backend = _ChangeDuringEveryCommit(asyncio.get_running_loop(), change)
+        s = settings()
+        syncer = Syncer(Dataplane(backend, s.proxy), s, Metrics())
+        syncer.mark_loaded()
+        await syncer.sync_once()
+        reasons = []
+        for _ in range(5):
+            await asyncio.sleep(0)  # the change made during the commit is queued now
+            assert syncer.pending, "a change waits for the next sync"
+            reasons.append(render_status(syncer)["conditions"][0]["reason"])
+            await syncer.sync_once()
+        assert reasons == ["Synced"] * 5
+        assert len(elements(backend, "cluster-ips")) == 5  # each change went in with the next sync
+
+    run_in_virtual_time(go, monkeypatch, syncer_module)

@@ -1,12 +1,12 @@
-"""testkit.kubeproxy and testkit.nftwatch pieces that need no namespace: the configuration we hand
+"""testkit.k8s.kubeproxy and testkit.lab.nftwatch pieces that need no namespace: the configuration we hand
 the real kube-proxy, the metrics parsing the sync wait relies on, the netlink key layout."""
 
 from __future__ import annotations
 
 import pytest
 
-from testkit.kubeproxy import _series, kube_proxy_config, parse_metrics
-from testkit.nftwatch import service_key
+from testkit.k8s.kubeproxy import _series, kube_proxy_config, parse_metrics
+from testkit.lab.nftwatch import service_key
 
 
 def test_config_for_a_node_namespace() -> None:

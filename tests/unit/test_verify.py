@@ -15,7 +15,7 @@ from nftproxy.model.types import Service, Skipped
 from nftproxy.nft.fake import FakeBackend
 from nftproxy.nft.kernel import NftError
 from nftproxy.nft.objects import Family
-from tests import k8sobjects as k
+from testkit.k8s import objects as k
 from tests.support.builders import CFG, eps, svc
 
 

@@ -14,9 +14,9 @@ same places, else ``$PATH`` (Debian's etcd-server).
 
 CLI (used by the demo)::
 
-    python -m testkit.controlplane up --dir DIR     # detached; writes DIR/kubeconfig
-    python -m testkit.controlplane status --dir DIR
-    python -m testkit.controlplane down --dir DIR   # stops and removes DIR
+    python -m testkit.k8s.controlplane up --dir DIR     # detached; writes DIR/kubeconfig
+    python -m testkit.k8s.controlplane status --dir DIR
+    python -m testkit.k8s.controlplane down --dir DIR   # stops and removes DIR
 """
 
 from __future__ import annotations
@@ -818,7 +818,7 @@ def _cmd_status(d: Path) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m testkit.controlplane",
+        prog="python -m testkit.k8s.controlplane",
         description="Run etcd + kube-apiserver on 127.0.0.1 (detached) for the demo.",
     )
     sub = parser.add_subparsers(dest="cmd", required=True)

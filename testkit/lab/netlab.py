@@ -12,7 +12,7 @@ Topology (every namespace name starts with the lab's unique prefix, e.g. ``np424
 Nodes forward (ip_forward, IPv6 forwarding, rp_filter off), route the service ranges 10.96.0.0/16
 and fd00:10:96::/112 out of eth0 (a real node would use its default route), and reach the other
 nodes' pod CIDRs via their lan address. Clients route 198.19.0.0/16 and fd00:198:19::/64
-(LoadBalancer/external IPs) via one node. Pods run :mod:`testkit.echo`.
+(LoadBalancer/external IPs) via one node. Pods run :mod:`testkit.lab.echo`.
 
 Veth pairs are always created inside the lab's namespaces (``ip -n NS link add ... peer ... netns
 OTHER``), so nothing ever appears in the caller's network namespace; interface names therefore
@@ -42,7 +42,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
 
-from testkit.controlplane import pid_alive as _pid_alive
+from testkit.k8s.controlplane import pid_alive as _pid_alive
 
 __all__ = [
     "Client",

@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from testkit.netlab import NetLab, cleanup_stale
+from testkit.lab.netlab import NetLab, cleanup_stale
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "demo.yaml"
 FLAGS = ["--node-name", "node-1", "--cluster-cidr", "10.244.0.0/16,fd00:10:244::/48"]

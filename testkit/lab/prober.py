@@ -1,6 +1,6 @@
 """Steady connections to a few Service IPs, counting failures (for churn, crash and outage runs).
 
-    python -I -S testkit/prober.py --rate 20 --timeout 1 HOST:PORT [HOST:PORT ...]
+    python -I -S testkit/lab/prober.py --rate 20 --timeout 1 HOST:PORT [HOST:PORT ...]
 
 Every attempt is a fresh TCP connection (new source port, new conntrack entry) to the next
 target in turn, reading the echo server's answer line. Runs until SIGTERM or SIGINT, then prints
@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from testkit.probe import attempt
+    from testkit.lab.probe import attempt
 else:  # started as a script with -I -S: the probe module beside it
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from probe import attempt

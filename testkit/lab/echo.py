@@ -1,6 +1,6 @@
 """Echo server for the network lab: tells every client which pod answered and who it saw.
 
-    python -m testkit.echo --name POD --tcp 8080 --tcp 9090 --udp 5353
+    python -m testkit.lab.echo --name POD --tcp 8080 --tcp 9090 --udp 5353
 
 Listens on every given TCP and UDP port on 0.0.0.0 and :: (separate IPv6-only sockets, so peers
 are reported without ``::ffff:`` mapping) and answers every TCP connection and every UDP datagram

@@ -16,9 +16,9 @@ import sys
 import time
 from pathlib import Path
 
-from testkit.cluster import LocalCluster, eventually
-from testkit.controlplane import ControlPlane
-from testkit.netlab import Client, NetLab, Node, Pod, cleanup_stale
+from testkit.k8s.cluster import LocalCluster, eventually
+from testkit.k8s.controlplane import ControlPlane
+from testkit.lab.netlab import Client, NetLab, Node, Pod, cleanup_stale
 
 ROOT = Path(__file__).resolve().parents[1]
 WORK = ROOT / ".demo"

@@ -1,6 +1,6 @@
 """TCP forwarder from a child network namespace to this namespace's loopback.
 
-    python -I -S testkit/nsforward.py --netns NODE --listen-port 0 --target-port 6443
+    python -I -S testkit/lab/nsforward.py --netns NODE --listen-port 0 --target-port 6443
 
 A process in a child network namespace cannot reach a server on the root namespace's 127.0.0.1.
 This process enters the namespace NODE (``/run/netns/NODE``), creates its listening socket there

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from testkit.controlplane import ControlPlane, ControlPlaneError
+from testkit.k8s.controlplane import ControlPlane, ControlPlaneError
 
 
 def started_control_plane(*, audit: bool = False) -> Iterator[ControlPlane]:

@@ -8,7 +8,7 @@
   nftproxy), ``clusterCIDR``, conntrack ``maxPerCore: 0``/``min: 0`` (a child namespace can't
   write nf_conntrack_max), healthz and metrics bound to the node's address inside the namespace.
 * kube-proxy runs inside the namespace (``ip netns exec``), so its tables only ever exist there.
-  It reaches the apiserver on the root namespace's 127.0.0.1 through :mod:`testkit.nsforward`:
+  It reaches the apiserver on the root namespace's 127.0.0.1 through :mod:`testkit.lab.nsforward`:
   a forwarder whose listening socket was created inside the namespace and which connects out
   from the root namespace. The kubeconfig is the caller's with ``server`` pointing at the
   forwarder's 127.0.0.1 port, so the apiserver certificate's 127.0.0.1 SAN stays valid.
@@ -19,7 +19,7 @@ without a subprocess: :func:`connect_in` creates the socket in the namespace (se
 calling thread only, and back). The same helpers read nftproxy's ``nftproxy_*`` metrics.
 
 Binary: ``kube-proxy`` from ``$NFTPROXY_BIN`` or ``${NFTPROXY_CACHE:-~/.cache/nftproxy}/bin``
-(hack/k8s-tools.sh), found by :func:`testkit.controlplane.find_binary`.
+(hack/k8s-tools.sh), found by :func:`testkit.k8s.controlplane.find_binary`.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from typing import Any
 
 import yaml
 
-from testkit.controlplane import find_binary
+from testkit.k8s.controlplane import find_binary
 
 __all__ = [
     "KubeProxy",
@@ -54,7 +54,7 @@ __all__ = [
 ]
 
 _HERE = Path(__file__).resolve().parent
-NSFORWARD = _HERE / "nsforward.py"
+NSFORWARD = _HERE.parent / "lab" / "nsforward.py"
 CLONE_NEWNET = 0x40000000
 
 

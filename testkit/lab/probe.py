@@ -1,6 +1,6 @@
 """Client for the echo server: N independent attempts, one JSON list of results on stdout.
 
-    python -m testkit.probe --proto tcp|udp|sctp --count N --timeout T \
+    python -m testkit.lab.probe --proto tcp|udp|sctp --count N --timeout T \
         [--source IP] HOST PORT
 
 Every attempt uses a new socket (so a new source port and a new conntrack entry). TCP and SCTP

@@ -13,10 +13,10 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
-from testkit.controlplane import ControlPlane
-from testkit.netlab import NetLab, Node
+from testkit.k8s.controlplane import ControlPlane
+from testkit.lab.netlab import NetLab, Node
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CRD = ROOT / "charts" / "nftproxy" / "crds" / "proxystatus.yaml"
 T = TypeVar("T")
 

@@ -1,7 +1,7 @@
 """Churn, crashes and outages against a real control plane, with real connections and the checker.
 
 One node namespace (netlab) with three echo pods and a client pod; `nftproxy run --netns` for it
-(testkit.cluster); N churned Services (endpoints at made-up addresses: the rules are what is
+(testkit.k8s.cluster); N churned Services (endpoints at made-up addresses: the rules are what is
 measured) and a few stable Services backed by the real pods. While a steady stream of API writes
 runs (endpoints scaled, Services added and deleted, policies flipped), the client pod opens fresh
 TCP connections to the stable Services; optionally `nftproxy run` is SIGKILLed and restarted every
@@ -38,13 +38,14 @@ from nftproxy.diagnose.verify import Report
 from nftproxy.nft import netns as netns_mod
 from nftproxy.nft.kernel import KernelBackend
 from nftproxy.operator import kube
-from testkit.cluster import LocalCluster
-from testkit.controlplane import ControlPlane
-from testkit.netlab import PY, NetLab, Node, Pod
+from testkit.k8s import objects
+from testkit.k8s.cluster import LocalCluster
+from testkit.k8s.controlplane import ControlPlane
+from testkit.lab.netlab import PY, NetLab, Node, Pod
 
 T = TypeVar("T")
 NS = "churn"
-PROBER = Path(__file__).resolve().parent / "prober.py"
+PROBER = Path(__file__).resolve().parents[1] / "lab" / "prober.py"
 CHURN_BASE = int(IPv4Address("10.96.64.0"))
 STABLE_BASE = int(IPv4Address("10.96.250.0"))
 MARKER_IP = "10.96.251.1"
@@ -214,26 +215,12 @@ class Monitor:
 
 
 def service(name: str, ip: str, **spec: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": {"name": name, "namespace": NS},
-        "spec": {"clusterIP": ip, "clusterIPs": [ip], "ports": [{"name": "http", "port": 80}], **spec},
-    }
+    return objects.service(name, [ip], [objects.port(80, "http")], namespace=NS, **spec)
 
 
 def endpoint_slice(name: str, addresses: list[str], node: str | None = None) -> dict[str, Any]:
-    return {
-        "apiVersion": "discovery.k8s.io/v1",
-        "kind": "EndpointSlice",
-        "metadata": {"name": f"{name}-x", "namespace": NS, "labels": {"kubernetes.io/service-name": name}},
-        "addressType": "IPv4",
-        "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
-        "endpoints": [
-            {"addresses": [a], "conditions": {"ready": True}, "nodeName": node or f"other-{j % 7}"}
-            for j, a in enumerate(addresses)
-        ],
-    }
+    eps = [objects.endpoint(a, node=node or f"other-{j % 7}") for j, a in enumerate(addresses)]
+    return objects.endpoint_slice(f"{name}-x", name, eps, [objects.port(8080, "http")], namespace=NS)
 
 
 def fake_endpoints(i: int, n: int) -> list[str]:

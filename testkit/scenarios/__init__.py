@@ -1,0 +1,1 @@
+"""Long scenarios shared by tests/resilience and bench/: churn, crashes and outages."""
