@@ -3,10 +3,12 @@
 NAME is one of ``BENCHES`` (``python -m bench`` lists them with their first lines); ARGS go to
 that benchmark (``python -m bench apply --help``). What it prints is shown as it comes and is also
 written, with the command, the time and the exit status, as one JSON file in ``bench/results/``
-(``$NFTPROXY_BENCH_RESULTS`` for another folder): ``NAME-<UTC time>.json``. docs/benchmarks.md
+(``$NFTPROXY_BENCH_RESULTS`` for another folder), with each measured value as a field of its own
+(``figures``: what, value, unit and labels, see ``bench/figures.py``): ``NAME-<UTC time>.json``. docs/benchmarks.md
 quotes these runs; docs/performance.md names the benchmark that guards each speed trick.
 
-The benchmarks share builders and runners (``listed``, ``apiserver``, ``runners``, ``workload``);
+The benchmarks share builders and runners (``listed``, ``apiserver``, ``runners``, ``workload``,
+``figures``);
 no benchmark imports another. Heavy ones take the machine's lock themselves when asked to
 (``flock /tmp/nftproxy-heavy.lock python -m bench NAME``).
 """
@@ -22,6 +24,8 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TextIO
+
+from bench.figures import FIGURES
 
 BENCHES = ("apply", "churn", "datapath", "dataplane", "fuzz", "operator", "realcluster", "startup", "vs_kubeproxy")
 RESULTS = Path(os.environ.get("NFTPROXY_BENCH_RESULTS") or Path(__file__).with_name("results"))
@@ -82,6 +86,7 @@ def main(argv: list[str]) -> int:
             "seconds": round(time.monotonic() - t0, 3),
             "exit": rc,
             "load": os.getloadavg(),
+            "figures": FIGURES,
             "output": tee.all_lines(),
         }
         path.write_text(json.dumps(result, indent=2) + "\n")

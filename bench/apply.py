@@ -31,6 +31,7 @@ import uuid
 from ipaddress import IPv4Address
 from pathlib import Path
 
+from bench.figures import figure
 from bench.listed import SERVICE_BASE, cluster_list, endpoint_ip
 
 
@@ -116,6 +117,9 @@ def main() -> int:
         base = times["nft -f minimal.nft"]
         for name, values in times.items():
             ratios = [a / b for a, b in zip(values, base, strict=True)]
+            labels = {"command": name, "services": args.services, "endpoints": args.endpoints}
+            figure("median", statistics.median(values), "s", **labels)
+            figure("ratio to nft -f (median of pairs)", statistics.median(ratios), "x", **labels)
             print(
                 f"  {name:<40} median {statistics.median(values):6.2f} s "
                 f"(min {min(values):.2f}, max {max(values):.2f}); "

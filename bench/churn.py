@@ -18,6 +18,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from bench.figures import figure
 from testkit.k8s.controlplane import ControlPlane
 from testkit.scenarios.churn import Plan, Result, run
 
@@ -71,6 +72,9 @@ def main(argv: list[str] | None = None) -> int:
             res = run(cp, plan, work)
         print(f"== {name} (logs in {work})")
         print(json.dumps(res.summary(), indent=1), flush=True)
+        for key, value in res.summary().items():
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                figure(key, value, "", scenario=name)
         if res.notes:
             print("notes:", res.notes)
         rows.append(line(name, res, faults))

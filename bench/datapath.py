@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from bench.apiserver import CRD, NS, create_many
+from bench.figures import figure
 from bench.runners import METRICS, NODE, KubeProxyRunner, NftproxyRunner, Runner
 from nftproxy.operator import kube
 from testkit.k8s import objects
@@ -160,6 +161,8 @@ def main() -> int:
                     return KubeProxyRunner(netns, cp, wd, name.rsplit("-", 1)[1])
 
                 r = rows[(n, name)] = measure(make, args.connections, args.timeout)
+                for what in ("p50_us", "p99_us", "sys_us_per_conn"):
+                    figure(what, r[what], "µs", services=n, proxy=name)
                 figures = f"{r['p50_us']:>9.0f}{r['p99_us']:>9.0f}{r['sys_us_per_conn']:>13.1f}"
                 print(f"{n:>9} {name:<22}{figures}", flush=True)
     print("\nratios (same run):")

@@ -19,6 +19,7 @@ from contextlib import AbstractContextManager
 from ipaddress import ip_address, ip_network
 from typing import Any
 
+from bench.figures import figure
 from bench.workload import cluster, endpoint_slice
 from nftproxy.compiler import ProxyConfig
 from nftproxy.dataplane.sync import Dataplane
@@ -117,6 +118,8 @@ def run_child(kind: str, services: int, endpoints: int, repeat: int) -> dict[str
 
 
 def row(label: str, n: int, r: dict[str, Any]) -> None:
+    for what, unit in (("compile", "s"), ("total", "s"), ("peak_rss_mb", "MB")):
+        figure(what, r[what], unit, layout=label.strip(), services=n)
     print(f"{label:<34}{n:>9}{r['compile']:>11.3f}{r['total']:>10.3f}{r['peak_rss_mb']:>13.0f}", flush=True)
 
 

@@ -49,6 +49,7 @@ from bench.apiserver import (
     import_many,
     warm_up,
 )
+from bench.figures import figure
 from nftproxy.nft.kernel import KernelBackend, NftError
 from nftproxy.nft.objects import Family
 from nftproxy.operator import kube
@@ -241,6 +242,13 @@ def main() -> int:
                     rss, peak = node.rss_mb()
                     node.stop()
                     spread = f"{min(starts):.2f}-{max(starts):.2f}"
+                    labels = {"services": n, "min_sync_period": min_sync}
+                    figure("start -> first sync (median)", statistics.median(starts), "s", **labels)
+                    figure("Service at start -> kernel (median)", statistics.median(at_start), "s", **labels)
+                    figure("write -> kernel p50", pct(lat, 0.5), "s", **labels)
+                    figure("write -> kernel p99", pct(lat, 0.99), "s", **labels)
+                    figure("RSS", rss, "MB", **labels)
+                    figure("peak RSS", peak, "MB", **labels)
                     print(
                         f"{n:>9} {min_sync:>9} {statistics.median(starts):>16.2f} {spread:>12} "
                         f"{statistics.median(at_start) * 1000:>12.0f} {pct(lat, 0.5) * 1000:>8.1f} "

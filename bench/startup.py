@@ -20,6 +20,7 @@ import time
 import uuid
 from pathlib import Path
 
+from bench.figures import figure
 from bench.listed import endpoint_slice, service
 from nftproxy.compiler import ProxyConfig
 from nftproxy.dataplane.sync import Dataplane
@@ -85,6 +86,13 @@ def one(n: int, netns: str) -> None:
     backend.close()
     print(f"{n} Services x 10 endpoints (RSS before: {base:.0f} MB, the raw pages included)")
     for what, seconds, cpu_s, now, peak in marks:
+        for field, value, unit in (
+            ("seconds", seconds, "s"),
+            ("cpu", cpu_s, "s"),
+            ("rss", now, "MB"),
+            ("peak rss", peak, "MB"),
+        ):
+            figure(field, value, unit, step=what, services=n)
         print(f"  {what:<44} {seconds:6.2f} s (CPU {cpu_s:5.2f} s)   RSS {now:5.0f} MB (peak {peak:5.0f} MB)")
 
 

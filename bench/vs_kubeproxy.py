@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from bench.apiserver import CRD, NS, PROBE_BASE, cluster_ip, create_many, endpoint_slice, import_many, service
+from bench.figures import figure
 from bench.runners import METRICS, NODE, KubeProxyRunner, NftproxyRunner, Runner, rss_mb
 from nftproxy.operator import kube
 from testkit.k8s.controlplane import ControlPlane
@@ -148,6 +149,10 @@ def main() -> int:
         kp = next(r for r in results if r[0] == n and r[1] == "kube-proxy")
         np_ = next(r for r in results if r[0] == n and r[1] == "nftproxy")
         kl, nl = statistics.median(kp[3]), statistics.median(np_[3])
+        for proxy, r, latency in (("kube-proxy", kp, kl), ("nftproxy", np_, nl)):
+            figure("first sync", r[2], "s", services=n, proxy=proxy)
+            figure("new Service -> kernel (median)", latency, "s", services=n, proxy=proxy)
+            figure("RSS", r[4], "MB", services=n, proxy=proxy)
         print(
             f"| {n:,} | {kp[2]:.2f} s | {np_[2]:.2f} s | {kp[2] / np_[2]:.1f}x | {kl * 1000:.0f} ms | "
             f"{nl * 1000:.1f} ms | {kl / nl:.0f}x | {kp[4]:.0f} MB | {np_[4]:.0f} MB |"

@@ -1,0 +1,14 @@
+"""Per-figure results: ``figure(...)`` records one measured value (with what it is, its unit and
+the labels that place it, e.g. ``services=10000, proxy="nftproxy"``); ``python -m bench`` writes
+them as ``figures`` in the run's JSON, next to the printed output. A benchmark run directly
+(``python -m bench.apply``) records into the same list, which nobody reads."""
+
+from __future__ import annotations
+
+from typing import Any
+
+FIGURES: list[dict[str, Any]] = []
+
+
+def figure(what: str, value: float | int | None, unit: str, **labels: Any) -> None:
+    FIGURES.append({"what": what, "value": value, "unit": unit, **labels})
