@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Builds the container images of the local cluster (testkit/realcluster) without any registry:
+# Builds the container images of the local cluster (the real cluster of docs/testing.md) without any registry:
 #   localhost/nftproxy-base:bookworm   Debian bookworm minbase + python3 + pip, made by mmdebstrap
 #   localhost/nftproxy:<digest>        the repository's Dockerfile, FROM that base (build argument)
 #   localhost/nftproxy-pause:1         busybox-static, a shell that sleeps and reaps orphans (the sandbox image)
 #   localhost/nftproxy-echo:1          busybox-static httpd answering {"pod": HOSTNAME, "peer": REMOTE_ADDR}
 # as docker-archive tarballs in ${NFTPROXY_IMAGES:-${NFTPROXY_CACHE:-~/.cache/nftproxy}/images}
-# (imported into each node's containerd by testkit.realcluster), listed in images.json there.
+# (imported into each node's containerd by the cluster that reads it), listed in images.json there.
 # Rebuilt only when their inputs changed: the nftproxy image's tag is a digest of the Dockerfile,
 # .dockerignore, pyproject.toml and the nftproxy package; a second run prints "cached".
 # buildah uses its own storage under the cache (vfs driver: no mounts at all) and every step runs in

@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 APT_PKGS=(nftables python3-nftables libnftables1 iproute2 conntrack etcd-server openssl procps
-  # the real cluster (testkit.realcluster, hack/images.sh): node runtimes, CNI, image builds
+  # the real cluster (docs/testing.md, hack/images.sh): node runtimes, CNI, image builds
   containerd runc containernetworking-plugins iptables util-linux mmdebstrap buildah busybox-static)
 missing=()
 for p in "${APT_PKGS[@]}"; do
