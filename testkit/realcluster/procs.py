@@ -68,9 +68,12 @@ def cgroup_pids(rel: str) -> set[int]:
         top = h / rel.strip("/")
         if not top.is_dir():
             continue
-        for procs in top.rglob("cgroup.procs"):
-            with contextlib.suppress(OSError):
-                pids.update(int(p) for p in procs.read_text().split())
+        # os.walk, not Path.rglob: containerd removes its containers' cgroups while we walk, and
+        # rglob raises FileNotFoundError for a directory gone between listing and entering it
+        for d, _, files in os.walk(top):
+            if "cgroup.procs" in files:
+                with contextlib.suppress(OSError):
+                    pids.update(int(p) for p in (Path(d) / "cgroup.procs").read_text().split())
     return pids
 
 
