@@ -25,7 +25,7 @@ from nftproxy.compiler.config import this_node
 from nftproxy.model.manifests import classify
 from nftproxy.nft.objects import Family
 from testkit.k8s import objects as k
-from tests.support.tracer import Packet, Trace, Tracer
+from tests.support.tracer import Outcome, Packet, Trace, Tracer
 
 HTTP = [k.port(8080, "http")]
 
@@ -248,10 +248,12 @@ def flow_flags(node: HostLike) -> list[str]:
 # -- a lab of tracers: the kernel tests' questions, answered from the nodes' tables --------------
 
 
-def kernel_words(target: str, pods: dict[str, str]) -> str:
-    """A tracer target in the words of a kernel probe: the pod that answers, "refused" (REJECT),
-    "timeout" (DROP, or accepted unchanged to a Service IP nobody serves)."""
-    if target == "REJECT":
+def kernel_words(outcome: Outcome, pods: dict[str, str]) -> str:
+    """A tracer outcome in the words of a kernel probe: the pod that answers, "refused" (REJECT,
+    or accepted unchanged to the node itself, where nothing listens in the labs), "timeout" (DROP,
+    or accepted unchanged and routed on, to a Service IP nobody serves)."""
+    target = outcome.target
+    if target == "REJECT" or (target == "ACCEPT" and outcome.delivered == "local"):
         return "refused"
     if target in ("DROP", "ACCEPT"):
         return "timeout"
@@ -295,7 +297,7 @@ class TracerLab:
 
     def pods(self, src: HostLike, dst: str, port: int, proto: str = "tcp") -> set[str]:
         """What Two.pods / a probe's results would be: pod names, "refused" or "timeout"."""
-        return {kernel_words(t, self.pod_of) for t in self.trace(src, dst, port, proto).targets}
+        return {kernel_words(o, self.pod_of) for o in self.trace(src, dst, port, proto).outcomes}
 
     def masq(self, src: HostLike, dst: str, port: int, proto: str = "tcp") -> bool:
         return self.trace(src, dst, port, proto).masq

@@ -161,6 +161,27 @@ def test_hairpin_is_masqueraded_other_pod_traffic_is_not() -> None:
     assert by_target == {f"{A.ipv4}:8080": True, f"{B.ipv4}:8080": False}
 
 
+def test_masquerade_all() -> None:
+    plain = flows()
+    assert not plain.masq(C, "10.96.0.10", 80)
+    every = TracerLab([N2], [A, B, C], flow_objects(A, B, C, T1, T2), lambda n: [*flow_flags(n), "--masquerade-all"])
+    assert every.pods(C, "10.96.0.10", 80) == {"a", "b"} and every.masq(C, "10.96.0.10", 80)
+
+
+def test_nodeport_addresses_limit_where_nodeports_answer() -> None:
+    limited = TracerLab(
+        [N1],
+        [A, B],
+        flow_objects(A, B, C, T1, T2),
+        lambda n: [*flow_flags(n), "--nodeport-addresses", "fd00:198:18::/64"],
+    )
+    trace = limited.trace(EXT, N1.ipv4, 30080)
+    assert [(o.target, o.delivered) for o in trace.outcomes] == [("ACCEPT", "local")]  # the node's own stack
+    assert limited.pods(EXT, N1.ipv4, 30080) == {"refused"}  # nothing listens there
+    assert limited.pods(EXT, N1.ipv6, 30080) == {"a", "b"}
+    assert flows().pods(EXT, N1.ipv4, 30080) == {"a", "b"}
+
+
 def test_unknown_port_from_the_node_is_not_rejected_by_us() -> None:
     """filter-output has no cluster-ips check (kube-proxy's neither): the node's own packet to a
     ClusterIP port no Service serves leaves unchanged (the kernel test probes only from a pod)."""
