@@ -222,22 +222,31 @@ def _table(objs: list[k.Obj], *flags: str) -> Table:
 
 def test_every_rule_our_compiler_can_write_is_understood() -> None:
     """Every per-count template of every kind and algorithm (what the table comment digests),
-    under each masquerade setting: the tracer parses all of it."""
+    under each masquerade setting (compiler/render.py), with and without pod CIDRs: the tracer
+    parses all of it (it raises on the first rule it does not understand)."""
     for family in Family:
-        for masquerade in (None, "jump mark-for-masquerade", f"{family.value} saddr != @cluster-cidrs jump x"):
-            sets = {s.name: s for s in skeleton.base_sets(family)}
-            chains = {c.name: c for c in skeleton.base_chains(family)}
-            kinds = [
-                (kind, n) for kind in skeleton.KINDS for n in (0, 1, 3) if n or kind.startswith(("local", "nodeport-"))
-            ]
-            kinds += [(f"{kind}@sh", 2) for kind in skeleton.KINDS[:4]]
-            kinds += [("rr-entry", 0), ("rr:0123456789s", 2), ("rr:0123456789", 3)]
-            for kind, n in kinds:
-                ss, cs = skeleton.count_objects(family, kind, n, masquerade, True)
-                sets.update((s.name, s) for s in ss)
-                chains.update((c.name, c) for c in cs)
-            chains["x"] = Chain("x", ("return",))
-            Tracer(Table(family, "t", "", chains, sets, {}), [])
+        for masquerade in (
+            None,
+            "jump mark-for-masquerade",
+            f"{family.value} saddr != @cluster-cidrs jump mark-for-masquerade",
+        ):
+            for pods in (False, True):
+                sets = {s.name: s for s in skeleton.base_sets(family)}
+                chains = {c.name: c for c in skeleton.base_chains(family)}
+                kinds = [
+                    (kind, n)
+                    for kind in skeleton.KINDS
+                    for n in (0, 1, 3)
+                    if n or kind.startswith(("local", "nodeport-"))
+                ]
+                kinds += [(f"{kind}@sh", 2) for kind in skeleton.KINDS[:4]]
+                kinds += [("rr-entry", 0), ("rr:0123456789s", 2), ("rr:0123456789", 3)]
+                for kind, n in kinds:
+                    ss, cs = skeleton.count_objects(family, kind, n, masquerade, pods)
+                    sets.update((s.name, s) for s in ss)
+                    chains.update((c.name, c) for c in cs)
+                tracer = Tracer(Table(family, "t", "", chains, sets, {}), [])
+                assert sum(map(len, tracer.chains.values())) == sum(len(c.rules) for c in chains.values())
 
 
 @pytest.mark.parametrize(
