@@ -17,6 +17,7 @@ import pytest
 
 from testkit.k8s import objects as k
 from testkit.lab.netlab import Client, NetLab, Node, Pod, ProbeResult, cleanup_stale
+from tests.support.policy_lab import flow_flags, flow_objects
 from tests.support.run import nftproxy_argv
 
 pytestmark = pytest.mark.netns
@@ -59,60 +60,12 @@ def nftproxy_cmd(*args: str) -> list[str]:
 
 
 def node_flags(node: Node) -> list[str]:
-    return [
-        "--node-name", node.name,
-        "--node-ip", f"{node.ipv4},{node.ipv6}",
-        "--cluster-cidr", "10.244.0.0/16,fd00:10:244::/48",
-    ]  # fmt: skip
+    return flow_flags(node)
 
 
 def objects(a: Pod, b: Pod, c: Pod, t1: Pod, t2: Pod) -> list[k.Obj]:
-    n1, n2 = a.node.name, c.node.name
-    return [
-        # web: ClusterIP + NodePort + LoadBalancer IP + externalIP, dual-stack, named targetPort
-        k.service(
-            "web",
-            ["10.96.0.10", "fd00:10:96::10"],
-            [k.port(80, "http", node_port=30080)],
-            type="LoadBalancer",
-            external_ips=["198.19.0.20"],
-            lb_ips=["198.19.0.10", "fd00:198:19::10"],
-        ),
-        k.endpoint_slice("web-4", "web", [k.endpoint(a.ipv4, node=n1), k.endpoint(b.ipv4, node=n1)], HTTP),
-        k.endpoint_slice(
-            "web-6", "web", [k.endpoint(a.ipv6, node=n1), k.endpoint(b.ipv6, node=n1)], HTTP, address_type="IPv6"
-        ),
-        # dns: UDP, endpoint on the other node, port name differs from the number
-        k.service("dns", ["10.96.0.53"], [k.port(53, "dns", "UDP")], namespace="kube-system"),
-        k.endpoint_slice(
-            "dns-1", "dns", [k.endpoint(c.ipv4, node=n2)], [k.port(5353, "dns", "UDP")], namespace="kube-system"
-        ),
-        # empty: no endpoints at all -> reject (ClusterIP and NodePort)
-        k.service("empty", ["10.96.0.20"], [k.port(80, node_port=30090)], type="NodePort"),
-        # term: nothing ready; t1 serving+terminating (used), t2 terminating but not serving (never)
-        k.service("term", ["10.96.0.30"], [k.port(80, "http")]),
-        k.endpoint_slice(
-            "term-1",
-            "term",
-            [
-                k.endpoint(t1.ipv4, ready=False, serving=True, terminating=True, node=n1),
-                k.endpoint(t2.ipv4, ready=False, serving=False, terminating=True, node=n1),
-            ],
-            HTTP,
-        ),
-        # mixed: one ready (t2), one serving+terminating (t1): only the ready one is used
-        k.service("mixed", ["10.96.0.31"], [k.port(80, "http")]),
-        k.endpoint_slice(
-            "mixed-1",
-            "mixed",
-            [k.endpoint(t1.ipv4, ready=False, serving=True, terminating=True), k.endpoint(t2.ipv4)],
-            HTTP,
-        ),
-        # headless and other-proxy Services are not ours
-        k.service("headless", ["None"], [k.port(80)]),
-        k.service("other", ["10.96.0.40"], [k.port(80)], labels={"service.kubernetes.io/service-proxy-name": "x"}),
-        k.endpoint_slice("other-1", "other", [k.endpoint(a.ipv4)], [k.port(8080)]),
-    ]
+    """The objects of this lab (tests/support/policy_lab.py: the tracer's unit tests use the same)."""
+    return flow_objects(a, b, c, t1, t2)
 
 
 @pytest.fixture(scope="module")

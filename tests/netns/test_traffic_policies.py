@@ -14,11 +14,10 @@ import pytest
 
 from testkit.k8s import objects as k
 from testkit.lab.netlab import Client, NetLab, Node, Pod, cleanup_stale
+from tests.support.policy_lab import policy_objects
 from tests.support.run import nftproxy_argv
 
 pytestmark = pytest.mark.netns
-
-HTTP = [k.port(8080, "http")]
 
 
 @dataclass
@@ -40,105 +39,9 @@ class Two:
         return {r.peer for r in self.lab.probe(src, "tcp", dest, port, count=count, timeout=0.7)}
 
 
-def node_obj(name: str, ip: str, zone: str) -> k.Obj:
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {"name": name, "labels": {"topology.kubernetes.io/zone": zone}},
-        "status": {"addresses": [{"type": "InternalIP", "address": ip}]},
-    }
-
-
-def ep(p: Pod, **hints: list[str]) -> k.Obj:
-    e = k.endpoint(p.ipv4, node=p.node.name)
-    if hints:
-        e["hints"] = {key: [{"name": v} for v in vals] for key, vals in hints.items()}
-    return e
-
-
 def objects(t: Two) -> list[k.Obj]:
-    a1, a2, b1, b2 = t.a1, t.a2, t.b1, t.b2
-    return [
-        node_obj("node1", t.node1.ipv4, "zone-a"),
-        node_obj("node2", t.node2.ipv4, "zone-b"),
-        # eTP Local LoadBalancer with endpoints on both nodes
-        k.service(
-            "lb-local",
-            ["10.96.3.10"],
-            [k.port(80, "http", node_port=30310)],
-            type="LoadBalancer",
-            lb_ips=["198.19.3.10"],
-            externalTrafficPolicy="Local",
-            healthCheckNodePort=32310,
-        ),
-        k.endpoint_slice("lb-local-1", "lb-local", [ep(a1), ep(b1), ep(b2)], HTTP),
-        # eTP Local with endpoints on node2 only
-        k.service(
-            "remote",
-            ["10.96.3.11"],
-            [k.port(80, "http", node_port=30311)],
-            type="NodePort",
-            externalTrafficPolicy="Local",
-        ),
-        k.endpoint_slice("remote-1", "remote", [ep(b1)], HTTP),
-        # iTP Local: one Service with endpoints on both nodes, one with node2 only
-        k.service("itp", ["10.96.3.12"], [k.port(80, "http")], internalTrafficPolicy="Local"),
-        k.endpoint_slice("itp-1", "itp", [ep(a1), ep(a2), ep(b1)], HTTP),
-        k.service("itp-remote", ["10.96.3.13"], [k.port(80, "http")], internalTrafficPolicy="Local"),
-        k.endpoint_slice("itp-remote-1", "itp-remote", [ep(b1)], HTTP),
-        # topology: zone hints; and hints missing on one endpoint -> ignored
-        k.service("close", ["10.96.3.14"], [k.port(80, "http")], trafficDistribution="PreferClose"),
-        k.endpoint_slice(
-            "close-1",
-            "close",
-            [ep(a1, forZones=["zone-a"]), ep(b1, forZones=["zone-b"]), ep(b2, forZones=["zone-b"])],
-            HTTP,
-        ),
-        k.service("partial", ["10.96.3.15"], [k.port(80, "http")], trafficDistribution="PreferClose"),
-        k.endpoint_slice("partial-1", "partial", [ep(a1, forZones=["zone-a"]), ep(b1)], HTTP),
-        # PreferSameNode: node hints
-        k.service("samenode", ["10.96.3.16"], [k.port(80, "http")], trafficDistribution="PreferSameNode"),
-        k.endpoint_slice(
-            "samenode-1",
-            "samenode",
-            [
-                ep(a1, forNodes=["node1"], forZones=["zone-a"]),
-                ep(a2, forNodes=["node1"], forZones=["zone-a"]),
-                ep(b1, forNodes=["node2"], forZones=["zone-b"]),
-            ],
-            HTTP,
-        ),
-        # loadBalancerSourceRanges: only ext (198.18.0.100) may reach the LoadBalancer IP
-        k.service(
-            "fw",
-            ["10.96.3.17"],
-            [k.port(80, "http", node_port=30317)],
-            type="LoadBalancer",
-            lb_ips=["198.19.3.17"],
-            loadBalancerSourceRanges=["198.18.0.100/32", "192.0.2.0/24"],
-        ),
-        k.endpoint_slice("fw-1", "fw", [ep(a1)], HTTP),
-        # Local policies and terminating endpoints: on node1 only a2 is usable (serving and
-        # terminating; a1 terminating and not serving); node2 has b1 ready.
-        k.service(
-            "term-local",
-            ["10.96.3.18"],
-            [k.port(80, "http", node_port=30318)],
-            type="NodePort",
-            externalTrafficPolicy="Local",
-            internalTrafficPolicy="Local",
-        ),
-        k.endpoint_slice(
-            "term-local-1",
-            "term-local",
-            [
-                {**ep(a2), "conditions": {"ready": False, "serving": True, "terminating": True}},
-                {**ep(a1), "conditions": {"ready": False, "serving": False, "terminating": True}},
-                ep(b1),
-            ],
-            HTTP,
-        ),
-    ]
+    """The objects of this lab (tests/support/policy_lab.py: the tracer's unit tests use the same)."""
+    return policy_objects(t.node1, t.node2, t.a1, t.a2, t.b1, t.b2)
 
 
 @pytest.fixture(scope="module")

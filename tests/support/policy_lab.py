@@ -108,7 +108,7 @@ def _ep(p: PodLike, **hints: list[str]) -> k.Obj:
 
 
 def policy_objects(node1: HostLike, node2: HostLike, a1: PodLike, a2: PodLike, b1: PodLike, b2: PodLike) -> list[k.Obj]:
-    """test_traffic_policies.objects, from the hosts' addresses."""
+    """The objects of tests/netns/test_traffic_policies.py (the kernel) and of the tracer tests."""
     return [
         _node_obj("node1", node1.ipv4, "zone-a"),
         _node_obj("node2", node2.ipv4, "zone-b"),
@@ -193,7 +193,7 @@ def policy_flags(node: HostLike) -> list[str]:
 
 
 def flow_objects(a: PodLike, b: PodLike, c: PodLike, t1: PodLike, t2: PodLike) -> list[k.Obj]:
-    """test_packet_flows.objects, from the hosts' addresses."""
+    """The objects of tests/netns/test_packet_flows.py (the kernel) and of the tracer tests."""
     n1, n2 = a.node.name, c.node.name
     return [
         k.service(
