@@ -9,7 +9,7 @@
 # Needs only Go (>= 1.25) and the Go module proxy; the first run takes a long while on 2 cores.
 set -euo pipefail
 
-K8S_VERSION=v1.34.12
+K8S_VERSION=${K8S_VERSION:-v1.34.12}   # override from the environment, e.g. K8S_VERSION=v1.37.2
 HELM_VERSION=v3.19.5
 
 CACHE=${NFTPROXY_CACHE:-$HOME/.cache/nftproxy}

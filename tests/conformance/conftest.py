@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import os
+import subprocess
 from collections.abc import Iterator
 
 import pytest
 
-from testkit.k8s.controlplane import ControlPlane
+from testkit.k8s.controlplane import ControlPlane, ControlPlaneError, find_binary
 from tests.conformance.harness import REPORT
 from tests.support.controlplanes import started_control_plane
 
@@ -17,11 +18,21 @@ def conformance_control_plane() -> Iterator[ControlPlane]:
     yield from started_control_plane()
 
 
+def kube_proxy_version() -> str:
+    """``Kubernetes v1.X.Y`` of the kube-proxy the suite compares with (NFTPROXY_BIN / NFTPROXY_CACHE)."""
+    try:
+        argv = [str(find_binary("kube-proxy")), "--version"]
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=10, check=False)
+    except (ControlPlaneError, OSError, subprocess.TimeoutExpired):
+        return "kube-proxy (version unknown)"
+    return out.stdout.strip() or "kube-proxy (version unknown)"
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     if not REPORT.rows:
         return
     table = REPORT.table()
-    terminalreporter.section("kube-proxy vs nftproxy (tests/conformance)")
+    terminalreporter.section(f"kube-proxy vs nftproxy (tests/conformance; reference: {kube_proxy_version()})")
     terminalreporter.write_line(table)
     out = os.environ.get("NFTPROXY_CONFORMANCE_TABLE")
     if out:

@@ -2,10 +2,12 @@
 
 One control plane holds one set of Nodes, Services and EndpointSlices (tests/conformance/cases.py);
 two identical labs (harness.py) each have node-1 programmed by one proxy: lab A by the real
-kube-proxy v1.34 (nftables mode), lab B by ``nftproxy run --netns``. Every probe is made in both
-labs and the outcomes compared; the table ``case | source → destination | kube-proxy | nftproxy |
-MATCH/DIFF`` is printed at the end of the run, with ``N match, M differ``. A DIFF fails the suite
-unless its case is in tests/conformance/differences.py (the README mirrors that list).
+kube-proxy (nftables mode; the one in $NFTPROXY_BIN or ${NFTPROXY_CACHE}/bin, built by
+hack/k8s-tools.sh at its K8S_VERSION; the table's title names it), lab B by ``nftproxy run
+--netns``. Every probe is made in both labs and the outcomes compared; the table ``case | source →
+destination | kube-proxy | nftproxy | MATCH/DIFF`` is printed at the end of the run, with ``N match,
+M differ``. A DIFF fails the suite unless its case is in tests/conformance/differences.py (the
+README mirrors that list).
 """
 
 from __future__ import annotations
