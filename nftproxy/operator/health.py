@@ -86,6 +86,10 @@ async def serve(app: web.Application, sock: socket.socket) -> web.AppRunner:
     return runner
 
 
+def _version(host: str) -> int:
+    return 6 if ":" in host else 4
+
+
 class HealthCheckServers:
     """healthCheckNodePort servers (the cloud load balancers' contract, as kube-proxy): on each
     port, 200 with the count of this node's endpoints of the Service, 503 when there are none.
@@ -97,7 +101,7 @@ class HealthCheckServers:
     def __init__(self, netns: str | None, node: str) -> None:
         self.netns = netns
         self.node = node
-        self.state: dict[int, tuple[str, int]] = {}
+        self.state: dict[int, tuple[str, dict[int, int]]] = {}  # port -> (Service, {version: count})
         self.runners: dict[tuple[int, str], web.AppRunner] = {}  # (port, address) -> its server
         self.local = LocalAddresses(netns)
 
@@ -106,13 +110,14 @@ class HealthCheckServers:
         matched = any(ns and all(n.prefixlen for n in ns) for ns in nets)  # matched against the node's
         return config.health_check_addresses(self.local.list() if matched else [])
 
-    async def update(self, wanted: dict[int, tuple[str, int]], config: ProxyConfig) -> None:
-        """Serve exactly these ports, each on the addresses ``config`` accepts NodePorts on. A
+    async def update(self, wanted: dict[int, tuple[str, dict[int, int]]], config: ProxyConfig) -> None:
+        """Serve exactly these ports, each on the addresses ``config`` accepts NodePorts on of the
+        families its Service has, with that family's count (kube-proxy's per-family servers). A
         listener that cannot be opened (a port or address taken) is logged and tried again at
         the next update; the others serve."""
         self.state = wanted
         hosts = self.addresses(config) if wanted else []
-        want = {(port, host) for port in wanted for host in hosts}
+        want = {(port, h) for port, (_, fams) in wanted.items() for h in hosts if _version(h) in fams}
         for key in [k for k in self.runners if k not in want]:
             await self.runners.pop(key).cleanup()
         failed: list[str] = []
@@ -122,13 +127,14 @@ class HealthCheckServers:
             except OSError as e:
                 failed.append(f"{host}:{port}: {e}")
                 continue
-            self.runners[(port, host)] = await serve(self._app(port), sock)
+            self.runners[(port, host)] = await serve(self._app(port, _version(host)), sock)
         if failed:
             log.warning("healthCheckNodePort listeners not opened (retried at the next sync): %s", "; ".join(failed))
 
-    def _app(self, port: int) -> web.Application:
+    def _app(self, port: int, version: int) -> web.Application:
         async def answer(_: web.Request) -> web.Response:
-            key, count = self.state.get(port, ("", 0))
+            key, families = self.state.get(port, ("", {}))
+            count = families.get(version, 0)
             ns, name = key.split("/", 1) if "/" in key else ("", key)
             body = {"service": {"namespace": ns, "name": name}, "localEndpoints": count, "serviceProxyHealthy": True}
             return web.Response(status=200 if count else 503, text=json.dumps(body), content_type="application/json")
