@@ -325,7 +325,7 @@ def catalog() -> list[Case]:
         )
         if kind == "LoadBalancer":
             c.health.append(HealthCheck(extra["healthCheckNodePort"]))
-        if name == "etp-local-lb":  # where the health port listens: the node's primary IPs only
+        if name == "etp-local-lb":  # the health port on the primary IPs of the Service's families only
             c.health += [HealthCheck(extra["healthCheckNodePort"], host=h) for h in (NODE6, GW4, GW6)]
         add(c)
     add(
