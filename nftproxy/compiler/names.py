@@ -90,6 +90,7 @@ def affinity_timeout_of(name: str) -> int | None:
     m = re.search(r"-(\d+)$", name)
     return int(m.group(1)) if m else None
 
+
 # -- endpoint maps: <base>[-<tag>]-<N>, keyed by frontend . slot ----------------------------
 ENDPOINTS = "endpoints"  # all endpoints of an IP frontend (ClusterIP, external, LoadBalancer)
 LOCAL_ENDPOINTS = "local-endpoints"  # this node's, for Local policies

@@ -332,7 +332,10 @@ def affinity_objects(family: Family, tag: str, timeout: int) -> tuple[list[Set],
         ]
     chains = [
         Chain(lookup, (f"meta l4proto {{ tcp, udp, sctp }} {dnat}",)),
-        Chain(names.affinity_record_chain(tag, timeout), tuple(f"meta l4proto {p} {u}" for p, u in zip(PROTOS, updates))),
+        Chain(
+            names.affinity_record_chain(tag, timeout),
+            tuple(f"meta l4proto {p} {u}" for p, u in zip(PROTOS, updates, strict=True)),
+        ),
     ]
     return sets, chains
 

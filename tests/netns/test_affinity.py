@@ -11,11 +11,10 @@ from ipaddress import ip_address, ip_network
 
 import pytest
 
-from nftproxy.compiler import ProxyConfig
+from nftproxy.compiler import ProxyConfig, names
 from nftproxy.dataplane.sync import Dataplane
 from nftproxy.model.types import Endpoint, EndpointPort, EndpointSlice, Service, ServicePort
 from nftproxy.nft.kernel import KernelBackend, NftError
-from nftproxy.compiler import names
 from nftproxy.nft.objects import DynamicElement, Family
 from testkit.netlab import Client, NetLab, Node, Pod, cleanup_stale
 
@@ -119,7 +118,9 @@ def test_turning_affinity_off_releases_existing_clients_at_once(lab: Lab) -> Non
     lab.dp.sync()
     pinned = lab.who(lab.client, count=6)
     assert len(set(pinned)) == 1, pinned
-    assert [e.value[0] for e in records(lab.dp, timeout=10800)] == [next(p.ipv4 for p in lab.pods if p.name == pinned[0])]
+    assert [e.value[0] for e in records(lab.dp, timeout=10800)] == [
+        next(p.ipv4 for p in lab.pods if p.name == pinned[0])
+    ]
     lab.dp.set_service(dataclasses.replace(sticky(), session_affinity_timeout=None))
     lab.dp.sync()
     after = set(lab.who(lab.client, count=30))
