@@ -214,3 +214,18 @@ def test_removed_ipv6_endpoint_releases_its_clients(lab: Lab) -> None:
     assert records(lab.dp, Family.IP6) == []
     after = lab.who(lab.client, CLUSTER_IP6, count=8)
     assert gone.name not in after and len(set(after)) == 1 and None not in after, after
+
+
+def test_records_survive_a_restart(lab: Lab) -> None:
+    """A new process adopts the table (full sync against the kernel's): the dynamic records are
+    neither recreated nor released, so clients stay on their endpoints, on both families."""
+    first4 = lab.who(lab.client, count=1)[0]
+    first6 = lab.who(lab.client, CLUSTER_IP6, count=1)[0]
+    dp = Dataplane(lab.dp.backend, lab.dp.config)
+    dp.set_service(sticky())
+    dp.set_slice(eps(*lab.pods))
+    dp.set_slice(eps6(*lab.pods))
+    assert dp.sync().full
+    assert len(records(dp)) == 1 and len(records(dp, Family.IP6)) == 1
+    assert set(lab.who(lab.client, count=6)) == {first4}
+    assert set(lab.who(lab.client, CLUSTER_IP6, count=6)) == {first6}
