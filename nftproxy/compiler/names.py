@@ -80,11 +80,6 @@ def is_affinity_map(set_name: str) -> bool:
     return _AFFINITY_MAP.match(set_name) is not None
 
 
-def is_affinity_port_map(set_name: str) -> bool:
-    m = _AFFINITY_MAP.match(set_name)
-    return m is not None and m.group(1) is not None
-
-
 def affinity_timeout_of(name: str) -> int | None:
     """The timeout in an affinity map's or chain's name (``…-<timeout>``)."""
     m = re.search(r"-(\d+)$", name)
