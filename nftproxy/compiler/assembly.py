@@ -106,7 +106,8 @@ class Assembly:
         return [k for k, before in self.log.udp.items() if serving.get(k) != before]
 
     def affinity_changed(self) -> bool:
-        """Did an affinity frontend appear, go or change timeout, or an endpoint of one change?"""
+        """Did an affinity frontend appear, go or change timeout, or an endpoint of one change?
+        (Then the records of the Service ports whose endpoints changed are checked: stale.py.)"""
         touched = self.log.touched_sets()
         if any(name in touched for name in AFFINITY_SETS):
             return True
@@ -116,14 +117,6 @@ class Assembly:
             (by_width[len(key)], key) in values if key else balancing.rr_sticky(map_name)  # round-robin: by its map
             for map_name, key in self.log.spreads
         )
-
-    def affinity_timeout(self, frontend: Key) -> int | None:
-        """The affinity timeout of a frontend (IP . proto . port, or proto . NodePort), if any."""
-        name = names.AFFINITY_SERVICES if len(frontend) == 3 else names.AFFINITY_NODEPORTS
-        el = self.store.values.get((name, frontend))
-        if el is None or not el.value:
-            return None
-        return int(el.value[0].rsplit("-", 1)[1])  # "goto affinity-record-<timeout>"
 
     def endpoints_of(self, frontend: Key) -> set[Slot]:
         """Every endpoint a frontend's packets may be sent to (any endpoint map)."""

@@ -120,7 +120,7 @@ def rr_sticky(map_name: str) -> bool:
 
 
 def rr_objects(
-    family: Family, kind: str, n: int, masquerade: str | None, pods: bool, sticky_rule: str
+    family: Family, kind: str, n: int, masquerade: str | None, pods: bool, sticky_rules: tuple[str, ...]
 ) -> tuple[list[Set], list[Chain]]:
     ip, a = family.value, family.addr_type
     if kind == RR_ENTRY:
@@ -152,4 +152,4 @@ def rr_objects(
     name = rr_name(t, n)
     the_map = Set(name, f"typeof numgen inc mod {n} : {ip} daddr . th dport", comment=f"round-robin: one of {n}")
     dnat = f"meta l4proto {{ tcp, udp, sctp }} dnat {ip} to numgen inc mod {n} map @{name}"
-    return [the_map], [Chain(name, (sticky_rule, dnat) if "s" in t[10:] else (dnat,))]
+    return [the_map], [Chain(name, (*sticky_rules, dnat) if "s" in t[10:] else (dnat,))]

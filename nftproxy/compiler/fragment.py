@@ -45,14 +45,9 @@ class Fragment(NamedTuple):
     # any other address are stale (kube-proxy's CleanStaleEntries; none serving: left alone).
     udp_serving: tuple[tuple[Key, frozenset[str]], ...] = ()
     warnings: tuple[str, ...] = ()  # reported like skips, the Service is programmed (bad annotation)
+    # ClientIP affinity records (map names) -> the endpoints a record of it may hold (stale.py)
+    affinity: tuple[tuple[str, frozenset[Slot]], ...] = ()
 
-
-# nft 1.0.6 aborts (netlink_linearize.c: Assertion `dreg < ctx->reg_low') on any `update @map`
-# whose concatenated key or data has an IPv6 address before another field, which the affinity
-# map's record rule needs (client . Service IP . proto . port : endpoint . port): one such rule
-# would kill the whole proxy (libnftables runs in-process). IPv6 Services are balanced without
-# ClientIP affinity, and the Service says so (a warning in ProxyStatus and an Event).
-IPV6_AFFINITY = "sessionAffinity ClientIP is not applied to its IPv6 addresses (nft 1.0.6 cannot record it)"
 
 COMMENT_MAX = 127  # nft refuses comments over 128 characters (a whole transaction fails)
 
@@ -107,6 +102,7 @@ class _Out:
         self.used: set[tuple[str, int]] = set()
         self.local: set[str] = set()
         self.udp_serving: list[tuple[Key, frozenset[str]]] = []
+        self.affinity: list[tuple[str, frozenset[Slot]]] = []
         self.tag = ""  # the load-balancing algorithm's name infix for this port (balancing.py)
 
     def add(self, set_name: str, key: Key, value: tuple[str, ...] | None = None, comment: str | None = None) -> None:
@@ -286,14 +282,29 @@ def _round_robin(
             out.add(local_map, key, (to_local,), p.comment)
 
 
-def _affinity(out: _Out, p: _Port, timeout: int) -> None:
-    """sessionAffinity ClientIP: record which endpoint each client got, for the Service's timeout."""
-    record = (f"goto affinity-record-{timeout}",)
-    out.objects.add(("affinity", timeout))
-    for k in (p.cluster, *p.externals):
-        out.add(names.AFFINITY_SERVICES, k, record, p.comment)
+def _affinity(
+    out: _Out, p: _Port, fe: _Frontends, svc: str, port: str, timeout: int, lists: tuple[tuple[Slot, ...], ...]
+) -> None:
+    """sessionAffinity ClientIP: one record per client for the Service port, as kube-proxy's
+    per-endpoint sets: a client keeps its endpoint across the ClusterIP, NodePort, externalIPs and
+    LoadBalancer IPs. Frontends under a Local policy choose among this node's endpoints, so they
+    share a record of their own (tag + "l"); pod and node traffic short-circuited there uses it too."""
+    cluster, local = lists
+    tag = names.affinity_tag(svc, port, p.proto)
+    uses = [(p.cluster, fe.itp_local, names.AFFINITY_SERVICES, names.STICKY_SERVICES)]
+    uses += [(k, fe.etp_local, names.AFFINITY_SERVICES, names.STICKY_SERVICES) for k in p.externals]
     if p.node_port:
-        out.add(names.AFFINITY_NODEPORTS, p.node_port, record, p.comment)
+        uses.append((p.node_port, fe.etp_local, names.AFFINITY_NODEPORTS, names.STICKY_NODEPORTS))
+    seen = set()
+    for key, is_local, record_map, sticky_map in uses:
+        t = tag + "l" if is_local else tag
+        if t not in seen:
+            seen.add(t)
+            out.objects.add((f"{names.AFFINITY_KIND}:{t}", timeout))
+            allowed = frozenset(cluster + local) if is_local else frozenset(cluster)
+            out.affinity.append((names.affinity_map(t, timeout), allowed))
+        out.add(record_map, key, (f"goto {names.affinity_record_chain(t, timeout)}",), p.comment)
+        out.add(sticky_map, key, (f"jump {names.sticky_chain(t, timeout)}",), p.comment)
 
 
 def _source_ranges(out: _Out, p: _Port, fe: _Frontends) -> None:
@@ -334,8 +345,6 @@ def compile_fragment(
     out = _Out()
     algorithm = svc.load_balancing or config.load_balancing
     affinity, warnings = svc.session_affinity_timeout, svc.warnings
-    if affinity and family is Family.IP6:  # see IPV6_AFFINITY
-        affinity, warnings = None, (*warnings, IPV6_AFFINITY)
     out.add(names.CLUSTER_IPS, (fe.cluster_ip,))
     for port in svc.ports:
         p = _port_keys(svc, fe, port)
@@ -359,7 +368,7 @@ def compile_fragment(
             if p.node_port:
                 _external(out, NODEPORT, p.node_port, p.comment, cluster, local, fe.etp_local)
         if affinity:
-            _affinity(out, p, affinity)
+            _affinity(out, p, fe, svc.key, port.name or str(port.port), affinity, (cluster, local))
         if fe.ranges:
             _source_ranges(out, p, fe)
         _hairpin(out, cat, config.node_name)
@@ -374,4 +383,5 @@ def compile_fragment(
         svc.health_check_node_port if svc.type == "LoadBalancer" and fe.etp_local else None,
         tuple(out.udp_serving),
         warnings,
+        tuple(out.affinity),
     )

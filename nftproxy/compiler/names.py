@@ -8,6 +8,7 @@ Pure: no kernel, no Kubernetes.
 
 from __future__ import annotations
 
+import hashlib
 import re
 import time
 from collections.abc import Iterable
@@ -27,13 +28,63 @@ CLUSTER_CIDRS = "cluster-cidrs"  # pod CIDRs: sources not masqueraded (config)
 HAIRPIN_ENDPOINTS = "hairpin-endpoints"  # endpoint . itself
 FIREWALL_IPS = "firewall-ips"  # LoadBalancer IP . proto . port with loadBalancerSourceRanges
 FIREWALL_ALLOW = "firewall-allow"  # … . allowed source range
-AFFINITY_SERVICES = "affinity-services"  # Service IP . proto . port -> goto affinity-record-<timeout>
-AFFINITY_NODEPORTS = "affinity-nodeports"  # proto . NodePort -> goto affinity-record-<timeout>
-AFFINITY = "affinity"  # the dynamic map the packet path writes: client . frontend -> endpoint
+AFFINITY_SERVICES = "affinity-services"  # Service IP . proto . port -> goto affinity-record-<tag>-<timeout>
+AFFINITY_NODEPORTS = "affinity-nodeports"  # proto . NodePort -> goto affinity-record-<tag>-<timeout>
+STICKY_SERVICES = "sticky-services"  # Service IP . proto . port -> jump sticky-<tag>-<timeout>
+STICKY_NODEPORTS = "sticky-nodeports"  # proto . NodePort -> jump sticky-<tag>-<timeout>
 LOCAL_POLICY_SHORT_CIRCUIT = "local-policy-short-circuit"  # eTP Local: pod/node traffic to all endpoints
 NODEPORT_SHORT_CIRCUIT = "nodeport-short-circuit"
 CONFIG_SETS = (CLUSTER_CIDRS, NODEPORT_IPS)  # elements from the config, not from any Service
-DYNAMIC = (AFFINITY,)  # written by the packet path: never compared with a desired table
+
+# -- sessionAffinity ClientIP: per Service port and endpoint list, as kube-proxy's per-endpoint
+# sets, one record per client shared by every frontend of the port (ClusterIP, NodePort,
+# externalIPs, LoadBalancer IPs) that uses the same endpoint list. <tag>: a digest of the
+# Service port ("l" appended: its Local-policy list), <timeout>: sessionAffinity's seconds.
+#   map affinity-<tag>-<timeout>       client -> endpoint . port (IPv4) / endpoint (IPv6)
+#   map affinity-port-<tag>-<timeout>  client -> endpoint port (IPv6 only: nft 1.0.6 asserts on
+#                                      `update` with data `ipv6_addr . inet_service`)
+#   chain sticky-<tag>-<timeout>          dnat a known client to its endpoint (reached from the
+#                                         load-balance chains through sticky-services/-nodeports)
+#   chain affinity-record-<tag>-<timeout> write the record (postrouting, through affinity-services/-nodeports)
+AFFINITY_KIND = "affinity"  # kind "affinity:<tag>", N: the timeout
+_AFFINITY_MAP = re.compile(r"^affinity-(port-)?([0-9a-f]{10}l?)-(\d+)$")
+
+
+def affinity_tag(service: str, port: str, proto: str) -> str:
+    return hashlib.sha256(f"{service}/{port}/{proto}".encode()).hexdigest()[:10]
+
+
+def affinity_map(tag: str, timeout: int) -> str:
+    return f"affinity-{tag}-{timeout}"
+
+
+def affinity_port_map(tag: str, timeout: int) -> str:
+    return port_map_of(affinity_map(tag, timeout))
+
+
+def port_map_of(record: str) -> str:
+    """``affinity-<tag>-<timeout>`` -> its IPv6 port map ``affinity-port-<tag>-<timeout>``."""
+    return "affinity-port-" + record.removeprefix("affinity-")
+
+
+def sticky_chain(tag: str, timeout: int) -> str:
+    return f"sticky-{tag}-{timeout}"
+
+
+def affinity_record_chain(tag: str, timeout: int) -> str:
+    return f"affinity-record-{tag}-{timeout}"
+
+
+def is_affinity_map(set_name: str) -> bool:
+    """A dynamic map the packet path writes (client -> endpoint): never compared with a desired table."""
+    return _AFFINITY_MAP.match(set_name) is not None
+
+
+def affinity_timeout_of(name: str) -> int | None:
+    """The timeout in an affinity map's or chain's name (``…-<timeout>``)."""
+    m = re.search(r"-(\d+)$", name)
+    return int(m.group(1)) if m else None
+
 
 # -- endpoint maps: <base>[-<tag>]-<N>, keyed by frontend . slot ----------------------------
 ENDPOINTS = "endpoints"  # all endpoints of an IP frontend (ClusterIP, external, LoadBalancer)
@@ -54,6 +105,8 @@ FRONTEND_WIDTH = {
     NO_ENDPOINT_NODEPORTS: NODEPORT_FRONTEND,
     AFFINITY_SERVICES: IP_FRONTEND,
     AFFINITY_NODEPORTS: NODEPORT_FRONTEND,
+    STICKY_SERVICES: IP_FRONTEND,
+    STICKY_NODEPORTS: NODEPORT_FRONTEND,
     LOCAL_POLICY_SHORT_CIRCUIT: IP_FRONTEND,
     NODEPORT_SHORT_CIRCUIT: NODEPORT_FRONTEND,
     FIREWALL_IPS: IP_FRONTEND,

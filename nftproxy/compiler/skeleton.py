@@ -12,7 +12,7 @@ import hashlib
 from nftproxy.compiler import balancing, names
 from nftproxy.nft.objects import Chain, Family, Hook, Set
 
-LAYOUT = 1
+LAYOUT = 2  # 2: ClientIP affinity per Service port (was: one record per frontend)
 MASQ_MARK = "0x4000"
 
 BASE_CHAINS: tuple[tuple[str, Hook, tuple[str, ...]], ...] = (
@@ -141,6 +141,18 @@ SETS: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
     ),
     (names.AFFINITY_NODEPORTS, "type inet_proto . inet_service : verdict", (), "sessionAffinity ClientIP NodePorts"),
     (
+        names.STICKY_SERVICES,
+        "type {addr} . inet_proto . inet_service : verdict",
+        (),
+        "sessionAffinity ClientIP frontends -> the lookup chain of their Service port's record",
+    ),
+    (
+        names.STICKY_NODEPORTS,
+        "type inet_proto . inet_service : verdict",
+        (),
+        "sessionAffinity ClientIP NodePorts -> the lookup chain of their Service port's record",
+    ),
+    (
         names.LOCAL_POLICY_SHORT_CIRCUIT,
         "type {addr} . inet_proto . inet_service : verdict",
         (),
@@ -155,28 +167,12 @@ SETS: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
 )
 
 
-def affinity_map(family: Family) -> Set:
-    """client . frontend . proto . port -> endpoint, written by the packet path (never diffed)."""
-    a = family.addr_type
-    return Set(
-        names.AFFINITY,
-        f"type {a} . {a} . inet_proto . inet_service : {a} . inet_service",
-        ("dynamic", "timeout"),
-        timeout="3h",
-        comment="sessionAffinity ClientIP: client . Service IP . proto . port -> endpoint",
-        dynamic=True,
-    )
-
-
 def fill(text: str, family: Family) -> str:
     return text.format(ip=family.value, addr=family.addr_type)
 
 
 def base_sets(family: Family) -> list[Set]:
-    return [
-        *(Set(name, fill(spec, family), flags, comment=comment) for name, spec, flags, comment in SETS),
-        affinity_map(family),
-    ]
+    return [Set(name, fill(spec, family), flags, comment=comment) for name, spec, flags, comment in SETS]
 
 
 def base_chains(family: Family) -> list[Chain]:
@@ -224,10 +220,18 @@ def nodeport_local_endpoints_map(family: Family, n: int) -> Set:
 
 
 def _sticky(family: Family) -> str:
-    """A client with a live affinity entry goes back to its endpoint (no entry: no match, go on)."""
+    """A client with a live affinity record goes back to its endpoint: the frontend's Service
+    port's lookup chain (no element, or no record: no match, go on)."""
+    return f"{family.value} daddr . meta l4proto . th dport vmap @{names.STICKY_SERVICES}"
+
+
+NODEPORT_STICKY = f"meta l4proto . th dport vmap @{names.STICKY_NODEPORTS}"
+
+
+def rr_sticky(family: Family) -> tuple[str, ...]:
+    """A round-robin chain serves every frontend of its Service port: both lookups."""
     ip = family.value
-    key = f"{ip} saddr . {ip} daddr . meta l4proto . th dport"
-    return f"meta l4proto {{ tcp, udp, sctp }} dnat {ip} to {key} map @{names.AFFINITY}"
+    return (_sticky(family), f"fib daddr type local {ip} daddr @nodeport-ips {NODEPORT_STICKY}")
 
 
 def load_balance_chain(family: Family, n: int) -> Chain:
@@ -251,7 +255,7 @@ def nodeport_chain(n: int) -> Chain:
 
 def nodeport_load_balance_chain(family: Family, n: int) -> Chain:
     return Chain(
-        f"nodeport-load-balance-{n}", (_sticky(family), _dnat(family, NODEPORT_KEY, n, names.NODEPORT_ENDPOINTS))
+        f"nodeport-load-balance-{n}", (NODEPORT_STICKY, _dnat(family, NODEPORT_KEY, n, names.NODEPORT_ENDPOINTS))
     )
 
 
@@ -291,21 +295,49 @@ def nodeport_local_chain(family: Family, n: int, pods: bool) -> Chain:
 def nodeport_local_load_balance_chain(family: Family, n: int) -> Chain:
     return Chain(
         f"nodeport-local-load-balance-{n}",
-        (_sticky(family), _dnat(family, NODEPORT_KEY, n, names.NODEPORT_LOCAL_ENDPOINTS)),
+        (NODEPORT_STICKY, _dnat(family, NODEPORT_KEY, n, names.NODEPORT_LOCAL_ENDPOINTS)),
     )
 
 
-def affinity_record_chain(family: Family, timeout: int) -> Chain:
-    """Record client -> endpoint for ``timeout`` seconds (refreshed by every packet of the flow)."""
-    ip = family.value
-    return Chain(
-        f"affinity-record-{timeout}",
-        tuple(
-            f"meta l4proto {proto} update @{names.AFFINITY} {{ {ip} saddr . ct original {ip} daddr . meta l4proto . "
-            f"ct original proto-dst timeout {timeout}s : {ip} daddr . {proto} dport }}"
-            for proto in ("tcp", "udp", "sctp")
+PROTOS = ("tcp", "udp", "sctp")
+
+
+def affinity_objects(family: Family, tag: str, timeout: int) -> tuple[list[Set], list[Chain]]:
+    """One Service port's (one endpoint list's) ClientIP affinity: the dynamic record, keyed by
+    the client address alone as kube-proxy's per-endpoint sets, its lookup chain and its
+    recording chain. The timeout is in the names: a new timeout is a new record (kube-proxy
+    forgets its clients then too). IPv6 keeps the endpoint's address and port in two maps:
+    nft 1.0.6 aborts on `update` with data ``ipv6_addr . inet_service``."""
+    ip, a = family.value, family.addr_type
+    record, lookup = names.affinity_map(tag, timeout), names.sticky_chain(tag, timeout)
+    what = f"sessionAffinity ClientIP ({timeout}s): client -> endpoint"
+
+    def dyn(name: str, spec: str, comment: str) -> Set:
+        return Set(name, spec, ("dynamic", "timeout"), f"{timeout}s", comment, dynamic=True)
+
+    if family is Family.IP:
+        sets = [dyn(record, f"type {a} : {a} . inet_service", what)]
+        dnat = f"dnat {ip} to {ip} saddr map @{record}"
+        updates = [f"update @{record} {{ {ip} saddr : {ip} daddr . {p} dport }}" for p in PROTOS]
+    else:
+        port = names.affinity_port_map(tag, timeout)
+        sets = [
+            dyn(record, f"type {a} : {a}", what),
+            dyn(port, f"type {a} : inet_service", f"{what} port"),
+        ]
+        dnat = f"dnat {ip} to {ip} saddr map @{record} : {ip} saddr map @{port}"
+        updates = [
+            f"update @{record} {{ {ip} saddr : {ip} daddr }} update @{port} {{ {ip} saddr : {p} dport }}"
+            for p in PROTOS
+        ]
+    chains = [
+        Chain(lookup, (f"meta l4proto {{ tcp, udp, sctp }} {dnat}",)),
+        Chain(
+            names.affinity_record_chain(tag, timeout),
+            tuple(f"meta l4proto {p} {u}" for p, u in zip(PROTOS, updates, strict=True)),
         ),
-    )
+    ]
+    return sets, chains
 
 
 def count_objects(
@@ -316,13 +348,13 @@ def count_objects(
     algorithm (balancing.py), renamed with the tag."""
     f = family
     if kind.startswith(balancing.RR):  # round-robin: objects of its own (balancing.py)
-        return balancing.rr_objects(family, kind, n, masquerade, pods, _sticky(family))
+        return balancing.rr_objects(family, kind, n, masquerade, pods, rr_sticky(family))
+    if kind.startswith(f"{names.AFFINITY_KIND}:"):
+        return affinity_objects(family, kind.split(":", 1)[1], n)
     base, t = balancing.split_kind(kind)
     if t:
         sets, chains = count_objects(family, base, n, masquerade, pods)
         return balancing.retag(sets, chains, t, n, family.value)
-    if kind == "affinity":
-        return [], [affinity_record_chain(f, n)]
     if kind == "lb":
         return [endpoints_map(f, n)], [load_balance_chain(f, n), cluster_chain(n, masquerade), external_chain(n)]
     if kind == "nodeport":
@@ -343,7 +375,7 @@ def count_objects(
     ]
 
 
-KINDS = ("lb", "nodeport", "local", "nodeport-local", "affinity")
+KINDS = ("lb", "nodeport", "local", "nodeport-local", f"{names.AFFINITY_KIND}:0000000000")
 
 
 def layout_comment(family: Family, masquerade: str | None, pods: bool) -> str:
@@ -351,7 +383,7 @@ def layout_comment(family: Family, masquerade: str | None, pods: bool) -> str:
 
     Same comment means same rules for every chain name, so a restarted proxy can adopt the table.
     """
-    sizes = {"lb": (1,), "nodeport": (1,), "local": (0, 1), "nodeport-local": (0, 1), "affinity": (1,)}
+    sizes = {"lb": (1,), "nodeport": (1,), "local": (0, 1), "nodeport-local": (0, 1), KINDS[4]: (1,)}
     parts = [count_objects(family, kind, n, masquerade, pods) for kind in KINDS for n in sizes[kind]]
     # the other load-balancing algorithms' templates (a round-robin tag stands for all of them)
     parts += [count_objects(family, f"{kind}@sh", 2, masquerade, pods) for kind in KINDS[:4]]

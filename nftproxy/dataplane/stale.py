@@ -5,9 +5,11 @@ after a restart, a failed sync or an `apply` from a new process.
 * UDP conntrack entries: as kube-proxy's CleanStaleEntries, an entry DNATed from a UDP frontend
   to an address that is not one of the port's serving endpoints is deleted (a terminating but
   still serving endpoint keeps its flows; a port with no serving endpoint is left alone).
-* ClientIP affinity entries: an entry whose frontend no longer has affinity, whose timeout
-  changed, or whose endpoint the frontend no longer uses, is deleted: the client is balanced
-  again at its next packet, as kube-proxy stops honouring affinity at once.
+* ClientIP affinity records (one dynamic map per Service port and endpoint list, see
+  compiler/names.py): a record whose endpoint the Service port no longer uses is deleted, and
+  the client is balanced again at its next packet. A Service port that loses its affinity, or
+  whose timeout changes, loses its map (the timeout is in its name): kube-proxy, too, stops
+  honouring affinity at once.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from nftproxy.compiler.assembly import Assembly
-from nftproxy.nft.objects import DynamicElement, Key, UdpFlow
+from nftproxy.nft.objects import DynamicElement, Key, Slot, UdpFlow
 
 
 def stale_udp_flows(a: Assembly, flows: Iterable[UdpFlow], frontends: Iterable[Key] | None = None) -> list[UdpFlow]:
@@ -35,22 +37,18 @@ def stale_udp_flows(a: Assembly, flows: Iterable[UdpFlow], frontends: Iterable[K
     return out
 
 
-def stale_affinity(a: Assembly, entries: Iterable[DynamicElement]) -> list[Key]:
-    """Keys of the affinity entries (client . frontend IP . proto . port) to delete."""
+def affinity_records(a: Assembly) -> dict[str, frozenset[Slot]]:
+    """Every affinity map of the table -> the endpoints its records may point to."""
+    return {name: allowed for frag in a.fragments.values() for name, allowed in frag.affinity}
+
+
+def stale_affinity(allowed: frozenset[Slot], entries: Iterable[DynamicElement]) -> list[Key]:
+    """Keys (client addresses) of one affinity map's records to delete. An IPv6 record holds the
+    endpoint's address alone (its port is in the port map, deleted with it)."""
+    addrs = {address for address, _ in allowed}
     out = []
-    endpoints: dict[Key, set[tuple[str, str]]] = {}
     for e in entries:
-        _, daddr, proto, port = e.key
-        frontend: Key = (daddr, proto, port)
-        timeout = a.affinity_timeout(frontend)
-        if timeout is None:
-            frontend = (proto, port)
-            timeout = a.affinity_timeout(frontend)
-        if timeout is None or timeout != e.timeout:
-            out.append(e.key)
-            continue
-        if frontend not in endpoints:
-            endpoints[frontend] = a.endpoints_of(frontend)
-        if (e.value[0], e.value[1]) not in endpoints[frontend]:
+        ok = tuple(e.value[:2]) in allowed if len(e.value) >= 2 else bool(e.value) and e.value[0] in addrs
+        if not ok:
             out.append(e.key)
     return out

@@ -30,7 +30,7 @@ from nftproxy.dataplane.tracker import InputTracker
 from nftproxy.model.types import EndpointSlice, Service, Skipped
 from nftproxy.nft.diff import create, plan
 from nftproxy.nft.kernel import Backend, NftError
-from nftproxy.nft.objects import Family, Table
+from nftproxy.nft.objects import Family, Key, Slot, Table
 from nftproxy.nft.transaction import Transaction
 
 log = logging.getLogger("nftproxy.dataplane")
@@ -58,6 +58,8 @@ class Dataplane:
         # Services whose elements the kernel refused (family, key) -> why: left out of that
         # family's table until their inputs change or ``retry_refused`` (the next full sync).
         self.refused: dict[tuple[Family, str], str] = {}
+        # the affinity maps after the last cleanup -> their endpoints (_release_affinity)
+        self._affinity_seen: dict[Family, dict[str, frozenset[Slot]]] = {}
         self.compiled_since_commit: set[str] = set()  # the first suspects when a sync is refused
 
     # -- inputs --------------------------------------------------------------------------
@@ -314,25 +316,39 @@ class Dataplane:
                 flows = self.backend.udp_flows(a.family)
                 self.backend.delete_udp_flows(a.family, stale.stale_udp_flows(a, flows, frontends))
             if full or a.affinity_changed():
-                self._release_affinity(a)
+                self._release_affinity(a, full)
         except Exception as e:
             log.warning("cleaning up stale %s flows/affinity entries: %s", a.family.value, e)
 
-    def _release_affinity(self, a: Assembly) -> None:
+    def _release_affinity(self, a: Assembly, full: bool) -> None:
+        """Delete the affinity records that point to an endpoint their Service port no longer
+        uses: after a full sync every map's, else those of the maps whose endpoints changed."""
         table = self.config.table
-        keys = stale.stale_affinity(a, self.backend.read_dynamic(a.family, table, names.AFFINITY))
-        if not keys:
-            return
-        tx = Transaction(a.family, table)
-        tx.delete_elements(names.AFFINITY, keys)
+        records = stale.affinity_records(a)
+        seen = self._affinity_seen.get(a.family, {})
+        for name, allowed in records.items():
+            if not full and seen.get(name) in (None, allowed):  # new (empty), or unchanged
+                continue
+            keys = stale.stale_affinity(allowed, self.backend.read_dynamic(a.family, table, name))
+            if keys:
+                self._delete_records(a.family, name, keys)
+        self._affinity_seen[a.family] = records
+
+    def _delete_records(self, family: Family, name: str, keys: list[Key]) -> None:
+        table = self.config.table
+        maps = [name, names.port_map_of(name)] if family is Family.IP6 else [name]
+        tx = Transaction(family, table)
+        for m in maps:
+            tx.delete_elements(m, keys)
         try:
             self.backend.apply(tx)
         except NftError:  # one expired meanwhile: the others one by one
             for key in keys:
-                one = Transaction(a.family, table)
-                one.delete_elements(names.AFFINITY, [key])
-                with suppress(NftError):
-                    self.backend.apply(one)
+                for m in maps:
+                    one = Transaction(family, table)
+                    one.delete_elements(m, [key])
+                    with suppress(NftError):
+                        self.backend.apply(one)
 
     def cleanup(self) -> list[Family]:
         """Remove nftproxy's own tables (and nothing else)."""

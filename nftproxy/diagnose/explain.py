@@ -159,8 +159,7 @@ class _Describer:
         el = self.view.els(names.AFFINITY_NODEPORTS if self.nodeport else names.AFFINITY_SERVICES).get(self.fkey)
         if el is None or not el.value:
             return None
-        m = re.search(r"affinity-record-(\d+)", el.value[0])
-        return int(m.group(1)) if m else None
+        return names.affinity_timeout_of(el.value[0])
 
     def chain(self, name: str, depth: int = 0) -> Step:
         rules = self.view.chains.get(name)
@@ -200,6 +199,8 @@ class _Describer:
         if rule == "drop":
             return Step("drop", "dropped: no endpoint on this node (externalTrafficPolicy Local)"), True
         m = _VMAP.match(rule)
+        if m and m.group("map") in (names.STICKY_SERVICES, names.STICKY_NODEPORTS):
+            return self.dnat("", m.group("map")), False
         if m:
             el = self.view.els(m.group("map")).get(self.fkey)
             if el is None or not el.value:
@@ -218,17 +219,18 @@ class _Describer:
                         (self._verdict(el.value[0], depth),)), False  # fmt: skip
         m = _DNAT.search(rule)
         if m:
-            return self.dnat(m.group("key"), m.group("map")), m.group("map") != names.AFFINITY
+            return self.dnat(m.group("key"), m.group("map")), not names.is_affinity_map(m.group("map"))
         return Step("rule", f"rule: {rule}"), False
 
     def dnat(self, key: str, map_name: str) -> Step | None:
-        if map_name == names.AFFINITY:
+        if map_name in (names.STICKY_SERVICES, names.STICKY_NODEPORTS) or names.is_affinity_map(map_name):
             timeout = self.affinity()
             if timeout is None:
                 return None
             return Step(
                 "affinity",
-                f"sessionAffinity ClientIP ({timeout}s): a client seen within {timeout}s goes back to its endpoint",
+                f"sessionAffinity ClientIP ({timeout}s): a client seen within {timeout}s on any frontend of "
+                "this Service port goes back to its endpoint",
             )
         algo, n = "unknown", "?"
         for pattern, name in _ALGO:

@@ -233,7 +233,7 @@ def interpret(events: list[Event], ours: str, view: TableView | None) -> Packet:
             dnat_seen = True
             algorithm = (
                 "affinity"
-                if f"map @{names.AFFINITY}" in rule
+                if "saddr map @affinity-" in rule
                 else "round-robin"
                 if "numgen inc" in rule
                 else "source-hash"

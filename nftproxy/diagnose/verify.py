@@ -40,7 +40,6 @@ _CONFIG_SETS = {
     names.CLUSTER_CIDRS: "cluster CIDRs (--cluster-cidr)",
     names.NODEPORT_IPS: "NodePort addresses (--nodeport-addresses, else the Node's IPs)",
 }
-_DYNAMIC = set(names.DYNAMIC)  # written by the packet path
 _COUNT = re.compile(r"-\d+$")
 
 
@@ -89,7 +88,7 @@ def _views(table: Table | None, dynamic: set[str]) -> tuple[dict[Key, _View], di
     if table is None:
         return views, rest
     for set_name, els in table.elements.items():
-        if set_name in dynamic:
+        if set_name in dynamic or names.is_affinity_map(set_name):  # written by the packet path
             continue
         n = names.frontend_width(set_name)
         if n is None:
@@ -292,7 +291,7 @@ def _compare_table(desired: Table, applied: Table | None) -> list[Difference | s
                 out.append(f"{where}: {what} {words}: {', '.join(base)}")
             if per_count:
                 objects.append(f"{where}: {what} {words}: {', '.join(per_count)}")
-    dynamic = {n for n, s in desired.sets.items() if s.dynamic} | _DYNAMIC
+    dynamic = {n for n, s in desired.sets.items() if s.dynamic}
     want_views, want_rest = _views(desired, dynamic)
     have_views, have_rest = _views(applied, dynamic)
     for fe in sorted(set(want_views) | set(have_views)):
@@ -316,10 +315,10 @@ def equal_contents(desired: Table, applied: Table | None) -> bool:
     """The raw check ``compare_table`` explains: same comment, chains, sets and elements."""
     if applied is None:
         return False
-    dynamic = {n for n, s in desired.sets.items() if s.dynamic} | _DYNAMIC
+    dynamic = {n for n, s in desired.sets.items() if s.dynamic}
 
     def els(t: Table) -> dict[str, Mapping[Key, Element]]:
-        return {n: e for n, e in t.elements.items() if n not in dynamic and e}
+        return {n: e for n, e in t.elements.items() if n not in dynamic and not names.is_affinity_map(n) and e}
 
     return (
         applied.comment == desired.comment

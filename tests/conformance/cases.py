@@ -13,6 +13,7 @@ Every pod serves TCP 8080, 8081, 9090 and UDP 5353, 5354, 9090; the host servers
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -58,10 +59,17 @@ class Probe:
     port: int
     what: str  # ClusterIP, NodePort, LB, externalIP, ...
     sticky: bool = False  # session affinity: compare how many backends each client got
+    # sticky across frontends: the same client then goes through these (what, host, port) too,
+    # and the backends it reached through all of them are counted together
+    then: tuple[tuple[str, str, int], ...] = ()
 
     def path(self) -> str:
-        h = f"[{self.host}]" if ":" in self.host else self.host
-        return f"{self.src} → {self.what} {h}:{self.port}/{self.proto}"
+        def one(what: str, host: str, port: int) -> str:
+            h = f"[{host}]" if ":" in host else host
+            return f"{what} {h}:{port}"
+
+        hops = " → ".join(one(*f) for f in ((self.what, self.host, self.port), *self.then))
+        return f"{self.src} → {hops}/{self.proto}"
 
 
 @dataclass(frozen=True)
@@ -466,6 +474,62 @@ def catalog() -> list[Case]:
             name,
             [svc, eslice(name, "a", [ep("a1"), ep("a2"), ep("b1")], [sport(8080, "http"), sport(5353, "dns", "UDP")])],
             sticky,
+        )
+    )
+
+    # ---- session affinity across frontends (issue 22): kube-proxy keeps one record per endpoint,
+    # keyed by the client, so a client keeps its endpoint through the ClusterIP, the NodePort and
+    # the externalIP of one Service port
+    name = "affinity-across-frontends"
+    ext_ip = next(_ext)
+    svc = service(
+        name,
+        [port(80, 8080, "http", node_port=next(_np)), port(53, 5353, "dns", "UDP", node_port=next(_np))],
+        type="NodePort",
+        externalIPs=[ext_ip],
+        sessionAffinity="ClientIP",
+        sessionAffinityConfig={"clientIP": {"timeoutSeconds": 300}},
+    )
+    cip = svc["spec"]["clusterIPs"][0]
+    hops: list[Probe] = []
+    for sp in svc["spec"]["ports"]:
+        proto, np_ = sp["protocol"].lower(), sp["nodePort"]
+        hops.append(
+            Probe(
+                "pod",
+                proto,
+                cip,
+                sp["port"],
+                "ClusterIP",
+                True,
+                (("NodePort", NODE4, np_), ("externalIP", ext_ip, sp["port"]), ("ClusterIP", cip, sp["port"])),
+            )
+        )
+        hops.append(Probe("ext1", proto, NODE4, np_, "NodePort", True, (("externalIP", ext_ip, sp["port"]),)))
+    eps3 = [ep("a1"), ep("a2"), ep("b1")]
+    add(Case(name, [svc, eslice(name, "a", eps3, [sport(8080, "http"), sport(5353, "dns", "UDP")])], hops))
+
+    # ---- session affinity on IPv6 (issue 22): kube-proxy has it on both families
+    name = "affinity-ipv6"
+    svc = service(
+        name,
+        [port(80, 8080, "http", node_port=next(_np)), port(53, 5353, "dns", "UDP", node_port=next(_np))],
+        type="NodePort",
+        families=(6,),
+        sessionAffinity="ClientIP",
+        sessionAffinityConfig={"clientIP": {"timeoutSeconds": 300}},
+    )
+    cip6 = svc["spec"]["clusterIPs"][0]
+    sticky6 = [dataclasses.replace(p, sticky=True) for p in frontends(svc, ("pod", "node"), ("ext1", "ext2"))]
+    for sp in svc["spec"]["ports"]:
+        sticky6.append(Probe("pod", sp["protocol"].lower(), cip6, sp["port"], "ClusterIP", True,
+                             (("NodePort", NODE6, sp["nodePort"]),)))  # fmt: skip
+    eps6 = [ep("a1", family=6), ep("a2", family=6), ep("b1", family=6)]
+    add(
+        Case(
+            name,
+            [svc, eslice(name, "a", eps6, [sport(8080, "http"), sport(5353, "dns", "UDP")], family=6)],
+            sticky6,
         )
     )
 

@@ -14,6 +14,7 @@ backends each client reached, not which.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import signal
@@ -238,7 +239,10 @@ def outcome_sticky(results: Sequence[ProbeResult], client: Host) -> set[str]:
 def compare_probe(a: Side, b: Side, p: c.Probe) -> tuple[set[str], set[str]]:
     """Outcome sets in both labs; more tries while they differ (random choice converges)."""
     if p.sticky:
-        ra, rb = try_probe(a, p, 12), try_probe(b, p, 12)
+        hops = [p, *(dataclasses.replace(p, what=w, host=h, port=n, then=()) for w, h, n in p.then)]
+        count = 12 if not p.then else 4
+        ra = [r for hop in hops for r in try_probe(a, hop, count)]
+        rb = [r for hop in hops for r in try_probe(b, hop, count)]
         return outcome_sticky(ra, a.hosts[p.src]), outcome_sticky(rb, b.hosts[p.src])
     ra, rb = try_probe(a, p, 6), try_probe(b, p, 6)
     sa, sb = {_fmt(r) for r in ra}, {_fmt(r) for r in rb}

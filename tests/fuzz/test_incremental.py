@@ -205,7 +205,7 @@ def kernel() -> Iterator[KernelBackend]:
 
 @pytest.mark.netns
 @settings(max_examples=examples(12, 300))
-@given(seq=changes(unique_ips=True, ipv6_affinity=False))  # known abort: test_ipv6_session_affinity_is_accepted_by_nft
+@given(seq=changes(unique_ips=True))
 def test_incremental_equals_full_compile_kernel(kernel: KernelBackend, seq: list[tuple[str, Any]]) -> None:
     Dataplane(kernel, CFG).cleanup()  # each example starts from an empty namespace
     run_sequence(kernel, seq)

@@ -1,6 +1,6 @@
 """`nftproxy trace`'s reading of `nft monitor trace` events, on events recorded from the kernel.
 
-tests/golden/trace-events.txt was recorded by `nftproxy trace --raw` in the lab of
+tests/golden/trace-events.txt was recorded by `nftproxy trace --raw` (re-recorded for layout 2) in the lab of
 tests/netns/test_explain_trace.py (objects: trace-objects.yaml): a ClusterIP from the node, a
 NodePort from outside, a Service without endpoints, the same client twice to a sessionAffinity
 Service, and a ClusterIP port no Service serves.
