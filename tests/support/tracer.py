@@ -373,7 +373,14 @@ class _Parser:
         key = self.concat()
         self.take("map")
         name = self.set_ref(want_map=True)
-        return self.t.dnat(key, name)
+        if self.peek() != ":":
+            return self.t.dnat(key, name)
+        # `dnat ip6 to K map @addresses : K map @ports` (IPv6 affinity: two records, see names.py)
+        self.take(":")
+        port_key = self.concat()
+        self.take("map")
+        port_map = self.set_ref(want_map=True)
+        return self.t.dnat_split(key, name, port_key, port_map)
 
     def update(self) -> Stmt:
         self.take("update")
@@ -382,10 +389,11 @@ class _Parser:
             self.fail(f"update of a map the table does not mark dynamic: {name}")
         self.take("{")
         key = self.concat()
-        self.take("timeout")
-        timeout = self.take()
-        if not re.fullmatch(r"\d+s", timeout):
-            self.fail(f"timeout {timeout}")
+        if self.peek() == "timeout":  # else the map's own timeout
+            self.take("timeout")
+            timeout = self.take()
+            if not re.fullmatch(r"\d+s", timeout):
+                self.fail(f"timeout {timeout}")
         self.take(":")
         data = self.concat()
         self.take("}")
@@ -426,7 +434,7 @@ class Tracer:
         self.table = table
         self.family = table.family
         self.local = {a for a in (_addr(x) for x in local) if a is not None}
-        self.affinity: dict[Key, tuple[str, ...]] = {}  # what `update @affinity` recorded
+        self.affinity: dict[str, dict[Key, tuple[str, ...]]] = {}  # per dynamic map: what `update` recorded
         self.chains: dict[str, list[tuple[str, list[Stmt]]]] = {}
         for name, chain in table.chains.items():
             self.chains[name] = [(rule, _Parser(self, rule).rule()) for rule in chain.rules]
@@ -479,7 +487,7 @@ class Tracer:
         st: Set = self.table.sets[name]
         interval = "interval" in st.flags
         if st.dynamic:
-            for k, v in self.affinity.items():
+            for k, v in self.affinity.get(name, {}).items():
                 if len(k) == len(key) and all(_component_matches(e, x, False) for e, x in zip(k, key, strict=True)):
                     return v
             return None
@@ -526,9 +534,24 @@ class Tracer:
 
         return dnat
 
+    def dnat_split(self, key: list[Expr], name: str, port_key: list[Expr], port_map: str) -> Stmt:
+        def dnat(s: _State) -> None:
+            if s.hook not in ("prerouting", "output"):
+                raise Unsupported(f"dnat in {s.hook}")
+            address = self.lookup(name, [e(s) for e in key])
+            port = self.lookup(port_map, [e(s) for e in port_key])
+            if address is None or port is None:
+                raise _NoMatch  # a map miss: the rule does not apply, the next one runs
+            if len(address) != 1 or len(port) != 1:
+                raise Unsupported(f"a DNAT target {address!r} : {port!r} in {name}, {port_map}")
+            s.dnat = (address[0], int(port[0]))
+            raise _Verdict("accept")
+
+        return dnat
+
     def updater(self, name: str, key: list[Expr], data: list[Expr]) -> Stmt:
         def update(s: _State) -> None:
-            self.affinity[tuple(str(e(s)) for e in key)] = tuple(str(e(s)) for e in data)
+            self.affinity.setdefault(name, {})[tuple(str(e(s)) for e in key)] = tuple(str(e(s)) for e in data)
 
         return update
 
@@ -602,9 +625,9 @@ class Tracer:
     def trace(self, packet: Packet, record: bool = False) -> Trace:
         """Every outcome of ``packet`` (each slot of each numgen/jhash followed). ``record``:
         keep what ``update @affinity`` wrote (as the kernel would, for the next packet)."""
-        before = dict(self.affinity)
+        before = {name: dict(records) for name, records in self.affinity.items()}
         outcomes: list[Outcome] = []
-        recorded: dict[Key, tuple[str, ...]] = {}
+        recorded: dict[str, dict[Key, tuple[str, ...]]] = {}
         pending: list[list[int]] = [[]]
         while pending:
             prefix = pending.pop()
@@ -617,9 +640,10 @@ class Tracer:
                 arity.append(n)
                 return pick
 
-            self.affinity = dict(before)
+            self.affinity = {name: dict(records) for name, records in before.items()}
             outcomes.append(self._once(packet, choose))
-            recorded.update(self.affinity)
+            for name, records in self.affinity.items():
+                recorded.setdefault(name, {}).update(records)
             for depth in range(len(prefix), len(taken)):
                 pending += [[*taken[:depth], alt] for alt in range(1, arity[depth])]
         self.affinity = recorded if record else before

@@ -277,11 +277,13 @@ def test_affinity_is_recorded_and_followed() -> None:
     assert first.targets == {f"{A.ipv4}:8080", f"{B.ipv4}:8080"} and tracer.affinity == {}
     assert len(first.outcomes) == 2
     # record one outcome as the kernel would (the update in nat-postrouting), then follow it
+    (record,) = [name for name, st in tracer.table.sets.items() if st.dynamic]  # the Service port's record
     only_b = Tracer(tracer.table, [N1.ipv4])
-    only_b.affinity[(C.ipv4, "10.96.6.1", "tcp", "80")] = (B.ipv4, "8080")
+    only_b.affinity[record] = {(C.ipv4,): (B.ipv4, "8080")}  # keyed by the client alone (kube-proxy's)
     assert only_b.trace(Packet(C.ipv4, "10.96.6.1", 80)).output == f"{B.ipv4}:8080"
     tracer.trace(Packet(C.ipv4, "10.96.6.1", 80), record=True)
-    assert set(tracer.affinity.values()) <= {(A.ipv4, "8080"), (B.ipv4, "8080")} and tracer.affinity
+    assert set(tracer.affinity) == {record}
+    assert set(tracer.affinity[record].values()) <= {(A.ipv4, "8080"), (B.ipv4, "8080")} and tracer.affinity[record]
 
 
 @pytest.mark.parametrize("algorithm", ["source-hash", "round-robin"])
@@ -295,3 +297,17 @@ def test_other_load_balancing_algorithms_reach_every_endpoint(algorithm: str) ->
     assert tracer.trace(Packet(C.ipv4, "10.96.6.2", 80)).output == want
     nodeport = tracer.trace(Packet(EXT.ipv4, N1.ipv4, 30602))
     assert nodeport.output == want and nodeport.masq
+
+
+def test_affinity_is_shared_by_the_frontends_of_a_service_port() -> None:
+    """Mirrors tests/netns/test_affinity.py's cross-frontend test: a client that reached an
+    endpoint through the ClusterIP goes back to it through the NodePort (one record per port)."""
+    svc = k.service(
+        "sticky", ["10.96.6.3"], [k.port(80, "http", node_port=30603)], type="NodePort", sessionAffinity="ClientIP"
+    )
+    eps = k.endpoint_slice("sticky-1", "sticky", [k.endpoint(A.ipv4), k.endpoint(B.ipv4)], [k.port(8080, "http")])
+    tracer = Tracer(_table([svc, eps], "--cluster-cidr", "10.244.0.0/16"), [N1.ipv4])
+    (record,) = [name for name, st in tracer.table.sets.items() if st.dynamic]
+    tracer.affinity[record] = {(C.ipv4,): (A.ipv4, "8080")}  # as the ClusterIP connection recorded it
+    assert tracer.trace(Packet(C.ipv4, "10.96.6.3", 80)).output == f"{A.ipv4}:8080"
+    assert tracer.trace(Packet(C.ipv4, N1.ipv4, 30603)).output == f"{A.ipv4}:8080"
