@@ -36,8 +36,7 @@ log = logging.getLogger("nftproxy.syncer")
 FULL_SYNC_PERIOD = 3600.0
 STATS_PERIOD = 1.0  # seconds: how stale the counts (Services, endpoints, skipped) may get
 
-# Services, endpoints, skipped, health checks (port -> (Service, {IP version: local endpoints}))
-Stats = tuple[int, int, list[Skipped], dict[int, tuple[str, dict[int, int]]]]
+Stats = tuple[int, int, list[Skipped], dict[int, tuple[str, int]]]  # Services, endpoints, skipped, health checks
 
 
 @dataclass
@@ -57,8 +56,7 @@ class Status:
     skipped: list[Skipped] = field(default_factory=list)
     checksum: str = ""
     in_sync: bool = False
-    # port -> (Service, {IP version: local endpoints of that family})
-    health_checks: dict[int, tuple[str, dict[int, int]]] = field(default_factory=dict)
+    health_checks: dict[int, tuple[str, int]] = field(default_factory=dict)  # port -> (Service, local eps)
     conditions: list[dict[str, str]] = field(default_factory=list)  # more ProxyStatus conditions (kubeproxy_watch)
     generation: int = 0  # bumped whenever anything above changes
 
