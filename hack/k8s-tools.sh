@@ -6,10 +6,10 @@
 #   helm                     (helm.sh/helm/v3, pinned below)
 # into ${NFTPROXY_CACHE:-$HOME/.cache/nftproxy}/bin. etcd comes from Debian's etcd-server
 # (hack/install.sh). Idempotent: each binary carries a version stamp, a second run prints "cached".
-# Needs only Go (>= 1.25) and the Go module proxy; the first run takes a long while on 2 cores.
+# Needs only Go (>= 1.26, as k8s.io/kubernetes v1.37 declares) and the Go module proxy; the first run takes a long while on 2 cores.
 set -euo pipefail
 
-K8S_VERSION=${K8S_VERSION:-v1.34.12}   # override from the environment, e.g. K8S_VERSION=v1.37.2
+K8S_VERSION=${K8S_VERSION:-v1.37.2}   # the reference kube-proxy and the cluster; override e.g. K8S_VERSION=v1.35.4
 HELM_VERSION=v3.19.5
 
 CACHE=${NFTPROXY_CACHE:-$HOME/.cache/nftproxy}
