@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
+from ipaddress import ip_network
 
 from nftproxy.model.types import IPAddress, IPNetwork, Node
 
@@ -31,6 +32,28 @@ class ProxyConfig:
             ip for version in (4, 6) for ip in [a for a in node.addresses if a.version == version][:1]
         )
         return replace(self, node_zone=node.zone, node_ips=ips)
+
+    def nodeport_networks(self, version: int) -> list[IPNetwork]:
+        """The addresses of one family NodePorts are accepted on: the --nodeport-addresses CIDRs
+        of that family or, without the flag, the node's primary IP of that family."""
+        if self.nodeport_addresses:
+            return [n for n in self.nodeport_addresses if n.version == version]
+        return [ip_network(ip) for ip in self.node_ips if ip.version == version]
+
+    def health_check_addresses(self, local: Iterable[IPAddress]) -> list[str]:
+        """The addresses a healthCheckNodePort server listens on, as kube-proxy's: those of the
+        node's addresses (``local``) that NodePorts are accepted on and, for a family on which
+        they are accepted on every address (a /0), that family's wildcard (kube-proxy 1.36: one
+        listener per family)."""
+        local = list(local)
+        out: list[str] = []
+        for version, wildcard in ((4, "0.0.0.0"), (6, "::")):
+            nets = self.nodeport_networks(version)
+            if any(n.prefixlen == 0 for n in nets):
+                out.append(wildcard)
+                continue
+            out += sorted({str(ip) for ip in local if ip.version == version and any(ip in n for n in nets)})
+        return out
 
 
 def this_node(nodes: Sequence[Node], name: str | None) -> Node | None:

@@ -4,14 +4,13 @@ ElementStore holds, rendered whole (``table``) or as the change a ChangeLog reco
 from __future__ import annotations
 
 from collections.abc import Iterator
-from ipaddress import collapse_addresses, ip_network
+from ipaddress import collapse_addresses
 
 from nftproxy.compiler import names, skeleton
 from nftproxy.compiler.changelog import ChangeLog, Obj
 from nftproxy.compiler.config import ProxyConfig
 from nftproxy.compiler.fragment import spread_elements
 from nftproxy.compiler.store import ElementStore
-from nftproxy.model.types import IPNetwork
 from nftproxy.nft.objects import Chain, Element, Family, Key, Set, Table, prefix
 from nftproxy.nft.transaction import Transaction
 
@@ -38,10 +37,7 @@ class Renderer:
         self.static: dict[str, dict[Key, Element]] = {names.CLUSTER_CIDRS: {}, names.NODEPORT_IPS: {}}
         for net in collapse_addresses(mine):  # type: ignore[type-var]
             self.static[names.CLUSTER_CIDRS][(prefix(net),)] = Element((prefix(net),))
-        np_nets: list[IPNetwork] = [n for n in config.nodeport_addresses if n.version == f.version]
-        if not config.nodeport_addresses:
-            np_nets = [ip_network(ip) for ip in config.node_ips if ip.version == f.version]
-        for net in collapse_addresses(np_nets):  # type: ignore[type-var]
+        for net in collapse_addresses(config.nodeport_networks(f.version)):  # type: ignore[type-var]
             self.static[names.NODEPORT_IPS][(prefix(net),)] = Element((prefix(net),))
 
     def object_parts(self, obj: Obj) -> tuple[list[Set], list[Chain]]:

@@ -137,19 +137,19 @@ class Dataplane:
         self.compile()
         return [a.table() for a in self.assemblies.values()]
 
-    def health_checks(self) -> dict[int, tuple[str, int]]:
-        """healthCheckNodePort -> (Service, endpoints on this node), for eTP Local LoadBalancers."""
+    def health_checks(self) -> dict[int, tuple[str, dict[int, int]]]:
+        """healthCheckNodePort -> (Service, {IP version: endpoints of that family on this node}),
+        for eTP Local LoadBalancers, with the families the Service has. kube-proxy's per-family
+        proxiers each serve the port on their own family's addresses with their own count."""
         self.compile()
-        # Counted per IP family, the larger count answers: kube-proxy's per-family proxiers share
-        # one health server and each reports its own family's count (not the sum).
         out: dict[int, tuple[str, dict[int, set[str]]]] = {}
-        for i, a in enumerate(self.assemblies.values()):
+        for a in self.assemblies.values():
             for frag in a.store.health.values():
                 if frag.health_check_port:
                     key, families = out.setdefault(frag.health_check_port, (frag.key, {}))
                     if key == frag.key:
-                        families.setdefault(i, set()).update(frag.local_endpoints)
-        return {port: (key, max(map(len, fams.values()), default=0)) for port, (key, fams) in out.items()}
+                        families.setdefault(a.family.version, set()).update(frag.local_endpoints)
+        return {port: (key, {v: len(eps) for v, eps in fams.items()}) for port, (key, fams) in out.items()}
 
     def checksum(self) -> str:
         """sha256 of the programmed contents (chain names, every element), in a canonical order."""

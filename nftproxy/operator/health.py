@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import socket
 import threading
 from datetime import UTC, datetime
@@ -10,13 +11,18 @@ from datetime import UTC, datetime
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from nftproxy.compiler.config import ProxyConfig
 from nftproxy.nft import netns as netns_mod
+from nftproxy.nft.addresses import LocalAddresses
 from nftproxy.operator.metrics import Metrics
 from nftproxy.operator.syncer import Syncer
 
+log = logging.getLogger("nftproxy.health")
 
-def listening_socket(host: str, port: int, netns: str | None) -> socket.socket:
-    """A listening TCP socket created inside ``netns`` (a socket keeps its namespace)."""
+
+def listening_socket(host: str, port: int, netns: str | None, v6only: bool = False) -> socket.socket:
+    """A listening TCP socket created inside ``netns`` (a socket keeps its namespace). On "::",
+    both families unless ``v6only``."""
     result: list[socket.socket | BaseException] = []
 
     def make() -> None:
@@ -27,7 +33,7 @@ def listening_socket(host: str, port: int, netns: str | None) -> socket.socket:
             s = socket.socket(family, socket.SOCK_STREAM)
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             if family == socket.AF_INET6:
-                s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)  # "::" serves both families
+                s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, int(v6only))
             s.bind((host, port))
             s.listen(64)
             s.setblocking(False)
@@ -80,30 +86,55 @@ async def serve(app: web.Application, sock: socket.socket) -> web.AppRunner:
     return runner
 
 
+def _version(host: str) -> int:
+    return 6 if ":" in host else 4
+
+
 class HealthCheckServers:
     """healthCheckNodePort servers (the cloud load balancers' contract, as kube-proxy): on each
-    port, 200 with the count of this node's endpoints of the Service, 503 when there are none."""
+    port, 200 with the count of this node's endpoints of the Service, 503 when there are none.
+    Each port is served on the addresses NodePorts are accepted on, as kube-proxy's
+    (``ProxyConfig.health_check_addresses``), not on every address of the node; they are worked
+    out again at every update, so a Node's or an interface's new address is bound and an old one
+    closed."""
 
     def __init__(self, netns: str | None, node: str) -> None:
         self.netns = netns
         self.node = node
-        self.state: dict[int, tuple[str, int]] = {}
-        self.runners: dict[int, web.AppRunner] = {}
+        self.state: dict[int, tuple[str, dict[int, int]]] = {}  # port -> (Service, {version: count})
+        self.runners: dict[tuple[int, str], web.AppRunner] = {}  # (port, address) -> its server
+        self.local = LocalAddresses(netns)
 
-    async def update(self, wanted: dict[int, tuple[str, int]]) -> None:
+    def addresses(self, config: ProxyConfig) -> list[str]:
+        nets = [config.nodeport_networks(v) for v in (4, 6)]
+        matched = any(ns and all(n.prefixlen for n in ns) for ns in nets)  # matched against the node's
+        return config.health_check_addresses(self.local.list() if matched else [])
+
+    async def update(self, wanted: dict[int, tuple[str, dict[int, int]]], config: ProxyConfig) -> None:
+        """Serve exactly these ports, each on the addresses ``config`` accepts NodePorts on of the
+        families its Service has, with that family's count (kube-proxy's per-family servers). A
+        listener that cannot be opened (a port or address taken) is logged and tried again at
+        the next update; the others serve."""
         self.state = wanted
-        for port in [p for p in self.runners if p not in wanted]:
-            await self.runners.pop(port).cleanup()
-        for port in [p for p in wanted if p not in self.runners]:
+        hosts = self.addresses(config) if wanted else []
+        want = {(port, h) for port, (_, fams) in wanted.items() for h in hosts if _version(h) in fams}
+        for key in [k for k in self.runners if k not in want]:
+            await self.runners.pop(key).cleanup()
+        failed: list[str] = []
+        for port, host in sorted(want - set(self.runners)):
             try:
-                sock = listening_socket("::", port, self.netns)
-            except OSError:
-                sock = listening_socket("0.0.0.0", port, self.netns)
-            self.runners[port] = await serve(self._app(port), sock)
+                sock = listening_socket(host, port, self.netns, v6only=True)
+            except OSError as e:
+                failed.append(f"{host}:{port}: {e}")
+                continue
+            self.runners[(port, host)] = await serve(self._app(port, _version(host)), sock)
+        if failed:
+            log.warning("healthCheckNodePort listeners not opened (retried at the next sync): %s", "; ".join(failed))
 
-    def _app(self, port: int) -> web.Application:
+    def _app(self, port: int, version: int) -> web.Application:
         async def answer(_: web.Request) -> web.Response:
-            key, count = self.state.get(port, ("", 0))
+            key, families = self.state.get(port, ("", {}))
+            count = families.get(version, 0)
             ns, name = key.split("/", 1) if "/" in key else ("", key)
             body = {"service": {"namespace": ns, "name": name}, "localEndpoints": count, "serviceProxyHealthy": True}
             return web.Response(status=200 if count else 503, text=json.dumps(body), content_type="application/json")
@@ -116,3 +147,4 @@ class HealthCheckServers:
         for runner in self.runners.values():
             await runner.cleanup()
         self.runners.clear()
+        self.local.close()

@@ -54,8 +54,8 @@ async def _main(settings: Settings, backend: KernelBackend, api: Any, prefetched
 
     async def health_checks(status: Status) -> None:
         try:
-            await hc.update(status.health_checks)
-        except OSError as e:  # a port taken by something else: the proxy goes on
+            await hc.update(status.health_checks, syncer.dp.config)  # the config with the Node merged in
+        except OSError as e:  # e.g. the addresses not readable: the proxy goes on
             logging.getLogger("nftproxy.health").warning("healthCheckNodePort: %s", e)
 
     syncer.on_synced.append(health_checks)

@@ -36,7 +36,8 @@ log = logging.getLogger("nftproxy.syncer")
 FULL_SYNC_PERIOD = 3600.0
 STATS_PERIOD = 1.0  # seconds: how stale the counts (Services, endpoints, skipped) may get
 
-Stats = tuple[int, int, list[Skipped], dict[int, tuple[str, int]]]  # Services, endpoints, skipped, health checks
+# Services, endpoints, skipped, health checks (port -> (Service, {IP version: local endpoints}))
+Stats = tuple[int, int, list[Skipped], dict[int, tuple[str, dict[int, int]]]]
 
 
 @dataclass
@@ -56,7 +57,8 @@ class Status:
     skipped: list[Skipped] = field(default_factory=list)
     checksum: str = ""
     in_sync: bool = False
-    health_checks: dict[int, tuple[str, int]] = field(default_factory=dict)  # port -> (Service, local eps)
+    # port -> (Service, {IP version: local endpoints of that family})
+    health_checks: dict[int, tuple[str, dict[int, int]]] = field(default_factory=dict)
     conditions: list[dict[str, str]] = field(default_factory=list)  # more ProxyStatus conditions (kubeproxy_watch)
     generation: int = 0  # bumped whenever anything above changes
 

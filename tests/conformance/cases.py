@@ -28,6 +28,7 @@ OTHER = "node-2"
 ZONE, OTHER_ZONE = "zone-a", "zone-b"
 NODE4, NODE6 = "198.18.0.1", "fd00:198:18::1"
 NODE2_4 = "198.18.0.2"
+GW4, GW6 = "10.244.1.1", "fd00:10:244:1::1"  # the node's pod-network gateway addresses (NetLab)
 
 # Pod addresses, in the order harness.build_lab creates them (asserted there).
 PODS: dict[str, tuple[str, str, str]] = {  # name -> (node, ipv4, ipv6)
@@ -75,6 +76,7 @@ class Probe:
 class HealthCheck:
     port: int
     ipv6: bool = False
+    host: str = NODE4  # the node's address the client asks on
 
 
 @dataclass
@@ -331,6 +333,8 @@ def catalog() -> list[Case]:
         )
         if kind == "LoadBalancer":
             c.health.append(HealthCheck(extra["healthCheckNodePort"]))
+        if name == "etp-local-lb":  # the health port on the primary IPs of the Service's families only
+            c.health += [HealthCheck(extra["healthCheckNodePort"], host=h) for h in (NODE6, GW4, GW6)]
         add(c)
     add(
         simple(

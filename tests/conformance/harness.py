@@ -258,9 +258,9 @@ def compare_probe(a: Side, b: Side, p: c.Probe) -> tuple[set[str], set[str]]:
     return sa, sb
 
 
-def health(side: Side, port: int) -> str:
+def health(side: Side, port: int, host: str = c.NODE4) -> str:
     try:
-        status, body = http_get_in(side.node.netns, c.NODE4, port, "/", timeout=3.0)
+        status, body = http_get_in(side.node.netns, host, port, "/", timeout=3.0)
     except OSError as e:
         return f"error {type(e).__name__}"
     try:

@@ -151,9 +151,9 @@ def test_health_check_node_ports_answer_as_kube_proxy(duo: Duo) -> None:
             rows.append(
                 REPORT.add(
                     case.name,
-                    f"node → healthCheckNodePort {c.NODE4}:{h.port}",
-                    health(duo.a, h.port),
-                    health(duo.b, h.port),
+                    f"node → healthCheckNodePort {f'[{h.host}]' if ':' in h.host else h.host}:{h.port}",
+                    health(duo.a, h.port, h.host),
+                    health(duo.b, h.port, h.host),
                 )
             )
     assert rows or os.environ.get("NFTPROXY_CONFORMANCE_ONLY")

@@ -72,11 +72,11 @@ def test_health_check_counts_only_ready_local_endpoints() -> None:
     remote = Endpoint("10.244.2.2", ready=True, serving=True, terminating=False, node_name="n2")
     dp.set_slice(_slice("web-a", terminating, remote))
     dp.sync()
-    assert dp.health_checks() == {32000: ("default/web", 0)}
+    assert dp.health_checks() == {32000: ("default/web", {4: 0})}
     ready = Endpoint("10.244.1.3", ready=True, serving=True, terminating=False, node_name="n1")
     dp.set_slice(_slice("web-a", terminating, remote, ready))
     dp.sync()
-    assert dp.health_checks() == {32000: ("default/web", 1)}
+    assert dp.health_checks() == {32000: ("default/web", {4: 1})}
 
 
 def test_duplicate_endpoint_the_copy_on_this_node_wins() -> None:
@@ -97,9 +97,9 @@ def test_duplicate_endpoint_the_copy_on_this_node_wins() -> None:
 
 
 def test_dual_stack_health_check_counts_one_family() -> None:
-    """kube-proxy's IPv4 and IPv6 proxiers share one health server and each reports its own
-    family's local ready endpoints: one local endpoint per family answers localEndpoints=1
-    (tests/conformance case dual-stack-lb)."""
+    """kube-proxy's IPv4 and IPv6 proxiers each serve the port on their own family's addresses
+    and report their own family's local ready endpoints: one local endpoint per family answers
+    localEndpoints=1 on each (tests/conformance case dual-stack-lb)."""
     dp = Dataplane(FakeBackend(), CFG)
     dp.set_service(
         Service(
@@ -117,4 +117,4 @@ def test_dual_stack_health_check_counts_one_family() -> None:
     dp.set_slice(_slice("web-v4", v4))
     dp.set_slice(EndpointSlice("default", "web-v6", "web", "IPv6", (EndpointPort("http", "TCP", 8080),), (v6,)))
     dp.sync()
-    assert dp.health_checks() == {32000: ("default/web", 1)}
+    assert dp.health_checks() == {32000: ("default/web", {4: 1, 6: 1})}

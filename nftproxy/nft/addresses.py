@@ -1,0 +1,105 @@
+"""The addresses of a network namespace's interfaces (rtnetlink RTM_GETADDR), as kube-proxy's
+``net.InterfaceAddrs``: what a ``--nodeport-addresses`` CIDR is matched against."""
+
+from __future__ import annotations
+
+import errno
+import socket
+import struct
+import threading
+from ipaddress import IPv4Address, IPv6Address, ip_address
+
+from nftproxy.nft import netns as netns_mod
+
+NETLINK_ROUTE = 0
+RTM_NEWADDR, RTM_GETADDR = 20, 22
+NLMSG_ERROR, NLMSG_DONE = 2, 3
+NLM_F_REQUEST, NLM_F_DUMP = 0x1, 0x300
+IFA_ADDRESS, IFA_LOCAL = 1, 2
+_HDR = struct.Struct("=IHHII")  # nlmsghdr
+_IFADDR = struct.Struct("=BBBBI")  # ifaddrmsg
+_RTA = struct.Struct("=HH")
+IPAddress = IPv4Address | IPv6Address
+
+
+def _socket(netns: str | None) -> socket.socket:
+    """A rtnetlink socket opened inside ``netns`` (a socket keeps the namespace it was made in)."""
+    result: list[socket.socket | BaseException] = []
+
+    def make() -> None:
+        try:
+            if netns:
+                netns_mod.enter(netns)  # this throwaway thread only
+            result.append(socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_ROUTE))
+        except BaseException as e:
+            result.append(e)
+
+    if not netns:
+        make()
+    else:
+        t = threading.Thread(target=make, name="netns-rtnetlink")
+        t.start()
+        t.join()
+    if isinstance(result[0], BaseException):
+        raise result[0]
+    return result[0]
+
+
+def parse(data: bytes) -> tuple[list[IPAddress], bool]:
+    """The addresses in a chunk of RTM_NEWADDR messages, and whether the dump ended in it."""
+    out: list[IPAddress] = []
+    off = 0
+    while off + _HDR.size <= len(data):
+        length, kind, _flags, _seq, _pid = _HDR.unpack_from(data, off)
+        if length < _HDR.size:
+            break
+        if kind == NLMSG_DONE:
+            return out, True
+        if kind == NLMSG_ERROR:
+            (err,) = struct.unpack_from("=i", data, off + _HDR.size)
+            if err:
+                raise OSError(-err, f"RTM_GETADDR: {errno.errorcode.get(-err, err)}")
+            return out, True
+        if kind == RTM_NEWADDR:
+            family = data[off + _HDR.size]
+            attrs: dict[int, bytes] = {}
+            a = off + _HDR.size + _IFADDR.size
+            end = off + length
+            while a + _RTA.size <= end:
+                alen, atype = _RTA.unpack_from(data, a)
+                if alen < _RTA.size:
+                    break
+                attrs[atype] = data[a + _RTA.size : a + alen]
+                a += (alen + 3) & ~3
+            raw = attrs.get(IFA_LOCAL) or attrs.get(IFA_ADDRESS)  # IFA_LOCAL: the own end of a p-t-p link
+            if raw is not None and family in (socket.AF_INET, socket.AF_INET6):
+                out.append(ip_address(raw))
+        off += (length + 3) & ~3
+    return out, False
+
+
+class LocalAddresses:
+    """Dumps the namespace's addresses on demand through one rtnetlink socket."""
+
+    def __init__(self, netns: str | None) -> None:
+        self.netns = netns
+        self.sock: socket.socket | None = None
+        self.seq = 0
+
+    def list(self) -> list[IPAddress]:
+        if self.sock is None:
+            self.sock = _socket(self.netns)
+        self.seq += 1
+        req = _HDR.pack(_HDR.size + _IFADDR.size, RTM_GETADDR, NLM_F_REQUEST | NLM_F_DUMP, self.seq, 0)
+        self.sock.send(req + _IFADDR.pack(socket.AF_UNSPEC, 0, 0, 0, 0))
+        out: list[IPAddress] = []
+        while True:
+            got, done = parse(self.sock.recv(65536))
+            out += got
+            if done:
+                return out
+
+    def close(self) -> None:
+        if self.sock is not None:
+            self.sock.close()
+            self.sock = None
