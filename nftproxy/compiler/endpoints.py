@@ -31,23 +31,38 @@ class Categorized:
     any_usable: bool  # a usable endpoint exists anywhere (no local one -> drop, none -> reject)
 
 
+def _wins(new: Endpoint, old: Endpoint, node: str | None) -> bool:
+    """Of two copies of one ip:port: a non-terminating copy beats a terminating one (kube-proxy
+    v1.36+, kubernetes#135593: an IP reused by a new pod before the old Pod object is gone);
+    between equals, the copy on this node, then the later one (upstream keeps the last copy of a
+    slice, and walks several slices in random order; this order is the same at every sync)."""
+    if new.terminating != old.terminating:
+        return not new.terminating
+    if node is not None and (new.node_name == node) != (old.node_name == node):
+        return new.node_name == node
+    return True
+
+
 def targets(port: ServicePort, slices: Sequence[EndpointSlice], node: str | None = None) -> list[Target]:
     """Endpoints of ``port`` from the Service's slices (of one family), matched by port name.
 
     The EndpointSlice controller resolves named targetPorts per slice, so the slice's port with the
     Service port's name (and protocol) gives this slice's endpoint port. Duplicates (an endpoint
-    listed twice, by one slice or two) count once: the first copy, unless a later one says it is
-    on ``node`` (kube-proxy favours the local copy, whatever the slice order).
+    listed twice, by one slice or two) count once, chosen by :func:`_wins`.
     """
     if len(slices) == 1:  # the common case: one slice, one port number (sorted by address)
         s = slices[0]
         number = next((p.port for p in s.ports if p.name == port.name and p.protocol == port.protocol), None)
         if number is None:
             return []
-        first = {ep.address: ep for ep in reversed(s.endpoints)}  # the first of duplicates wins
-        if node is not None and len(first) != len(s.endpoints):  # ... unless a copy is on this node
-            first.update({ep.address: ep for ep in s.endpoints if ep.node_name == node})
-        return [_new(Target, (a, number, first[a])) for a in sorted(first)]
+        chosen = {ep.address: ep for ep in s.endpoints}
+        if len(chosen) != len(s.endpoints):  # duplicates: choose among the copies
+            chosen = {}
+            for ep in s.endpoints:
+                had = chosen.get(ep.address)
+                if had is None or _wins(ep, had, node):
+                    chosen[ep.address] = ep
+        return [_new(Target, (a, number, chosen[a])) for a in sorted(chosen)]
     found: dict[tuple[str, int], Target] = {}
     for s in slices:
         number = next((p.port for p in s.ports if p.name == port.name and p.protocol == port.protocol), None)
@@ -55,7 +70,8 @@ def targets(port: ServicePort, slices: Sequence[EndpointSlice], node: str | None
             continue
         for ep in s.endpoints:
             k = (ep.address, number)
-            if k not in found or (node is not None and ep.node_name == node):
+            prev = found.get(k)
+            if prev is None or _wins(ep, prev.endpoint, node):
                 found[k] = _new(Target, (ep.address, number, ep))
     return [found[k] for k in sorted(found)]
 

@@ -317,20 +317,26 @@ def _source_ranges(out: _Out, p: _Port, fe: _Frontends) -> None:
 
 
 def _hairpin(out: _Out, cat: Categorized, node: str | None) -> None:
-    """A pod reaching itself through the Service is masqueraded: only endpoints on this node."""
+    """A pod reaching itself through the Service is masqueraded: only endpoints whose slice says
+    this node (kube-proxy v1.36+, its hairpin-connections set); all of them if we have no name."""
     both = cat.cluster + cat.local if cat.local else cat.cluster
     out.used.update([(t.address, t.port) for t in both])
-    for a in [t.address for t in both if node is None or t.endpoint.node_name in (None, node)]:
+    for a in [t.address for t in both if node is None or t.endpoint.node_name == node]:
         out.add(names.HAIRPIN_ENDPOINTS, (a, a))
     out.local.update([t.address for t in cat.local if t.endpoint.ready])  # health check: ready ones only
 
 
 def _udp_serving(out: _Out, p: _Port, found: list[Target]) -> None:
-    """Which endpoint IPs still serve this UDP port, for every frontend of it (see Fragment)."""
+    """Which endpoint IPs still serve this UDP port, for every frontend of it (see Fragment).
+
+    With none serving, the ClusterIP's, externalIPs' and LoadBalancer IPs' flows are all stale
+    (kube-proxy v1.37, kubernetes#139629: they were DNATed before the reject rule could see them);
+    a NodePort's are left alone, as upstream: they are matched by port number alone."""
     serving = frozenset([t.address for t in found if t.endpoint.serving])
-    if serving:
-        for k in (p.cluster, *p.externals, *([p.node_port] if p.node_port else [])):
-            out.udp_serving.append((k, serving))
+    for k in (p.cluster, *p.externals):
+        out.udp_serving.append((k, serving))
+    if serving and p.node_port:
+        out.udp_serving.append((p.node_port, serving))
 
 
 def compile_fragment(

@@ -4,7 +4,9 @@ after a restart, a failed sync or an `apply` from a new process.
 
 * UDP conntrack entries: as kube-proxy's CleanStaleEntries, an entry DNATed from a UDP frontend
   to an address that is not one of the port's serving endpoints is deleted (a terminating but
-  still serving endpoint keeps its flows; a port with no serving endpoint is left alone).
+  still serving endpoint keeps its flows). A port with no serving endpoint loses the flows to its
+  ClusterIP, externalIPs and LoadBalancer IPs, but not to its NodePort (kube-proxy v1.37,
+  compiler/fragment.py ``_udp_serving``).
 * ClientIP affinity records (one dynamic map per Service port and endpoint list, see
   compiler/names.py): a record whose endpoint the Service port no longer uses is deleted, and
   the client is balanced again at its next packet. A Service port that loses its affinity, or

@@ -28,12 +28,13 @@ from nftproxy.model.types import (
 
 PROXY_NAME_LABEL = "service.kubernetes.io/service-proxy-name"
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"
+HEADLESS_LABEL = "service.kubernetes.io/headless"  # on a slice: not for a proxy (kube-proxy v1.36+)
 TRIGGER_TIME = "endpoints.kubernetes.io/last-change-trigger-time"
 
 
 @dataclass(frozen=True)
 class Ignored:
-    """Deliberately not proxied (headless, ExternalName, other proxy's label, FQDN slice)."""
+    """Deliberately not proxied (headless, ExternalName, other proxy's label, FQDN or headless slice)."""
 
     reason: str
 
@@ -258,9 +259,12 @@ def parse_endpoint_slice(obj: Mapping[str, Any]) -> EndpointSlice | Skipped | Ig
 
 def _slice(obj: Mapping[str, Any], ns: str, name: str) -> EndpointSlice | Ignored:
     meta = _map(obj.get("metadata"), "metadata")
-    service = _map(meta.get("labels"), "metadata.labels").get(SERVICE_NAME_LABEL)
+    labels = _map(meta.get("labels"), "metadata.labels")
+    service = labels.get(SERVICE_NAME_LABEL)
     if not service:
         raise _Invalid(f"no {SERVICE_NAME_LABEL} label")
+    if HEADLESS_LABEL in labels:  # kube-proxy's EndpointSlice informer filters these out
+        return Ignored(f"labelled {HEADLESS_LABEL}")
     atype = obj.get("addressType")
     if atype == "FQDN":
         return Ignored("addressType FQDN")

@@ -169,6 +169,7 @@ def eslice(
     *,
     family: int = 4,
     labelled: bool = True,
+    labels: Obj | None = None,
 ) -> Obj:
     return k.endpoint_slice(
         f"{svc}-{suffix}",
@@ -177,7 +178,7 @@ def eslice(
         ports,
         namespace=NS,
         address_type="IPv4" if family == 4 else "IPv6",
-        labels={"endpointslice.kubernetes.io/managed-by": "conformance"} if labelled else None,
+        labels={"endpointslice.kubernetes.io/managed-by": "conformance", **(labels or {})} if labelled else labels,
     )
 
 
@@ -399,6 +400,9 @@ def catalog() -> list[Case]:
         del i
 
     # ---- slices: duplicates, no ports, no labels, several slices
+    # v1.36+ (kubernetes#135593): of two copies of an ip:port the non-terminating one wins; before,
+    # the copy on this node did. Two non-terminating copies are chosen in Go's map order upstream
+    # (random), so every case here has exactly one terminating copy.
     dup = "dup-across-slices-itp-local"
     svc = service(dup, HTTP, internalTrafficPolicy="Local")
     add(
@@ -407,7 +411,7 @@ def catalog() -> list[Case]:
             [
                 svc,
                 eslice(dup, "a", [ep("a1", node=OTHER)], HTTP_EP),  # says another node
-                eslice(dup, "b", [ep("a1")], HTTP_EP),  # says this node
+                eslice(dup, "b", [ep("a1", ready=False, serving=True, terminating=True)], HTTP_EP),  # this node
             ],
             list(frontends(svc, ("pod",), ())),
         )
@@ -417,8 +421,39 @@ def catalog() -> list[Case]:
     add(
         Case(
             dup,
-            [svc, eslice(dup, "a", [ep("a2"), ep("b1")], HTTP_EP), eslice(dup, "b", [ep("a2", node=OTHER)], HTTP_EP)],
+            [
+                svc,
+                eslice(dup, "a", [ep("a2", ready=False, serving=True, terminating=True), ep("b1")], HTTP_EP),
+                eslice(dup, "b", [ep("a2", node=OTHER)], HTTP_EP),
+            ],
             list(frontends(svc, ("pod",), ("ext1",))),
+        )
+    )
+    dup = "dup-across-slices-remote-terminating"
+    svc = service(dup, [port(80, 8080, "http", node_port=next(_np))], type="NodePort", externalTrafficPolicy="Local")
+    add(
+        Case(
+            dup,
+            [
+                svc,
+                eslice(dup, "a", [ep("a3", node=OTHER, ready=False, serving=True, terminating=True)], HTTP_EP),
+                eslice(dup, "b", [ep("a3")], HTTP_EP),
+            ],
+            list(frontends(svc, ("pod",), ("ext1",))),
+        )
+    )
+    dup = "dup-in-one-slice-itp-local"
+    svc = service(dup, HTTP, internalTrafficPolicy="Local")
+    add(
+        Case(
+            dup,
+            [
+                svc,
+                eslice(
+                    dup, "a", [ep("a1", ready=False, serving=True, terminating=True), ep("a1", node=OTHER)], HTTP_EP
+                ),
+            ],
+            list(frontends(svc, ("pod",), ())),
         )
     )
     name = "slice-without-ports"
@@ -604,6 +639,9 @@ def catalog() -> list[Case]:
 
     # ---- hairpin, host-network endpoints
     add(simple("hairpin", [port(80, 8080, "http", node_port=next(_np))], [ep("c1")], HTTP_EP, type="NodePort"))
+    # v1.36+: hairpin traffic is masqueraded only for endpoints whose slice says this node
+    add(simple("hairpin-slice-says-other-node", HTTP, [ep("c1", node=OTHER)], HTTP_EP))
+    add(simple("hairpin-slice-without-node", HTTP, [ep("c1", node=None)], HTTP_EP))
     add(
         simple(
             "host-network-local",
@@ -638,6 +676,21 @@ def catalog() -> list[Case]:
     svc = service(name, HTTP)
     svc["spec"].update(clusterIP="None", clusterIPs=["None"])
     add(Case(name, [svc, eslice(name, "a", [ep("a1")], HTTP_EP)], rules_mention=f"{NS}/{name}"))
+    # v1.36+: service.kubernetes.io/headless filters EndpointSlices only; a ClusterIP Service
+    # that carries it is proxied (v1.34 ignored the Service)
+    headless = {"service.kubernetes.io/headless": ""}
+    name = "headless-label-on-clusterip-service"
+    svc = service(name, [port(80, 8080, "http", node_port=next(_np))], type="NodePort", labels=headless)
+    add(Case(name, [svc, eslice(name, "a", [ep("a1")], HTTP_EP)], list(frontends(svc, ("pod",), ("ext1",)))))
+    name = "headless-label-on-slice"
+    svc = service(name, HTTP)
+    add(
+        Case(
+            name,
+            [svc, eslice(name, "a", [ep("a1")], HTTP_EP, labels=headless), eslice(name, "b", [ep("b1")], HTTP_EP)],
+            list(frontends(svc, ("pod",), ())),
+        )
+    )
     name = "externalname"
     add(
         Case(
@@ -805,35 +858,74 @@ def catalog() -> list[Case]:
 
 @dataclass
 class FlowCase:
-    """A UDP flow from the client pod with a fixed source port: one datagram before, one after."""
+    """A UDP flow with a fixed source port to one frontend: one datagram before, one after."""
 
     name: str
     before: list[Obj]  # Service + slice, applied with the catalog
     after: list[Obj]  # applied while the flow is open
     source_port: int
     restart: bool = False  # the change is made while both proxies are stopped (full sync at start)
+    frontend: str = "ClusterIP"  # ClusterIP (from the client pod) | externalIP | LB | NodePort (from ext1)
 
     @property
-    def service_ip(self) -> str:
-        return str(self.before[0]["spec"]["clusterIP"])
+    def probe(self) -> Probe:
+        svc = self.before[0]
+        spec, p = svc["spec"], svc["spec"]["ports"][0]
+        if self.frontend == "ClusterIP":
+            return Probe("pod", "udp", spec["clusterIP"], p["port"], "ClusterIP")
+        if self.frontend == "externalIP":
+            return Probe("ext1", "udp", spec["externalIPs"][0], p["port"], "externalIP")
+        if self.frontend == "LB":
+            return Probe("ext1", "udp", svc["status"]["loadBalancer"]["ingress"][0]["ip"], p["port"], "LB")
+        assert self.frontend == "NodePort"
+        return Probe("ext1", "udp", NODE4, p["nodePort"], "NodePort")
 
 
 def flow_cases() -> list[FlowCase]:
-    dns = [port(53, 5353, "dns", "UDP")]
     dns_ep = [sport(5353, "dns", "UDP")]
     out: list[FlowCase] = []
-    for i, (name, after, restart) in enumerate(
+    # (name, endpoints after, restart, frontend): one endpoint a1 before
+    for i, (name, after, restart, frontend) in enumerate(
         (
-            ("udp-endpoint-replaced", [ep("a2")], False),
-            ("udp-endpoint-terminating", [ep("a1", ready=False, serving=True, terminating=True), ep("a2")], False),
-            ("udp-endpoint-terminating-alone", [ep("a1", ready=False, serving=True, terminating=True)], False),
-            ("udp-endpoint-not-ready", [ep("a1", ready=False, serving=False), ep("a2")], False),
-            ("udp-last-endpoint-removed", [], False),
-            ("udp-endpoint-replaced-during-restart", [ep("a2")], True),
-            ("udp-unchanged-across-restart", [ep("a1")], True),
+            ("udp-endpoint-replaced", [ep("a2")], False, "ClusterIP"),
+            (
+                "udp-endpoint-terminating",
+                [ep("a1", ready=False, serving=True, terminating=True), ep("a2")],
+                False,
+                "ClusterIP",
+            ),
+            (
+                "udp-endpoint-terminating-alone",
+                [ep("a1", ready=False, serving=True, terminating=True)],
+                False,
+                "ClusterIP",
+            ),
+            ("udp-endpoint-not-ready", [ep("a1", ready=False, serving=False), ep("a2")], False, "ClusterIP"),
+            ("udp-last-endpoint-removed", [], False, "ClusterIP"),
+            ("udp-endpoint-replaced-during-restart", [ep("a2")], True, "ClusterIP"),
+            ("udp-unchanged-across-restart", [ep("a1")], True, "ClusterIP"),
+            # v1.37 (kubernetes#139629): the last serving endpoint gone, flows to the ClusterIP,
+            # externalIPs and LB IPs are flushed, a NodePort's are not (matched by port alone)
+            ("udp-last-endpoint-removed-externalip", [], False, "externalIP"),
+            ("udp-last-endpoint-removed-lb", [], False, "LB"),
+            ("udp-last-endpoint-removed-nodeport", [], False, "NodePort"),
+            ("udp-last-endpoint-not-ready", [ep("a1", ready=False, serving=False)], False, "ClusterIP"),
+            ("udp-last-endpoint-removed-during-restart", [], True, "ClusterIP"),
         )
     ):
-        svc = service(name, dns)
+        if frontend == "ClusterIP":
+            svc = service(name, [port(53, 5353, "dns", "UDP")])
+        elif frontend == "externalIP":
+            svc = service(name, [port(53, 5353, "dns", "UDP")], externalIPs=[next(_ext)])
+        elif frontend == "LB":
+            svc = service(
+                name,
+                [port(53, 5353, "dns", "UDP", node_port=next(_np))],
+                type="LoadBalancer",
+                lb_ingress=[{"ip": next(_lb)}],
+            )
+        else:
+            svc = service(name, [port(53, 5353, "dns", "UDP", node_port=next(_np))], type="NodePort")
         out.append(
             FlowCase(
                 name,
@@ -841,6 +933,7 @@ def flow_cases() -> list[FlowCase]:
                 [eslice(name, "a", after, dns_ep)],
                 source_port=41000 + i,
                 restart=restart,
+                frontend=frontend,
             )
         )
     return out

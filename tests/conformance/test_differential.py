@@ -204,24 +204,25 @@ def test_changes_reach_the_kernel_as_with_kube_proxy(duo: Duo) -> None:
 
 
 def _flow(duo: Duo, flows: list[c.FlowCase], label: str) -> list[Row]:
-    """One datagram of each flow from the client pod (fixed source port), in both labs."""
+    """One datagram of each flow (fixed source port), in both labs."""
     out: list[Row] = []
 
     def one(f: c.FlowCase) -> tuple[set[str], set[str]]:
-        p = c.Probe("pod", "udp", f.service_ip, 53, "ClusterIP")
-        ra = try_probe(duo.a, p, 1, source_port=f.source_port)
-        rb = try_probe(duo.b, p, 1, source_port=f.source_port)
+        ra = try_probe(duo.a, f.probe, 1, source_port=f.source_port)
+        rb = try_probe(duo.b, f.probe, 1, source_port=f.source_port)
         return {_fmt(r) for r in ra}, {_fmt(r) for r in rb}
 
     results = parallel(one, flows)
     for f, (kp, np) in zip(flows, results, strict=True):
-        out.append(REPORT.add(f.name, f"pod:{f.source_port} → ClusterIP {f.service_ip}:53/udp {label}", kp, np))
+        p = f.probe
+        h = f"[{p.host}]" if ":" in p.host else p.host
+        out.append(REPORT.add(f.name, f"{p.src}:{f.source_port} → {p.what} {h}:{p.port}/udp {label}", kp, np))
     return out
 
 
 def _new_flows(duo: Duo, flows: list[c.FlowCase], label: str) -> list[Row]:
-    """New flows (fresh source ports) to the same Services, after the open flow's datagram."""
-    probes = [c.Probe("pod", "udp", f.service_ip, 53, "ClusterIP") for f in flows]
+    """New flows (fresh source ports) to the same frontends, after the open flow's datagram."""
+    probes = [f.probe for f in flows]
     results = parallel(lambda p: compare_probe(duo.a, duo.b, p), probes)
     return [
         REPORT.add(f.name, f"{p.path()} new flows {label}", kp, np)

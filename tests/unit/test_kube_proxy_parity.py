@@ -79,21 +79,33 @@ def test_health_check_counts_only_ready_local_endpoints() -> None:
     assert dp.health_checks() == {32000: ("default/web", {4: 1})}
 
 
-def test_duplicate_endpoint_the_copy_on_this_node_wins() -> None:
-    """endpointslicecache.go: of duplicates (same ip:port), a later copy replaces an earlier one
-    when it says this node ("favor a true value" of isLocal), whatever the slice order."""
+def test_duplicate_endpoint_the_non_terminating_copy_wins() -> None:
+    """endpointslicecache.go (v1.36+, kubernetes#135593): of duplicates (same ip:port), a
+    non-terminating copy replaces a terminating one, whatever the slice order and node."""
+    old = Endpoint("10.244.1.2", ready=False, serving=True, terminating=True, node_name="n1")
+    new = Endpoint("10.244.1.2", ready=True, serving=True, terminating=False, node_name="n2")
+    for order in ([_slice("a", old), _slice("b", new)], [_slice("a", new), _slice("b", old)]):
+        got = targets(PORT, order, "n1")
+        assert [(t.address, t.endpoint.node_name) for t in got] == [("10.244.1.2", "n2")]
+        assert categorize(got, "n1", None).local == []  # the local copy is gone: none local
+    for eps in ((old, new), (new, old)):  # within one slice too
+        got = targets(PORT, [_slice("a", *eps)], "n1")
+        assert [(t.address, t.endpoint.node_name) for t in got] == [("10.244.1.2", "n2")]
+
+
+def test_duplicate_endpoint_between_equals_the_copy_on_this_node_wins() -> None:
+    """Two non-terminating copies: upstream's choice follows Go's map order (random); ours is
+    the copy on this node, at every sync."""
     remote = Endpoint("10.244.1.2", ready=True, serving=True, terminating=False, node_name="n2")
     local = Endpoint("10.244.1.2", ready=True, serving=True, terminating=False, node_name="n1")
     for order in ([_slice("a", remote), _slice("b", local)], [_slice("a", local), _slice("b", remote)]):
         got = targets(PORT, order, "n1")
         assert [(t.address, t.endpoint.node_name) for t in got] == [("10.244.1.2", "n1")]
-        assert [t.address for t in categorize(got, "n1", None).local] == ["10.244.1.2"]
-    # within one slice too
     for eps in ((remote, local), (local, remote)):
         got = targets(PORT, [_slice("a", *eps)], "n1")
         assert [(t.address, t.endpoint.node_name) for t in got] == [("10.244.1.2", "n1")]
-    # without a node name: the first copy, as before
-    assert targets(PORT, [_slice("a", remote), _slice("b", local)])[0].endpoint.node_name == "n2"
+    # without a node name: the later copy, as upstream within a slice
+    assert targets(PORT, [_slice("a", remote), _slice("b", local)])[0].endpoint.node_name == "n1"
 
 
 def test_dual_stack_health_check_counts_one_family() -> None:
