@@ -15,7 +15,7 @@ import os
 import re
 from collections.abc import Sequence
 
-from nftproxy.compiler.config import ProxyConfig
+from nftproxy.compiler.config import ProxyConfig, nodeport_address
 from nftproxy.model.balancing import ALGORITHMS
 from nftproxy.model.types import IPAddress, IPNetwork
 from nftproxy.operator.settings import Settings
@@ -87,6 +87,15 @@ def _cidr(text: str) -> IPNetwork:
         raise argparse.ArgumentTypeError(f"invalid CIDR {text!r}") from None
 
 
+def _nodeport_address(text: str) -> tuple[IPNetwork | str, ...]:
+    try:
+        return nodeport_address(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"invalid --nodeport-addresses value {text!r}: a CIDR, primary, localhost or all"
+        ) from None
+
+
 def _split(values: Sequence[str] | None) -> list[str]:
     return [v.strip() for value in values or () for v in value.split(",") if v.strip()]
 
@@ -108,8 +117,10 @@ def add_proxy_flags(p: argparse.ArgumentParser) -> None:
         help="pod CIDR(s): not masqueraded",
     )  # fmt: skip
     p.add_argument(
-        "--nodeport-addresses", action="append", default=_env_list(_env("nodeport_addresses")), metavar="CIDR",
-        help="CIDRs NodePorts answer on (default: the node's IPs)",
+        "--nodeport-addresses", action="append", default=_env_list(_env("nodeport_addresses")),
+        metavar="CIDR|primary|localhost|all",
+        help="where NodePorts answer, as kube-proxy's: CIDRs and the keywords primary (the node's IPs, the default), "
+        "localhost (127.0.0.0/8 and ::1, served in userspace for TCP) and all",
     )  # fmt: skip
     p.add_argument(
         "--masquerade-all", type=boolean, nargs="?", const=True, default=boolean(_env("masquerade_all") or ""),
@@ -156,7 +167,7 @@ def config_from_args(args: argparse.Namespace) -> ProxyConfig:
         node_name=args.node_name,
         node_ips=tuple(_ip(v) for v in _split(args.node_ip)),
         cluster_cidrs=tuple(_cidr(v) for v in _split(args.cluster_cidr)),
-        nodeport_addresses=tuple(_cidr(v) for v in _split(args.nodeport_addresses)),
+        nodeport_addresses=tuple(a for v in _split(args.nodeport_addresses) for a in _nodeport_address(v)),
         masquerade_all=args.masquerade_all,
         service_proxy_name=args.service_proxy_name,
         load_balancing=args.load_balancing,

@@ -4,9 +4,27 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
-from ipaddress import ip_network
+from ipaddress import IPv4Address, IPv6Address, ip_network
 
 from nftproxy.model.types import IPAddress, IPNetwork, Node
+from nftproxy.nft.objects import address
+
+PRIMARY = "primary"  # --nodeport-addresses keyword: the node's primary IP of each family
+LOOPBACK = {4: ip_network("127.0.0.0/8"), 6: ip_network("::1/128")}
+_ALL = {4: ip_network("0.0.0.0/0"), 6: ip_network("::/0")}
+
+
+def nodeport_address(text: str) -> tuple[IPNetwork | str, ...]:
+    """One --nodeport-addresses value, as kube-proxy v1.37 expands it (expandNodePortAddressKeywords):
+    ``primary``; ``localhost`` = 127.0.0.0/8 and ::1/128; ``all`` = 0.0.0.0/0 and ::/0; or a CIDR
+    (ValueError if it is none of these)."""
+    if text == PRIMARY:
+        return (PRIMARY,)
+    if text == "localhost":
+        return (LOOPBACK[4], LOOPBACK[6])
+    if text == "all":
+        return (_ALL[4], _ALL[6])
+    return (ip_network(text, strict=False),)
 
 
 @dataclass(frozen=True)
@@ -15,7 +33,7 @@ class ProxyConfig:
     node_zone: str | None = None  # topology.kubernetes.io/zone of this node (topology hints)
     node_ips: tuple[IPAddress, ...] = ()  # the node's primary IPs (one per family)
     cluster_cidrs: tuple[IPNetwork, ...] = ()  # --cluster-cidr: sources inside are not masqueraded
-    nodeport_addresses: tuple[IPNetwork, ...] = ()  # --nodeport-addresses; empty: node_ips
+    nodeport_addresses: tuple[IPNetwork | str, ...] = ()  # --nodeport-addresses (CIDRs, PRIMARY); empty: PRIMARY
     masquerade_all: bool = False  # --masquerade-all
     service_proxy_name: str | None = None  # handle only Services with this proxy-name label
     load_balancing: str = "random"  # --load-balancing: for Services without the annotation
@@ -34,11 +52,44 @@ class ProxyConfig:
         return replace(self, node_zone=node.zone, node_ips=ips)
 
     def nodeport_networks(self, version: int) -> list[IPNetwork]:
-        """The addresses of one family NodePorts are accepted on: the --nodeport-addresses CIDRs
-        of that family or, without the flag, the node's primary IP of that family."""
-        if self.nodeport_addresses:
-            return [n for n in self.nodeport_addresses if n.version == version]
-        return [ip_network(ip) for ip in self.node_ips if ip.version == version]
+        """The CIDRs of one family NodePorts are accepted on, as kube-proxy's NodePortAddresses:
+        --nodeport-addresses (default ``primary``: the node's primary IP of that family, unless it
+        is loopback) and, when none is of this family, all of its addresses (a /0)."""
+        out: list[IPNetwork] = []
+        for a in self.nodeport_addresses or (PRIMARY,):
+            if isinstance(a, str):
+                out += [ip_network(ip) for ip in self.node_ips if ip.version == version and not ip.is_loopback]
+            elif a.version == version:
+                out.append(a)
+        if any(n.prefixlen == 0 for n in out):
+            return [_ALL[version]]
+        return out or [_ALL[version]]
+
+    def nodeport_ip_elements(self, version: int) -> list[str]:
+        """``nodeport-ips``'s elements, as nft lists them: the networks without the loopback
+        range, which nftables cannot DNAT (kube-proxy's ``daddr != 127.0.0.0/8``; loopback
+        NodePorts are served in userspace, if at all). A prefix is written as one, any other
+        interval as ``first-last``."""
+        loop = LOOPBACK[version]
+        lo, hi = int(loop.network_address), int(loop.broadcast_address)
+        spans: list[tuple[int, int]] = []
+        for n in sorted(self.nodeport_networks(version), key=lambda n: int(n.network_address)):
+            a, b = int(n.network_address), int(n.broadcast_address)
+            pieces = [(a, b)] if b < lo or a > hi else [(a, lo - 1), (hi + 1, b)]
+            for x, y in pieces:
+                if x > y:
+                    continue
+                if spans and x <= spans[-1][1] + 1:
+                    spans[-1] = (spans[-1][0], max(spans[-1][1], y))
+                else:
+                    spans.append((x, y))
+        return [_interval(version, x, y) for x, y in spans]
+
+    def localhost_nodeports(self, version: int) -> bool:
+        """Are NodePorts asked for on this family's loopback (a CIDR inside it, e.g. the
+        ``localhost`` keyword)? Then the userspace proxy serves them (kube-proxy's
+        ContainsExplicitLoopback)."""
+        return any(n.network_address.is_loopback for n in self.nodeport_networks(version))
 
     def health_check_addresses(self, local: Iterable[IPAddress]) -> list[str]:
         """The addresses a healthCheckNodePort server listens on, as kube-proxy's: those of the
@@ -62,3 +113,15 @@ def this_node(nodes: Sequence[Node], name: str | None) -> Node | None:
     if node is None and len(nodes) == 1 and not name:
         node = nodes[0]
     return node
+
+
+def _interval(version: int, first: int, last: int) -> str:
+    def text(n: int) -> str:
+        return address(IPv4Address(n) if version == 4 else IPv6Address(n))
+
+    size = last - first + 1
+    bits = 32 if version == 4 else 128
+    if size & (size - 1) == 0 and first % size == 0:  # a prefix
+        length = bits - size.bit_length() + 1
+        return text(first) if length == bits else f"{text(first)}/{length}"
+    return f"{text(first)}-{text(last)}"

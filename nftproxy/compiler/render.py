@@ -37,8 +37,8 @@ class Renderer:
         self.static: dict[str, dict[Key, Element]] = {names.CLUSTER_CIDRS: {}, names.NODEPORT_IPS: {}}
         for net in collapse_addresses(mine):  # type: ignore[type-var]
             self.static[names.CLUSTER_CIDRS][(prefix(net),)] = Element((prefix(net),))
-        for net in collapse_addresses(config.nodeport_networks(f.version)):  # type: ignore[type-var]
-            self.static[names.NODEPORT_IPS][(prefix(net),)] = Element((prefix(net),))
+        for text in config.nodeport_ip_elements(f.version):
+            self.static[names.NODEPORT_IPS][(text,)] = Element((text,))
 
     def object_parts(self, obj: Obj) -> tuple[list[Set], list[Chain]]:
         """Memoized: with round-robin Services (objects of their own, balancing.py) there are

@@ -421,7 +421,10 @@ def _component_matches(element: str, value: Value, interval: bool) -> bool:
     if interval and "/" in element:
         return a in ip_network(element, strict=False)
     if interval and "-" in element:
-        raise Unsupported(f"an interval element written as a range: {element}")
+        first, last = (_addr(x) for x in element.split("-", 1))
+        if first is None or last is None or first.version != a.version:
+            return False
+        return int(first) <= int(a) <= int(last)
     return a == _addr(element)
 
 

@@ -173,13 +173,21 @@ def test_nodeport_addresses_limit_where_nodeports_answer() -> None:
         [N1],
         [A, B],
         flow_objects(A, B, C, T1, T2),
-        lambda n: [*flow_flags(n), "--nodeport-addresses", "fd00:198:18::/64"],
+        lambda n: [*flow_flags(n), "--nodeport-addresses", "198.19.99.0/24,fd00:198:18::/64"],
     )
     trace = limited.trace(EXT, N1.ipv4, 30080)
     assert [(o.target, o.delivered) for o in trace.outcomes] == [("ACCEPT", "local")]  # the node's own stack
     assert limited.pods(EXT, N1.ipv4, 30080) == {"refused"}  # nothing listens there
     assert limited.pods(EXT, N1.ipv6, 30080) == {"a", "b"}
     assert flows().pods(EXT, N1.ipv4, 30080) == {"a", "b"}
+    # a family without a CIDR answers on all its addresses (kube-proxy's NodePortAddresses)
+    v6_only = TracerLab(
+        [N1],
+        [A, B],
+        flow_objects(A, B, C, T1, T2),
+        lambda n: [*flow_flags(n), "--nodeport-addresses", "fd00:198:18::/64"],
+    )
+    assert v6_only.pods(EXT, N1.ipv4, 30080) == {"a", "b"}
 
 
 def test_unknown_port_from_the_node_is_not_rejected_by_us() -> None:
