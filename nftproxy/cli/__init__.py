@@ -26,10 +26,16 @@ def _load(args: argparse.Namespace) -> Inputs:
         return load(args.file, args.service_proxy_name)
 
 
+def _merged(config: ProxyConfig, inputs: Inputs) -> ProxyConfig:
+    """The flags with the Node and the ServiceCIDRs among the inputs, as the operator merges them."""
+    node = this_node(inputs.nodes, config.node_name)
+    return config.for_node(node).with_service_cidrs(n for c in inputs.service_cidrs for n in c.cidrs)
+
+
 def _compile(args: argparse.Namespace) -> tuple[Inputs, Desired]:
     config = config_from_args(args)
     inputs = _load(args)
-    config = config.for_node(this_node(inputs.nodes, config.node_name))
+    config = _merged(config, inputs)
     desired = compile_tables(inputs.services, inputs.slices, config, inputs.ignored)
     for s in (*inputs.skipped, *desired.skipped):
         print(f"nftproxy: skipped {s}", file=sys.stderr)
@@ -48,7 +54,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
     inputs = _load(args)
     backend = KernelBackend()
     try:
-        dp = Dataplane(backend, config.for_node(this_node(inputs.nodes, config.node_name)))
+        dp = Dataplane(backend, _merged(config, inputs))
         for svc in inputs.services:
             dp.set_service(svc)
         for key in inputs.ignored:

@@ -13,20 +13,23 @@ from nftproxy.diagnose.verify import Report, check, expected, read_kernel
 from nftproxy.nft.kernel import Backend, KernelBackend, NftError
 from nftproxy.operator import kube
 
+Objs = list[dict[str, Any]]
 
-def read_api(api: Any, node_name: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any] | None]:
-    """Every Service and EndpointSlice (paged lists), and this node's Node (None: not found)."""
+
+def read_api(api: Any, node_name: str) -> tuple[Objs, Objs, dict[str, Any] | None, Objs]:
+    """Every Service and EndpointSlice (paged lists), this node's Node (None: not found), and
+    the ServiceCIDRs."""
     services = [o for page in kube.service_pages(api) for o in page]
     slices = [o for page in kube.endpoint_slice_pages(api) for o in page]
-    return services, slices, kube.read_node(api, node_name)
+    return services, slices, kube.read_node(api, node_name), kube.service_cidrs(api)
 
 
 def verify_once(api: Any, backend: Backend, config: ProxyConfig) -> Report:
     """Read the API, then the kernel, and compare (what changes in between shows as a difference:
     callers checking a live cluster retry, see ``main``'s --wait)."""
     assert config.node_name
-    services, slices, node = read_api(api, config.node_name)
-    desired, tainted = expected(services, slices, node, config)
+    services, slices, node, cidrs = read_api(api, config.node_name)
+    desired, tainted = expected(services, slices, node, config, cidrs)
     return check(desired, read_kernel(backend, config.table), tainted)
 
 

@@ -37,6 +37,7 @@ class ProxyConfig:
     masquerade_all: bool = False  # --masquerade-all
     service_proxy_name: str | None = None  # handle only Services with this proxy-name label
     load_balancing: str = "random"  # --load-balancing: for Services without the annotation
+    service_cidrs: tuple[IPNetwork, ...] = ()  # the cluster's ServiceCIDR objects (networking.k8s.io/v1)
     table: str = "nftproxy"
 
     def for_node(self, node: Node | None) -> ProxyConfig:
@@ -50,6 +51,10 @@ class ProxyConfig:
             ip for version in (4, 6) for ip in [a for a in node.addresses if a.version == version][:1]
         )
         return replace(self, node_zone=node.zone, node_ips=ips)
+
+    def with_service_cidrs(self, cidrs: Iterable[IPNetwork]) -> ProxyConfig:
+        """This config with the cluster's ServiceCIDRs (sorted: the same set is the same config)."""
+        return replace(self, service_cidrs=tuple(sorted(set(cidrs), key=lambda n: (n.version, str(n)))))
 
     def nodeport_networks(self, version: int) -> list[IPNetwork]:
         """The CIDRs of one family NodePorts are accepted on, as kube-proxy's NodePortAddresses:

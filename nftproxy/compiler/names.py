@@ -25,6 +25,7 @@ DISPATCH_MAPS = (SERVICE_IPS, SERVICE_NODEPORTS, NO_ENDPOINT_SERVICES, NO_ENDPOI
 CLUSTER_IPS = "cluster-ips"  # every ClusterIP: its other ports are rejected
 NODEPORT_IPS = "nodeport-ips"  # the addresses NodePorts answer on (config)
 CLUSTER_CIDRS = "cluster-cidrs"  # pod CIDRs: sources not masqueraded (config)
+SERVICE_CIDRS = "service-cidrs"  # the ServiceCIDRs' ranges: an unallocated address is dropped
 HAIRPIN_ENDPOINTS = "hairpin-endpoints"  # endpoint . itself
 FIREWALL_IPS = "firewall-ips"  # LoadBalancer IP . proto . port with loadBalancerSourceRanges
 FIREWALL_ALLOW = "firewall-allow"  # … . allowed source range
@@ -34,7 +35,7 @@ STICKY_SERVICES = "sticky-services"  # Service IP . proto . port -> jump sticky-
 STICKY_NODEPORTS = "sticky-nodeports"  # proto . NodePort -> jump sticky-<tag>-<timeout>
 LOCAL_POLICY_SHORT_CIRCUIT = "local-policy-short-circuit"  # eTP Local: pod/node traffic to all endpoints
 NODEPORT_SHORT_CIRCUIT = "nodeport-short-circuit"
-CONFIG_SETS = (CLUSTER_CIDRS, NODEPORT_IPS)  # elements from the config, not from any Service
+CONFIG_SETS = (CLUSTER_CIDRS, NODEPORT_IPS, SERVICE_CIDRS)  # elements from the config, not from any Service
 
 # -- sessionAffinity ClientIP: per Service port and endpoint list, as kube-proxy's per-endpoint
 # sets, one record per client shared by every frontend of the port (ClusterIP, NodePort,

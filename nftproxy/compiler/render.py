@@ -34,11 +34,13 @@ class Renderer:
         self.base_chains = {c.name: c for c in skeleton.base_chains(f)}
         self._parts: dict[Obj, tuple[list[Set], list[Chain]]] = {}
         self._set_owner: dict[str, Obj] = {}  # map name -> the object declaring it (memo)
-        self.static: dict[str, dict[Key, Element]] = {names.CLUSTER_CIDRS: {}, names.NODEPORT_IPS: {}}
+        self.static: dict[str, dict[Key, Element]] = {n: {} for n in names.CONFIG_SETS}
         for net in collapse_addresses(mine):  # type: ignore[type-var]
             self.static[names.CLUSTER_CIDRS][(prefix(net),)] = Element((prefix(net),))
         for text in config.nodeport_ip_elements(f.version):
             self.static[names.NODEPORT_IPS][(text,)] = Element((text,))
+        for net in collapse_addresses([n for n in config.service_cidrs if n.version == f.version]):  # type: ignore[type-var]
+            self.static[names.SERVICE_CIDRS][(prefix(net),)] = Element((prefix(net),))
 
     def object_parts(self, obj: Obj) -> tuple[list[Set], list[Chain]]:
         """Memoized: with round-robin Services (objects of their own, balancing.py) there are

@@ -70,7 +70,7 @@ REGULAR_CHAINS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "nodeport-endpoints-check",
         ("fib daddr type local {ip} daddr @nodeport-ips meta l4proto . th dport vmap @no-endpoint-nodeports",),
     ),
-    ("cluster-ips-check", ("{ip} daddr @cluster-ips reject",)),
+    ("cluster-ips-check", ("{ip} daddr @cluster-ips reject", "{ip} daddr @service-cidrs drop")),
     (
         "firewall-check",
         (
@@ -120,6 +120,7 @@ SETS: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
     (names.CLUSTER_IPS, "type {addr}", (), "every ClusterIP: other ports are rejected"),
     (names.NODEPORT_IPS, "type {addr}", ("interval",), "addresses NodePorts answer on"),
     (names.CLUSTER_CIDRS, "type {addr}", ("interval",), "pod CIDRs: sources not masqueraded"),
+    (names.SERVICE_CIDRS, "type {addr}", ("interval",), "ServiceCIDRs: unallocated addresses are dropped"),
     (names.HAIRPIN_ENDPOINTS, "type {addr} . {addr}", (), "endpoint . itself: hairpin traffic is masqueraded"),
     (
         names.FIREWALL_IPS,

@@ -22,8 +22,8 @@ from typing import Any
 from nftproxy.compiler import ProxyConfig, balancing, compile_tables, names
 from nftproxy.compiler.build import Desired
 from nftproxy.compiler.config import this_node
-from nftproxy.model.parse import SERVICE_NAME_LABEL, parse_endpoint_slice, parse_node, parse_service
-from nftproxy.model.types import EndpointSlice, Node, Service, Skipped
+from nftproxy.model.parse import SERVICE_NAME_LABEL, parse_endpoint_slice, parse_node, parse_service, parse_service_cidr
+from nftproxy.model.types import EndpointSlice, Node, Service, ServiceCIDR, Skipped
 from nftproxy.nft.kernel import Backend
 from nftproxy.nft.objects import Element, Family, Key, Table
 
@@ -344,6 +344,7 @@ def expected(
     slices: Iterable[Mapping[str, Any]],
     node: Mapping[str, Any] | None,
     config: ProxyConfig,
+    service_cidrs: Iterable[Mapping[str, Any]] = (),
 ) -> tuple[Desired, dict[str, str]]:
     """The tables the API's raw objects call for, and the Services whose API version is unusable
     ("namespace/name" -> reason): for those the proxy keeps serving its last good version."""
@@ -371,7 +372,8 @@ def expected(
             if owner:
                 tainted.setdefault(f"{meta.get('namespace') or 'default'}/{owner}", str(s))
     nodes = [n for n in ([parse_node(node)] if node is not None else []) if isinstance(n, Node)]
-    config = config.for_node(this_node(nodes, config.node_name))
+    cidrs = [c for c in map(parse_service_cidr, service_cidrs) if isinstance(c, ServiceCIDR)]
+    config = config.for_node(this_node(nodes, config.node_name)).with_service_cidrs(n for c in cidrs for n in c.cidrs)
     return compile_tables(good_services, good_slices, config, ignored), tainted
 
 

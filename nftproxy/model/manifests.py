@@ -10,8 +10,8 @@ from typing import Any
 
 import yaml
 
-from nftproxy.model.parse import Ignored, parse_endpoint_slice, parse_node, parse_service
-from nftproxy.model.types import EndpointSlice, Node, Service, Skipped
+from nftproxy.model.parse import Ignored, parse_endpoint_slice, parse_node, parse_service, parse_service_cidr
+from nftproxy.model.types import EndpointSlice, Node, Service, ServiceCIDR, Skipped
 
 
 class ManifestError(Exception):
@@ -25,6 +25,7 @@ class Inputs:
     nodes: tuple[Node, ...]
     skipped: tuple[Skipped, ...]
     ignored: tuple[str, ...]  # "ns/name" of Services deliberately not proxied (headless, …)
+    service_cidrs: tuple[ServiceCIDR, ...] = ()
 
 
 def _read(path: str) -> str:
@@ -82,22 +83,25 @@ def classify(objects: Iterable[Any], proxy_name: str | None = None) -> Inputs:
     nodes: list[Node] = []
     skipped: list[Skipped] = []
     ignored: list[str] = []
+    cidrs: list[ServiceCIDR] = []
     for obj in objects:
         if not isinstance(obj, Mapping):
             skipped.append(Skipped("object", "", "?", f"not a Kubernetes object: {str(obj)[:40]!r}"))
             continue
         kind = obj.get("kind")
-        result: Service | EndpointSlice | Node | Skipped | Ignored
+        result: Service | EndpointSlice | Node | ServiceCIDR | Skipped | Ignored
         if kind == "Service":
             result = parse_service(obj, proxy_name)
         elif kind == "EndpointSlice":
             result = parse_endpoint_slice(obj)
         elif kind == "Node":
             result = parse_node(obj)
+        elif kind == "ServiceCIDR":
+            result = parse_service_cidr(obj)
         else:
             meta = obj.get("metadata") if isinstance(obj.get("metadata"), Mapping) else {}
             name = str(meta.get("name", "?")) if isinstance(meta, Mapping) else "?"
-            skipped.append(Skipped(str(kind), "", name, "not a Service, EndpointSlice or Node"))
+            skipped.append(Skipped(str(kind), "", name, "not a Service, EndpointSlice, Node or ServiceCIDR"))
             continue
         if isinstance(result, Service):
             services.append(result)
@@ -105,9 +109,11 @@ def classify(objects: Iterable[Any], proxy_name: str | None = None) -> Inputs:
             slices.append(result)
         elif isinstance(result, Node):
             nodes.append(result)
+        elif isinstance(result, ServiceCIDR):
+            cidrs.append(result)
         elif isinstance(result, Skipped):
             skipped.append(result)
         elif kind == "Service":
             meta = obj["metadata"]
             ignored.append(f"{meta.get('namespace') or 'default'}/{meta.get('name')}")
-    return Inputs(tuple(services), tuple(slices), tuple(nodes), tuple(skipped), tuple(ignored))
+    return Inputs(tuple(services), tuple(slices), tuple(nodes), tuple(skipped), tuple(ignored), tuple(cidrs))

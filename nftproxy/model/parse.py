@@ -22,6 +22,7 @@ from nftproxy.model.types import (
     IPNetwork,
     Node,
     Service,
+    ServiceCIDR,
     ServicePort,
     Skipped,
 )
@@ -395,3 +396,14 @@ def parse_node(obj: Mapping[str, Any]) -> Node | Skipped:
         )
     except (_Invalid, KeyError) as e:
         return Skipped("Node", "", name or "?", str(e))
+
+
+def parse_service_cidr(obj: Mapping[str, Any]) -> ServiceCIDR | Skipped:
+    """A ServiceCIDR's ``spec.cidrs`` (kube-proxy drops traffic to their unallocated addresses)."""
+    _, name = _meta(obj)
+    try:
+        spec = _map(obj.get("spec"), "spec")
+        cidrs = tuple(_cidr(c, "spec.cidrs") for c in _list(spec.get("cidrs"), "spec.cidrs"))
+        return ServiceCIDR(name=name, cidrs=cidrs)
+    except _Invalid as e:
+        return Skipped("ServiceCIDR", "", name or "?", str(e))

@@ -90,6 +90,14 @@ class Node:
         return dict(self.labels).get("topology.kubernetes.io/zone")
 
 
+@dataclass(frozen=True)
+class ServiceCIDR:
+    """A networking.k8s.io/v1 ServiceCIDR: ranges ClusterIPs are allocated from."""
+
+    name: str
+    cidrs: tuple[IPNetwork, ...]
+
+
 @dataclass(frozen=True, slots=True)
 class Skipped:
     """An object left out, and why: reported in logs, Events and ProxyStatus."""

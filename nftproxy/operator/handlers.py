@@ -127,10 +127,22 @@ async def initial_load(ctx: Context) -> None:
     async def read_node() -> dict[str, Any] | None:
         return await loop.run_in_executor(None, kube.read_node, ctx.api, ctx.settings.node_name)
 
+    async def read_cidrs() -> list[dict[str, Any]]:
+        """Best effort, once: without them only the drop of unallocated Service addresses waits
+        (for kopf's watch), so a refused or failed list never holds up the first sync."""
+        try:
+            return await loop.run_in_executor(None, kube.service_cidrs, ctx.api)
+        except Exception as e:
+            log.warning("listing the ServiceCIDRs failed (%s): their drop rule waits for the watch", e)
+            return []
+
     with heap.bulk_decode():
         node_task = asyncio.create_task(_retrying("reading the Node", read_node))
+        cidrs_task = asyncio.create_task(read_cidrs())
         n_services, n_slices = await relist(ctx, initial=True)
         node = await node_task
+    for obj in await cidrs_task:
+        ctx.syncer.service_cidr_changed(obj["metadata"]["name"], obj)
     if node is None:
         log.warning("Node %s not found: NodePorts wait for it", ctx.settings.node_name)
     else:
@@ -291,6 +303,15 @@ async def node_event(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: An
     if type != "DELETED" and body.get("metadata", {}).get("name") == ctx.settings.node_name:
         ctx.syncer.node_changed(body)
         ctx.writer.node_uid = body["metadata"].get("uid")
+
+
+@kopf.on.event("networking.k8s.io", "v1", "servicecidrs")
+async def service_cidr_event(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    """The cluster's ServiceCIDRs: traffic to their unallocated addresses is dropped. A change is
+    applied at the next sync (kube-proxy waits for its hourly full sync: a difference on purpose)."""
+    ctx = _ctx(memo)
+    ctx.syncer.metrics.watch_events.labels("servicecidrs").inc()
+    ctx.syncer.service_cidr_changed(body["metadata"]["name"], None if type == "DELETED" else body)
 
 
 @kopf.on.probe(id="lastSync")

@@ -12,15 +12,16 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
+from nftproxy.compiler import ProxyConfig
 from nftproxy.dataplane.sync import Dataplane
-from nftproxy.model.parse import Ignored, parse_endpoint_slice, parse_node, parse_service
-from nftproxy.model.types import EndpointSlice, Node, Service, Skipped
+from nftproxy.model.parse import Ignored, parse_endpoint_slice, parse_node, parse_service, parse_service_cidr
+from nftproxy.model.types import EndpointSlice, Node, Service, ServiceCIDR, Skipped
 from nftproxy.operator.metrics import Metrics
 from nftproxy.operator.settings import Settings
 
 log = logging.getLogger("nftproxy.syncer")
 
-Change = Service | EndpointSlice | Node | Skipped | Ignored | None
+Change = Service | EndpointSlice | Node | ServiceCIDR | Skipped | Ignored | None
 
 
 def _trigger_epoch(text: str | None) -> float | None:
@@ -43,6 +44,7 @@ class Intake:
         self.bad: dict[tuple[str, str], Skipped] = {}  # parse failures, per object
         self.versions: dict[tuple[str, str], str] = {}  # resourceVersion last queued, per object
         self.node: Node | None = None
+        self.service_cidrs: dict[str, ServiceCIDR] = {}  # by name: the cluster's ServiceCIDRs
 
     def service_changed(self, key: str, obj: Mapping[str, Any] | None) -> None:
         if self._seen(("svc", key), obj):
@@ -81,6 +83,22 @@ class Intake:
         if isinstance(node, Node) and node != self.node:
             self._queue(("node", node.name), node)
 
+    def service_cidr_changed(self, name: str, obj: Mapping[str, Any] | None) -> None:
+        """A ServiceCIDR added, changed or deleted: applied at the next sync (kube-proxy waits
+        for its hourly full sync)."""
+        value = None if obj is None else parse_service_cidr(obj)
+        if isinstance(value, Skipped):
+            log.warning("ServiceCIDR %s skipped: %s", name, value.reason)
+            return
+        if value != self.service_cidrs.get(name):
+            self._queue(("cidr", name), value)
+
+    def config(self) -> ProxyConfig:
+        """The flags with this node's Node and the cluster's ServiceCIDRs merged in: the one place
+        the operator builds the dataplane's config."""
+        cidrs = (n for c in self.service_cidrs.values() for n in c.cidrs)
+        return self.settings.proxy.for_node(self.node).with_service_cidrs(cidrs)
+
     def _queue(self, key: tuple[str, str], value: Change) -> None:
         if not self.pending:
             self.pending_since = time.monotonic()
@@ -108,11 +126,19 @@ class Intake:
         self.metrics.service_changes_pending.set(0)
         self.metrics.endpoint_changes_pending.set(0)
         triggers: list[float] = []
+        config_changed = False
         for (kind, key), value in pending.items():
             if kind == "node":
                 assert isinstance(value, Node)
                 self.node = value
-                dp.set_config(self.settings.proxy.for_node(value))  # the Node merged into the flags
+                config_changed = True
+                continue
+            if kind == "cidr":
+                if isinstance(value, ServiceCIDR):
+                    self.service_cidrs[key] = value
+                else:
+                    self.service_cidrs.pop(key, None)
+                config_changed = True
                 continue
             what = "Service" if kind == "svc" else "EndpointSlice"
             if isinstance(value, Skipped):
@@ -134,4 +160,6 @@ class Intake:
                     triggers.append(t)
             else:  # deleted, or an FQDN slice
                 dp.delete_slice(key)
+        if config_changed:
+            dp.set_config(self.config())
         return triggers

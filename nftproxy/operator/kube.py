@@ -80,6 +80,16 @@ def endpoint_slice_pages(api: Any, on_version: Callable[[str], None] | None = No
     return pages(api, "/apis/discovery.k8s.io/v1/endpointslices", on_version=on_version)
 
 
+def service_cidrs(api: Any) -> list[dict[str, Any]]:
+    """Every networking.k8s.io/v1 ServiceCIDR ([] where the API has none: before Kubernetes 1.33)."""
+    try:
+        return [o for page in pages(api, "/apis/networking.k8s.io/v1/servicecidrs") for o in page]
+    except ApiException as e:
+        if e.status == 404:
+            return []
+        raise
+
+
 class Prefetch:
     """A list fetched (and JSON-decoded) by a thread from the start of the process, while the
     rest of the operator imports and starts (~0.4 s, kopf and aiohttp): the apiserver's work for

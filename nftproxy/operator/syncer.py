@@ -107,6 +107,9 @@ class Syncer:
     def node_changed(self, obj: Mapping[str, Any]) -> None:
         self.intake.node_changed(obj)
 
+    def service_cidr_changed(self, name: str, obj: Mapping[str, Any] | None) -> None:
+        self.intake.service_cidr_changed(name, obj)
+
     def held(self) -> set[tuple[str, str]]:
         """(kind, key) of every Service and EndpointSlice held (as last listed or watched)."""
         return self.intake.held()

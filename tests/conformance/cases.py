@@ -28,7 +28,10 @@ OTHER = "node-2"
 ZONE, OTHER_ZONE = "zone-a", "zone-b"
 NODE4, NODE6 = "198.18.0.1", "fd00:198:18::1"
 NODE2_4 = "198.18.0.2"
-GW4, GW6 = "10.244.1.1", "fd00:10:244:1::1"  # the node's pod-network gateway addresses (NetLab)
+GW4, GW6 = "10.244.1.1", "fd00:10:244:1::1"
+# a ServiceCIDR created during the change cases (chg-service-cidr-added); the apiserver's own
+# ServiceCIDR "kubernetes" is netlab's SERVICE4/SERVICE6
+EXTRA_SERVICE_CIDR4 = "10.97.0.0/24"  # the node's pod-network gateway addresses (NetLab)
 
 # Pod addresses, in the order harness.build_lab creates them (asserted there).
 PODS: dict[str, tuple[str, str, str]] = {  # name -> (node, ipv4, ipv6)
@@ -691,6 +694,32 @@ def catalog() -> list[Case]:
             list(frontends(svc, ("pod",), ())),
         )
     )
+    # ServiceCIDRs (kube-proxy v1.34+ too): an unallocated address of them is dropped; a live
+    # ClusterIP's unknown port is rejected (from a pod; the node's own packets pass, as upstream)
+    name = "service-cidr-unallocated"
+    svc = service(name, HTTP, families=(4, 6))
+    probes = [
+        Probe(src, proto, host, 80, "unallocated")
+        for src in ("pod", "node")
+        for proto in ("tcp", "udp")
+        for host in ("10.96.250.1", "fd00:10:96::fa01")
+    ]
+    probes += [
+        Probe(src, "tcp", ip, 81, "ClusterIP unknown port")
+        for src in ("pod", "node")
+        for ip in svc["spec"]["clusterIPs"]
+    ]
+    add(
+        Case(
+            name,
+            [
+                svc,
+                eslice(name, "v4", [ep("a1")], HTTP_EP),
+                eslice(name, "v6", [ep("a1", family=6)], HTTP_EP, family=6),
+            ],
+            probes,
+        )
+    )
     name = "externalname"
     add(
         Case(
@@ -1001,6 +1030,17 @@ def change_cases() -> list[ChangeCase]:
             name, [svc, sl(name, [ep("b1")])], [sl(name, [ep("a1"), ep("b1")])], [], list(frontends(svc, ("pod",), ()))
         )
     )
+    # a ServiceCIDR created: nftproxy drops its unallocated addresses at once, kube-proxy at its
+    # next full sync (hourly): differences.py
+    name = "chg-service-cidr-added"
+    cidr = {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "ServiceCIDR",
+        "metadata": {"name": "conformance-extra"},
+        "spec": {"cidrs": [EXTRA_SERVICE_CIDR4]},
+    }
+    probes = [Probe(src, proto, "10.97.0.200", 80, "unallocated") for src in ("pod",) for proto in ("tcp", "udp")]
+    out.append(ChangeCase(name, [], [cidr], [], probes))
     name = "chg-affinity-turned-off"
     svc = np_svc(name, sessionAffinity="ClientIP", sessionAffinityConfig={"clientIP": {"timeoutSeconds": 300}})
     off = json_copy(svc)

@@ -85,6 +85,16 @@ def build_lab(lab: NetLab) -> dict[str, Host]:
         f"route add {EXTERNAL6} via {ext1.ipv6}",
         f"route replace {SERVICE4} via {ext1.ipv4}",  # the same for Service IPs no proxy programs
         f"route replace {SERVICE6} via {ext1.ipv6}",
+        f"route replace {c.EXTRA_SERVICE_CIDR4} via {ext1.ipv4}",
+    )
+    # ... where every Service address answers (AnyIP: refused, a TCP RST or ICMP port unreachable),
+    # so that a packet a proxy drops at the node (a timeout: unallocated addresses of the
+    # ServiceCIDRs) is told apart from one that left it
+    lab.ip(
+        ext1,
+        f"route add local {SERVICE4} dev lo",
+        f"-6 route add local {SERVICE6} dev lo",
+        f"route add local {c.EXTRA_SERVICE_CIDR4} dev lo",
     )
     ext2 = lab.add_client("ext2", 101, via=n1)
     return {"pod": lab.pods["c1"], "node": n1, "ext1": ext1, "ext2": ext2, "pod2": lab.pods["c2"]}

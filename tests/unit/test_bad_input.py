@@ -50,7 +50,10 @@ BAD = [
         "EndpointSlice default/orphan: no Service default/missing",
     ),
     ("just a string", "not a Kubernetes object"),
-    ({"kind": "ConfigMap", "metadata": {"name": "cm"}}, "ConfigMap cm: not a Service, EndpointSlice or Node"),
+    (
+        {"kind": "ConfigMap", "metadata": {"name": "cm"}},
+        "ConfigMap cm: not a Service, EndpointSlice, Node or ServiceCIDR",
+    ),
 ]
 
 
