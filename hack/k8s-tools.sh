@@ -7,6 +7,9 @@
 # into ${NFTPROXY_CACHE:-$HOME/.cache/nftproxy}/bin. etcd comes from Debian's etcd-server
 # (hack/install.sh). Idempotent: each binary carries a version stamp, a second run prints "cached".
 # Needs only Go (>= 1.26, as k8s.io/kubernetes v1.37 declares) and the Go module proxy; the first run takes a long while on 2 cores.
+# K8S_TOOLS="kube-apiserver" builds only those commands, K8S_NO_HELM=1 skips helm: hack/test.sh
+# builds the oldest Kubernetes the chart claims (Chart.yaml kubeVersion) that way, into its own
+# cache (NFTPROXY_CACHE=.../oldest), for the chart tests against it.
 set -euo pipefail
 
 K8S_VERSION=${K8S_VERSION:-v1.37.2}   # the reference kube-proxy and the cluster; override e.g. K8S_VERSION=v1.35.4
@@ -41,7 +44,7 @@ flock 9
 log "go: $("$GO" version); cache: $CACHE"
 
 # ---------------------------------------------------------------- k8s.io/kubernetes commands
-K8S_CMDS=(kube-apiserver kubectl kube-controller-manager kube-scheduler kubelet kube-proxy)
+read -r -a K8S_CMDS <<< "${K8S_TOOLS:-kube-apiserver kubectl kube-controller-manager kube-scheduler kubelet kube-proxy}"
 missing=()
 for c in "${K8S_CMDS[@]}"; do fresh "$c" "$K8S_VERSION" || missing+=("$c"); done
 if [ ${#missing[@]} -eq 0 ]; then
@@ -112,7 +115,9 @@ else
 fi
 
 # ---------------------------------------------------------------- helm
-if fresh helm "$HELM_VERSION"; then
+if [ -n "${K8S_NO_HELM:-}" ]; then
+  log "helm: not wanted here (K8S_NO_HELM)"
+elif fresh helm "$HELM_VERSION"; then
   log "helm $HELM_VERSION: cached"
 else
   log "building helm $HELM_VERSION (go install helm.sh/helm/v3/cmd/helm@$HELM_VERSION)"
@@ -125,7 +130,10 @@ else
   log "built $BIN/helm ($HELM_VERSION)"
 fi
 
-for b in "${K8S_CMDS[@]}" helm; do
+wanted=("${K8S_CMDS[@]}")
+helm_note=", no helm"
+[ -n "${K8S_NO_HELM:-}" ] || { wanted+=(helm); helm_note=", helm $HELM_VERSION"; }
+for b in "${wanted[@]}"; do
   [ -x "$BIN/$b" ] || { echo "k8s-tools: $BIN/$b missing after build" >&2; exit 1; }
 done
-log "ready: $BIN (${K8S_CMDS[*]} $K8S_VERSION, helm $HELM_VERSION)"
+log "ready: $BIN (${K8S_CMDS[*]} $K8S_VERSION$helm_note)"

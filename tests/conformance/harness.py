@@ -93,7 +93,7 @@ def build_lab(lab: NetLab) -> dict[str, Host]:
     lab.ip(
         ext1,
         f"route add local {SERVICE4} dev lo",
-        f"-6 route add local {SERVICE6} dev lo",
+        f"route add local {SERVICE6} dev lo",
         f"route add local {c.EXTRA_SERVICE_CIDR4} dev lo",
     )
     ext2 = lab.add_client("ext2", 101, via=n1)
