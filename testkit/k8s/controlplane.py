@@ -358,8 +358,10 @@ class ControlPlane:
         service_accounts: bool = False,
         etcd_data_dir: str | os.PathLike[str] | None = None,
         audit: bool = False,
+        apiserver_bin: str | os.PathLike[str] | None = None,
     ) -> None:
         self._own_workdir = workdir is None
+        self._apiserver_bin_arg = Path(apiserver_bin) if apiserver_bin is not None else None
         self._workdir_arg = Path(workdir).resolve() if workdir is not None else None
         self._workdir: Path | None = self._workdir_arg
         self.detached = detached
@@ -453,7 +455,7 @@ class ControlPlane:
         if self._etcd is not None:
             raise ControlPlaneError("control plane already started")
         etcd_bin = find_binary("etcd")
-        apiserver_bin = find_binary("kube-apiserver")
+        apiserver_bin = self._apiserver_bin_arg or find_binary("kube-apiserver")
         self._kubectl_bin = find_binary("kubectl")
         if self._workdir_arg is None:
             self._workdir = Path(tempfile.mkdtemp(prefix="nftproxy-k8s-"))

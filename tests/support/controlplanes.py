@@ -3,16 +3,34 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from testkit.k8s.controlplane import ControlPlane, ControlPlaneError
+from testkit.k8s.controlplane import ControlPlane, ControlPlaneError, cache_dir
+
+OLDEST = "v1.35.4"  # the oldest Kubernetes the chart claims (Chart.yaml kubeVersion), hack/test.sh builds it
 
 
-def started_control_plane(*, audit: bool = False) -> Iterator[ControlPlane]:
+def oldest_apiserver() -> Path:
+    """The kube-apiserver of the oldest Kubernetes the chart claims, built by hack/test.sh (fails
+    the test, with the command, when it is missing)."""
+    path = cache_dir() / "oldest" / "bin" / "kube-apiserver"
+    stamp = path.parent / ".kube-apiserver.version"
+    if not path.is_file() or not stamp.is_file() or stamp.read_text().strip() != OLDEST:
+        pytest.fail(
+            f"no kube-apiserver {OLDEST} at {path}: NFTPROXY_CACHE=<cache>/oldest K8S_VERSION={OLDEST} "
+            "K8S_TOOLS=kube-apiserver K8S_NO_HELM=1 bash hack/k8s-tools.sh (hack/test.sh runs it)",
+            pytrace=False,
+        )
+    return path
+
+
+def started_control_plane(*, audit: bool = False, apiserver_bin: Path | None = None) -> Iterator[ControlPlane]:
     """For a fixture: ``yield from started_control_plane()``; stopped (no process left) after.
-    ``audit``: the apiserver logs every request (ControlPlane.read_audit_log)."""
-    cp = ControlPlane(audit=audit)
+    ``audit``: the apiserver logs every request (ControlPlane.read_audit_log); ``apiserver_bin``:
+    another kube-apiserver than the pinned one (e.g. :func:`oldest_apiserver`)."""
+    cp = ControlPlane(audit=audit, apiserver_bin=apiserver_bin)
     try:
         cp.start()
     except ControlPlaneError as e:
