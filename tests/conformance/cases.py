@@ -1054,6 +1054,19 @@ def change_cases() -> list[ChangeCase]:
     return out
 
 
+NODE4_NEW = "198.18.0.11"  # node-1's IPv4 after node_ip_change (an address added in both labs)
+
+
+def node_ip_change() -> tuple[str, list[Obj], list[Probe]]:
+    """Item 5: node-1's InternalIP changes (the Node patched). A NodePort Service, and the probes
+    made to it on the old and the new address once both proxies have caught up."""
+    name = "node-ip-changed"
+    svc = service(name, [port(80, 8080, "http", node_port=next(_np))], type="NodePort")
+    np = svc["spec"]["ports"][0]["nodePort"]
+    probes = [Probe("ext1", "tcp", host, np, "NodePort") for host in (NODE4, NODE4_NEW, NODE6)]
+    return name, [svc, eslice(name, "a", [ep("a1")], HTTP_EP)], probes
+
+
 def json_copy(obj: Obj) -> Obj:
     import json  # noqa: PLC0415
 

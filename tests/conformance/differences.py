@@ -8,6 +8,12 @@ Any other DIFF fails the suite.
 from __future__ import annotations
 
 INTENTIONAL: dict[str, str] = {
+    "node-ip-changed": (
+        "When its Node's IPs change (or the Node is deleted), kube-proxy v1.37 exits so that its "
+        "DaemonSet restarts it, and NodePorts, health checks and source ranges wait for the restart. "
+        "nftproxy keeps running and resyncs at once with the new addresses; the NodePorts then "
+        "answer as the restarted kube-proxy's do (case node-ip-changed-probes matches)."
+    ),
     "chg-service-cidr-added": (
         "A new ServiceCIDR's unallocated addresses are dropped at the next sync. kube-proxy "
         "(v1.34-v1.37) notes the change and rewrites its drop rule only at its hourly full sync or "

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from testkit.k8s.controlplane import ControlPlane
-from testkit.k8s.kubeproxy import KubeProxy, http_get_in, wait_synced
+from testkit.k8s.kubeproxy import KubeProxy, KubeProxyError, http_get_in, wait_synced
 from testkit.lab.netlab import (
     CLUSTER4,
     CLUSTER6,
@@ -164,6 +164,13 @@ class KubeProxyRef(Proxy):
     def log_tail(self) -> str:
         return self.kp.log_tail(60)
 
+    def exited(self) -> bool:
+        try:
+            self.kp.check_running()
+        except KubeProxyError:
+            return True
+        return False
+
 
 class NftProxy(Proxy):
     title = "nftproxy"
@@ -212,6 +219,9 @@ class NftProxy(Proxy):
             raise AssertionError(f"{e}\n{self.log_tail()}") from None
         if self.proc.poll() is not None:
             raise AssertionError(f"nftproxy exited:\n{self.log_tail()}")
+
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
 
     def log_tail(self) -> str:
         try:

@@ -255,3 +255,63 @@ def test_open_udp_flows_across_changes(duo: Duo) -> None:
     rows += _flow(duo, restart, "after a restart")
     rows += _new_flows(duo, restart, "after a restart")
     _check(rows)
+
+
+def _node_addresses(duo: Duo, ipv4: str) -> None:
+    addresses = [
+        {"type": "InternalIP", "address": ipv4},
+        {"type": "InternalIP", "address": c.NODE6},
+        {"type": "Hostname", "address": c.NODE},
+    ]
+    duo.cp.kubectl(
+        "patch", "node", c.NODE, "--subresource=status", "--type=merge",
+        "-p", json.dumps({"status": {"addresses": addresses}}),
+    )  # fmt: skip
+
+
+def _after_node_change(duo: Duo, label: str, since: float) -> list[Row]:
+    """kube-proxy v1.37 exits when its Node's IPs change (pkg/proxy/node.go NodeManager): it is
+    started again, as its DaemonSet would; nftproxy must go on running and resync by itself."""
+    a, b = duo.a.proxy, duo.b.proxy
+    assert isinstance(a, KubeProxyRef) and isinstance(b, NftProxy)
+    deadline = time.time() + 30
+    while not a.exited() and time.time() < deadline:
+        time.sleep(0.2)
+    kp_state = "exited (restarted, as its DaemonSet would)" if a.exited() else "running"
+    np_state = "running" if b.running() else "exited"
+    rows = [REPORT.add("node-ip-changed", f"the proxy process when the Node's IPs changed {label}", kp_state, np_state)]
+    if a.exited():
+        a.stop()
+        a.start()
+    settle(duo.sides, since, change=True, quiet=2.5)
+    return rows
+
+
+def test_node_ip_change(duo: Duo) -> None:
+    """Item 5. Last: it changes node-1's Node (then restores it), which every NodePort case uses."""
+    name, objects, probes = c.node_ip_change()
+    if (only := os.environ.get("NFTPROXY_CONFORMANCE_ONLY")) and not re.search(only, name):
+        pytest.skip("not selected (NFTPROXY_CONFORMANCE_ONLY)")
+    for s in duo.sides:
+        s.lab.ip(s.node, f"addr add {c.NODE4_NEW}/24 dev eth0")
+    since = time.time()
+    duo.apply(objects)
+    settle(duo.sides, since, change=True)
+
+    def probe_all(label: str) -> list[Row]:
+        results = parallel(lambda p: compare_probe(duo.a, duo.b, p), probes)
+        return [
+            REPORT.add(f"{name}-probes", f"{p.path()} {label}", kp, np)
+            for p, (kp, np) in zip(probes, results, strict=True)
+        ]
+
+    rows = probe_all("before")
+    since = time.time()
+    _node_addresses(duo, c.NODE4_NEW)
+    rows += _after_node_change(duo, "(to the new address)", since)
+    rows += probe_all("after the change")
+    since = time.time()
+    _node_addresses(duo, c.NODE4)  # back, for any test after this one
+    rows += _after_node_change(duo, "(back)", since)
+    rows += probe_all("after the change back")
+    _check(rows)
