@@ -41,6 +41,11 @@ BASE_CHAINS: tuple[tuple[str, Hook, tuple[str, ...]], ...] = (
         ),
     ),
     (
+        "filter-output-post-dnat",
+        Hook("filter", "output", 0, "0: after nat-output's DNAT, so only a Service IP no rule took is left"),
+        ("ct state new jump cluster-ips-check",),
+    ),
+    (
         "nat-prerouting",
         Hook("nat", "prerouting", -100, "-100 (dstnat): DNAT Service traffic entering the node, before routing"),
         ("jump services",),

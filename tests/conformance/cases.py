@@ -1039,7 +1039,9 @@ def change_cases() -> list[ChangeCase]:
         "metadata": {"name": "conformance-extra"},
         "spec": {"cidrs": [EXTRA_SERVICE_CIDR4]},
     }
-    probes = [Probe(src, proto, "10.97.0.200", 80, "unallocated") for src in ("pod",) for proto in ("tcp", "udp")]
+    probes = [
+        Probe(src, proto, "10.97.0.200", 80, "unallocated") for src in ("pod", "node") for proto in ("tcp", "udp")
+    ]
     out.append(ChangeCase(name, [], [cidr], [], probes))
     name = "chg-affinity-turned-off"
     svc = np_svc(name, sessionAffinity="ClientIP", sessionAffinityConfig={"clientIP": {"timeoutSeconds": 300}})

@@ -95,6 +95,8 @@ def build_lab(lab: NetLab) -> dict[str, Host]:
         f"route add local {SERVICE4} dev lo",
         f"route add local {SERVICE6} dev lo",
         f"route add local {c.EXTRA_SERVICE_CIDR4} dev lo",
+        f"route add 10.244.1.0/24 via {n1.ipv4}",  # ... and answers node-1's pods
+        f"route add fd00:10:244:1::/64 via {n1.ipv6}",
     )
     ext2 = lab.add_client("ext2", 101, via=n1)
     return {"pod": lab.pods["c1"], "node": n1, "ext1": ext1, "ext2": ext2, "pod2": lab.pods["c2"]}

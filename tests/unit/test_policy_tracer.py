@@ -190,11 +190,13 @@ def test_nodeport_addresses_limit_where_nodeports_answer() -> None:
     assert v6_only.pods(EXT, N1.ipv4, 30080) == {"a", "b"}
 
 
-def test_unknown_port_from_the_node_is_not_rejected_by_us() -> None:
-    """filter-output has no cluster-ips check (kube-proxy's neither): the node's own packet to a
-    ClusterIP port no Service serves leaves unchanged (the kernel test probes only from a pod)."""
+def test_unknown_port_from_the_node_is_rejected_after_dnat() -> None:
+    """The node's own packet to a ClusterIP port no Service serves is rejected, after nat-output
+    (filter-output-post-dnat, as kube-proxy v1.37's filter-output at priority 0); a served port
+    is DNATed first and passes (tests/conformance service-cidr-unallocated, from the node)."""
     out = flows().trace(N1, "10.96.0.10", 81).outcomes
-    assert [(o.verdict, o.dnat, o.delivered) for o in out] == [("accept", None, "forward")]
+    assert [(o.verdict, o.dnat) for o in out] == [("reject", None)]
+    assert flows().pods(N1, "10.96.0.10", 80) == {"a", "b"}
 
 
 # -- tests/netns/test_source_ranges.py (test_host_prefix_ranges_let_only_that_client_in) ----------
