@@ -3,11 +3,12 @@ started and stopped the same way for each."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
 
-from testkit.k8s.controlplane import ControlPlane
+from testkit.k8s.controlplane import ControlPlane, find_binary
 from testkit.k8s.kubeproxy import KubeProxy
 
 NODE = "bench-node"
@@ -21,6 +22,22 @@ def rss_mb(pid: int) -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     return float("nan")
+
+
+def cpu_s(pid: int) -> float:
+    """CPU seconds the process has spent so far: user + system (utime, stime) plus those of its
+    children it has reaped (cutime, cstime: nftproxy's short-lived ``nft``, kube-proxy's ``nft``
+    runs), from /proc/PID/stat, in clock ticks of SC_CLK_TCK."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    fields = stat[stat.rindex(")") + 2 :].split()  # from field 3 (state) on: comm may hold spaces
+    utime, stime, cutime, cstime = (int(f) for f in fields[11:15])  # fields 14-17
+    return (utime + stime + cutime + cstime) / os.sysconf("SC_CLK_TCK")
+
+
+def kube_proxy_version() -> str:
+    """What the kube-proxy binary the runners start says it is (``kube-proxy --version``)."""
+    out = subprocess.run([str(find_binary("kube-proxy")), "--version"], capture_output=True, text=True, check=True)
+    return out.stdout.strip().removeprefix("Kubernetes ").strip()
 
 
 class Runner:
