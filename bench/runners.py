@@ -25,13 +25,29 @@ def rss_mb(pid: int) -> float:
 
 
 def cpu_s(pid: int) -> float:
-    """CPU seconds the process has spent so far: user + system (utime, stime) plus those of its
-    children it has reaped (cutime, cstime: nftproxy's short-lived ``nft``, kube-proxy's ``nft``
-    runs), from /proc/PID/stat, in clock ticks of SC_CLK_TCK."""
-    stat = Path(f"/proc/{pid}/stat").read_text()
+    """CPU seconds the process and its children have spent so far: its user + system time
+    (utime, stime), that of the children it has reaped (cutime, cstime: nftproxy's short-lived
+    ``nft``, kube-proxy's ``nft`` runs), and that of its children still running, with theirs in
+    turn (kube-proxy's ``nft`` of a big sync may still be exiting when the kernel has announced
+    the last element), from /proc/PID/stat, in clock ticks of SC_CLK_TCK. A child reaped between
+    the reads is missed (not counted twice: the parent is read first)."""
+    return _ticks(pid) / os.sysconf("SC_CLK_TCK")
+
+
+def _ticks(pid: int) -> int:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:  # reaped since its parent listed it: counted in the parent's cutime or missed
+        return 0
     fields = stat[stat.rindex(")") + 2 :].split()  # from field 3 (state) on: comm may hold spaces
-    utime, stime, cutime, cstime = (int(f) for f in fields[11:15])  # fields 14-17
-    return (utime + stime + cutime + cstime) / os.sysconf("SC_CLK_TCK")
+    total = sum(int(f) for f in fields[11:15])  # fields 14-17: utime, stime, cutime, cstime
+    children: set[int] = set()
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            children.update(int(c) for c in (task / "children").read_text().split())
+        except FileNotFoundError:  # thread exited
+            continue
+    return total + sum(_ticks(c) for c in children)
 
 
 def kube_proxy_version() -> str:

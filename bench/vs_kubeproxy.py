@@ -7,7 +7,7 @@ hack/k8s-tools.sh cache): the run prints the version that binary reports (``kube
 --version``) in its first line and in the table's heading.
 
 One kube-apiserver on loopback holds N Services x 10 endpoints (N = each size in turn, written
-once into etcd and grown: bench.operator.import_many, the objects as the API stores them). For
+once into etcd and grown: bench.apiserver.import_many, the objects as the API stores them). For
 each size, each proxy in turn gets a FRESH network namespace (nothing from the other) and is
 measured:
 
@@ -21,7 +21,8 @@ measured:
   children for big transactions are not counted);
 * CPU seconds the proxy process spent (user + system, /proc/PID/stat utime + stime, plus
   cutime + cstime of the children it reaped: nftproxy's short-lived ``nft`` processes,
-  kube-proxy's ``nft`` runs): (a) from its start to the first sync committed, (b) from its start
+  kube-proxy's ``nft`` runs, plus those of its children still running: bench.runners.cpu_s):
+  (a) from its start to the first sync committed, (b) from its start
   to the end of the new-Service rounds (the whole measurement at that size; its wall time is
   printed too). kube-proxy's API forwarder (testkit.lab.nsforward, a separate process) is not
   counted; the kube-apiserver's and etcd's CPU is counted for neither.
