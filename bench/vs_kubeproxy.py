@@ -1,9 +1,13 @@
-"""nftproxy against the real kube-proxy (v1.34, nftables mode), side by side in one run.
+"""nftproxy against the real kube-proxy (nftables mode), side by side in one run.
 
 Run: ``flock /tmp/nftproxy-heavy.lock .venv/bin/python -m bench.vs_kubeproxy [--sizes 1000,5000,10000]``.
 
+The reference is whatever kube-proxy binary testkit finds (``$NFTPROXY_BIN``, else the
+hack/k8s-tools.sh cache): the run prints the version that binary reports (``kube-proxy
+--version``) in its first line and in the table's heading.
+
 One kube-apiserver on loopback holds N Services x 10 endpoints (N = each size in turn, written
-once into etcd and grown: bench.operator.import_many, the objects as the API stores them). For
+once into etcd and grown: bench.apiserver.import_many, the objects as the API stores them). For
 each size, each proxy in turn gets a FRESH network namespace (nothing from the other) and is
 measured:
 
@@ -14,11 +18,19 @@ measured:
   1.5 s later (past the 1 s min sync period) the Service is created; until the kernel notifies
   its ``service-ips`` element. Median of ``--rounds`` (5);
 * RSS of the proxy process right after its first sync (VmRSS; nftproxy's short-lived ``nft``
-  children for big transactions are not counted).
+  children for big transactions are not counted);
+* CPU seconds the proxy process spent (user + system, /proc/PID/stat utime + stime, plus
+  cutime + cstime of the children it reaped: nftproxy's short-lived ``nft`` processes,
+  kube-proxy's ``nft`` runs, plus those of its children still running: bench.runners.cpu_s):
+  (a) from its start to the first sync committed, (b) from its start
+  to the end of the new-Service rounds (the whole measurement at that size; its wall time is
+  printed too). kube-proxy's API forwarder (testkit.lab.nsforward, a separate process) is not
+  counted; the kube-apiserver's and etcd's CPU is counted for neither.
 
 Kernel events come from a NETLINK_NETFILTER socket in the namespace (testkit.lab.nftwatch), not
 ``nft monitor``. Both proxies run with their default sync periods (min 1 s, periodic 30 s) and
 the same node name; kube-proxy through testkit.k8s.kubeproxy (API via an in-namespace forwarder).
+The namespaces are named ``<--netns-prefix>-<random>`` (default ``kpb``) and deleted after.
 """
 
 from __future__ import annotations
@@ -32,12 +44,13 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
 from bench.apiserver import CRD, NS, PROBE_BASE, cluster_ip, create_many, endpoint_slice, import_many, service
 from bench.figures import figure
-from bench.runners import METRICS, NODE, KubeProxyRunner, NftproxyRunner, Runner, rss_mb
+from bench.runners import METRICS, NODE, KubeProxyRunner, NftproxyRunner, Runner, cpu_s, kube_proxy_version, rss_mb
 from nftproxy.operator import kube
 from testkit.k8s.controlplane import ControlPlane
 from testkit.k8s.kubeproxy import wait_synced
@@ -47,6 +60,18 @@ from testkit.lab.nftwatch import ElementWatch, service_key
 NEW_BASE = PROBE_BASE + 500  # indexes of the Services created during the rounds (10.96.251.244 on)
 
 
+@dataclass
+class Measured:
+    """One proxy at one size."""
+
+    first: float  # start -> first sync committed, s
+    lat: list[float]  # one new Service -> kernel, s, one per round
+    rss: float  # MB right after the first sync
+    cpu_first: float  # CPU s from start to the first sync committed
+    cpu_all: float  # CPU s from start to the end of the rounds
+    wall_all: float  # wall s from start to the end of the rounds
+
+
 def measure(
     api: Any,
     make: Callable[[str], Runner],
@@ -54,12 +79,13 @@ def measure(
     rounds: int,
     new_index: Callable[[int], int],
     timeout: float,
-) -> tuple[float, list[float], float]:
+    netns_prefix: str = "kpb",
+) -> Measured:
     import kubernetes  # noqa: PLC0415
 
     core = kubernetes.client.CoreV1Api(api)
     disc = kubernetes.client.DiscoveryV1Api(api)
-    with bare_netns("kpb") as netns:
+    with bare_netns(netns_prefix) as netns:
         subprocess.run(["ip", "-n", netns, "link", "set", "lo", "up"], check=True)
         runner = make(netns)
         with ElementWatch(netns) as watch:
@@ -69,7 +95,9 @@ def measure(
             runner.start()
             try:
                 first = watch.wait("service-ips", key, timeout) - t0
-                rss = rss_mb(runner.pid())
+                pid = runner.pid()
+                cpu_first = cpu_s(pid)
+                rss = rss_mb(pid)
                 lat = []
                 for r in range(rounds):
                     i = new_index(r)
@@ -84,11 +112,13 @@ def measure(
                     core.create_namespaced_service(NS, cast(Any, service(i)))
                     lat.append(watch.wait("service-ips", k, timeout) - t1)
                     runner.pid()  # still running
+                cpu_all = cpu_s(runner.pid())
+                wall_all = time.perf_counter() - t0
                 if watch.overruns:
                     print(f"  (netlink receive buffer overran {watch.overruns}x)", flush=True)
             finally:
                 runner.stop()
-    return first, lat, rss
+    return Measured(first, lat, rss, cpu_first, cpu_all, wall_all)
 
 
 def main() -> int:
@@ -98,11 +128,13 @@ def main() -> int:
     p.add_argument("--timeout", type=float, default=900.0)
     p.add_argument("--keep", action="store_true", help="keep the work directory (proxy logs)")
     p.add_argument("--via-api", action="store_true", help="create the bulk through the API (default: into etcd)")
+    p.add_argument("--netns-prefix", default="kpb", help="name the network namespaces PREFIX-<random> (default kpb)")
     args = p.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     work = Path(tempfile.mkdtemp(prefix="kp-bench-"))
-    print("kube-proxy v1.34 (nftables mode) vs nftproxy: Services x 10 endpoints, real kube-apiserver on loopback")
-    results: list[tuple[int, str, float, list[float], float]] = []
+    version = kube_proxy_version()
+    print(f"kube-proxy {version} (nftables mode) vs nftproxy: Services x 10 endpoints, real kube-apiserver on loopback")
+    results: dict[tuple[int, str], Measured] = {}
     try:
         with ControlPlane() as cp:
             cp.kubectl("apply", "-f", str(CRD))
@@ -130,34 +162,49 @@ def main() -> int:
                     def new_index(r: int, si: int = si, pi: int = pi) -> int:
                         return NEW_BASE + si * 100 + pi * 50 + r
 
-                    first, lat, rss = measure(api, make, n - 1, args.rounds, new_index, args.timeout)
-                    results.append((n, name, first, lat, rss))
-                    med, lo, hi = (x * 1000 for x in (statistics.median(lat), min(lat), max(lat)))
+                    m = measure(api, make, n - 1, args.rounds, new_index, args.timeout, args.netns_prefix)
+                    results[n, name] = m
+                    med, lo, hi = (x * 1000 for x in (statistics.median(m.lat), min(m.lat), max(m.lat)))
                     print(
-                        f"{n:>6} {name:<10} first sync {first:8.2f} s   new Service median "
-                        f"{med:9.1f} ms (min {lo:.1f}, max {hi:.1f})   RSS {rss:6.0f} MB",
+                        f"{n:>6} {name:<10} first sync {m.first:8.2f} s   new Service median "
+                        f"{med:9.1f} ms (min {lo:.1f}, max {hi:.1f})   RSS {m.rss:6.0f} MB   "
+                        f"CPU {m.cpu_first:.2f} s to first sync, {m.cpu_all:.2f} s in all ({m.wall_all:.0f} s wall)",
                         flush=True,
                     )
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
     print()
-    print("| Services | kube-proxy first sync | nftproxy first sync | ratio | kube-proxy new Service | "
-          "nftproxy new Service | ratio | kube-proxy RSS | nftproxy RSS |")  # fmt: skip
-    print("|---|---|---|---|---|---|---|---|---|")
+    print(f"kube-proxy {version} (nftables mode) vs nftproxy, Services x 10 endpoints; new Service: median of "
+          f"{args.rounds}; CPU s: to the first sync / over the whole measurement at that size")  # fmt: skip
+    print()
+    print("| Services | first sync kube-proxy | first sync nftproxy | ratio | new Service → kernel kube-proxy | "
+          "new Service → kernel nftproxy | ratio | RSS kube-proxy | RSS nftproxy | CPU s kube-proxy | "
+          "CPU s nftproxy |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for n in sizes:
-        kp = next(r for r in results if r[0] == n and r[1] == "kube-proxy")
-        np_ = next(r for r in results if r[0] == n and r[1] == "nftproxy")
-        kl, nl = statistics.median(kp[3]), statistics.median(np_[3])
-        for proxy, r, latency in (("kube-proxy", kp, kl), ("nftproxy", np_, nl)):
-            figure("first sync", r[2], "s", services=n, proxy=proxy)
-            figure("new Service -> kernel (median)", latency, "s", services=n, proxy=proxy)
-            figure("RSS", r[4], "MB", services=n, proxy=proxy)
+        kp, np_ = results[n, "kube-proxy"], results[n, "nftproxy"]
+        kl, nl = statistics.median(kp.lat), statistics.median(np_.lat)
+        for proxy, m, latency in (("kube-proxy", kp, kl), ("nftproxy", np_, nl)):
+            figure("first sync", m.first, "s", services=n, proxy=proxy, kube_proxy=version)
+            figure("new Service -> kernel (median)", latency, "s", services=n, proxy=proxy, kube_proxy=version)
+            figure("RSS", m.rss, "MB", services=n, proxy=proxy, kube_proxy=version)
+            figure("CPU to first sync", m.cpu_first, "s", services=n, proxy=proxy, kube_proxy=version)
+            figure("CPU whole measurement", m.cpu_all, "s", services=n, proxy=proxy, kube_proxy=version)
+            figure("wall whole measurement", m.wall_all, "s", services=n, proxy=proxy, kube_proxy=version)
         print(
-            f"| {n:,} | {kp[2]:.2f} s | {np_[2]:.2f} s | {kp[2] / np_[2]:.1f}x | {kl * 1000:.0f} ms | "
-            f"{nl * 1000:.1f} ms | {kl / nl:.0f}x | {kp[4]:.0f} MB | {np_[4]:.0f} MB |"
+            f"| {n:,} | {kp.first:.2f} s | {np_.first:.2f} s | {kp.first / np_.first:.1f}x | {_ms(kl)} | "
+            f"{_ms(nl)} | {kl / nl:.0f}x | {kp.rss:.0f} MB | {np_.rss:.0f} MB | "
+            f"{kp.cpu_first:.2f} / {kp.cpu_all:.2f} | {np_.cpu_first:.2f} / {np_.cpu_all:.2f} |"
         )
     return 0
+
+
+def _ms(s: float) -> str:
+    """A latency in ms below 10 s (one decimal below 100 ms), else in s."""
+    if s < 0.1:
+        return f"{s * 1000:.1f} ms"
+    return f"{s * 1000:.0f} ms" if s < 10 else f"{s:.1f} s"
 
 
 if __name__ == "__main__":
