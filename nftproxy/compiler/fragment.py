@@ -316,13 +316,14 @@ def _source_ranges(out: _Out, p: _Port, fe: _Frontends) -> None:
             out.add(names.FIREWALL_ALLOW, (*k, r))
 
 
-def _hairpin(out: _Out, cat: Categorized, node: str | None) -> None:
+def _hairpin(out: _Out, cat: Categorized, node: str | None, proto: str) -> None:
     """A pod reaching itself through the Service is masqueraded: only endpoints whose slice says
     this node (kube-proxy v1.36+, its hairpin-connections set); all of them if we have no name."""
     both = cat.cluster + cat.local if cat.local else cat.cluster
     out.used.update([(t.address, t.port) for t in both])
-    for a in [t.address for t in both if node is None or t.endpoint.node_name == node]:
-        out.add(names.HAIRPIN_ENDPOINTS, (a, a))
+    for t in both:
+        if node is None or t.endpoint.node_name == node:  # keyed by port too, as kube-proxy's set
+            out.add(names.HAIRPIN_ENDPOINTS, (t.address, t.address, proto, str(t.port)))
     out.local.update([t.address for t in cat.local if t.endpoint.ready])  # health check: ready ones only
 
 
@@ -377,7 +378,7 @@ def compile_fragment(
             _affinity(out, p, fe, svc.key, port.name or str(port.port), affinity, (cluster, local))
         if fe.ranges:
             _source_ranges(out, p, fe)
-        _hairpin(out, cat, config.node_name)
+        _hairpin(out, cat, config.node_name, p.proto)
     return Fragment(
         svc.key,
         tuple(out.elements),

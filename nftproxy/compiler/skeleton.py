@@ -12,7 +12,7 @@ import hashlib
 from nftproxy.compiler import balancing, names
 from nftproxy.nft.objects import Chain, Family, Hook, Set
 
-LAYOUT = 2  # 2: ClientIP affinity per Service port (was: one record per frontend)
+LAYOUT = 3  # 3: hairpin keyed by port, service-cidrs, filter-output-post-dnat; 2: ClientIP affinity per Service port
 MASQ_MARK = "0x4000"
 
 BASE_CHAINS: tuple[tuple[str, Hook, tuple[str, ...]], ...] = (
@@ -99,7 +99,8 @@ REGULAR_CHAINS: tuple[tuple[str, tuple[str, ...]], ...] = (
     (
         "masquerading",
         (
-            "ct status dnat {ip} saddr . {ip} daddr @hairpin-endpoints jump mark-for-masquerade",
+            "ct status dnat {ip} saddr . {ip} daddr . meta l4proto . th dport @hairpin-endpoints "
+            "jump mark-for-masquerade",
             f"meta mark & {MASQ_MARK} == 0 return",
             f"meta mark set meta mark ^ {MASQ_MARK}",
             "masquerade fully-random",
@@ -126,7 +127,12 @@ SETS: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
     (names.NODEPORT_IPS, "type {addr}", ("interval",), "addresses NodePorts answer on"),
     (names.CLUSTER_CIDRS, "type {addr}", ("interval",), "pod CIDRs: sources not masqueraded"),
     (names.SERVICE_CIDRS, "type {addr}", ("interval",), "ServiceCIDRs: unallocated addresses are dropped"),
-    (names.HAIRPIN_ENDPOINTS, "type {addr} . {addr}", (), "endpoint . itself: hairpin traffic is masqueraded"),
+    (
+        names.HAIRPIN_ENDPOINTS,
+        "type {addr} . {addr} . inet_proto . inet_service",
+        (),
+        "endpoint . itself . proto . port: hairpin traffic is masqueraded",
+    ),
     (
         names.FIREWALL_IPS,
         "type {addr} . inet_proto . inet_service",

@@ -643,8 +643,11 @@ def catalog() -> list[Case]:
     # ---- hairpin, host-network endpoints
     add(simple("hairpin", [port(80, 8080, "http", node_port=next(_np))], [ep("c1")], HTTP_EP, type="NodePort"))
     # v1.36+: hairpin traffic is masqueraded only for endpoints whose slice says this node
-    add(simple("hairpin-slice-says-other-node", HTTP, [ep("c1", node=OTHER)], HTTP_EP))
-    add(simple("hairpin-slice-without-node", HTTP, [ep("c1", node=None)], HTTP_EP))
+    # (on port 8081: kube-proxy's hairpin-connections set is keyed by endpoint port too, and the
+    # case above puts c1:8080 in it; so these also check that key)
+    alt, alt_ep = [port(80, 8081, "alt")], [sport(8081, "alt")]
+    add(simple("hairpin-slice-says-other-node", alt, [ep("c1", node=OTHER)], alt_ep))
+    add(simple("hairpin-slice-without-node", alt, [ep("c1", node=None)], alt_ep))
     add(
         simple(
             "host-network-local",

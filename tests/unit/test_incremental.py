@@ -55,10 +55,10 @@ def test_one_service_change_touches_only_its_elements() -> None:
     text = "".join(tx.render() for tx in fake.transactions[-2:])
     # only Service s7's elements: its 3 endpoint slots (all renumbered: each deleted and added
     # again) on the ClusterIP for 2 ports (12) and on the TCP NodePort (6; the UDP port has none),
-    # and the hairpin pair of its one endpoint on this node, replaced (2)
+    # and the hairpin entries of its one endpoint on this node, one per port, replaced (4)
     assert "10.96.0.8" in text and "10.96.0.9 " not in text and "10.96.0.7 " not in text
     assert "add chain" not in text and "flush" not in text
-    assert r.element_changes == 2 * (3 * 2 + 3 * 1) + 2, text
+    assert r.element_changes == 2 * (3 * 2 + 3 * 1) + 4, text
 
 
 def test_failed_commit_leaves_state_and_next_sync_is_full() -> None:
