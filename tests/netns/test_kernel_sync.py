@@ -218,7 +218,8 @@ def test_chunked_load_of_services_sharing_endpoints_reads_back_as_by_nft(netns: 
     objs: list[k.Obj] = []
     for i in range(12):  # 3 chunks of 4; each endpoint is in Services 4 apart (other chunks)
         objs.append(k.service(f"s{i:02d}", [f"10.96.9.{i + 1}"], port))
-        objs.append(k.endpoint_slice(f"s{i:02d}-x", f"s{i:02d}", [k.endpoint(f"10.244.9.{i % 4 + 1}")], port))
+        ep = k.endpoint(f"10.244.9.{i % 4 + 1}", node="n1")  # on this node: hairpin entries
+        objs.append(k.endpoint_slice(f"s{i:02d}-x", f"s{i:02d}", [ep], port))
     results = _load_text_then_bulk(netns, objs)
     text, fast = results[False][Family.IP], results[True][Family.IP]
     assert text is not None and fast is not None

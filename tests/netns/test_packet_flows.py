@@ -175,10 +175,20 @@ def test_masquerade_all(cluster: Cluster) -> None:
 def test_nodeport_addresses_limit_where_nodeports_answer(cluster: Cluster) -> None:
     node = cluster.node1
     try:
-        # Only the IPv6 node network: on IPv4 the node's own stack answers (nothing listens).
-        r = cluster.apply(node, "--nodeport-addresses", "fd00:198:18::/64")
+        # Only the IPv6 node network and an IPv4 range the node is not in: on IPv4 the node's own
+        # stack answers (nothing listens).
+        r = cluster.apply(node, "--nodeport-addresses", "198.19.99.0/24,fd00:198:18::/64")
         assert r.returncode == 0, r.stderr
         assert _probe_one(cluster, cluster.ext, node.ipv4, 30080) == ProbeResult(error="refused")
+        assert _probe_one(cluster, cluster.ext, node.ipv6, 30080).pod in {"a", "b"}
+        # A family without a CIDR answers on all its addresses (kube-proxy's NodePortAddresses);
+        # the keywords: primary is the node's IPs.
+        r = cluster.apply(node, "--nodeport-addresses", "fd00:198:18::/64")
+        assert r.returncode == 0, r.stderr
+        assert _probe_one(cluster, cluster.ext, node.ipv4, 30080).pod in {"a", "b"}
+        r = cluster.apply(node, "--nodeport-addresses", "primary")
+        assert r.returncode == 0, r.stderr
+        assert _probe_one(cluster, cluster.ext, node.ipv4, 30080).pod in {"a", "b"}
         assert _probe_one(cluster, cluster.ext, node.ipv6, 30080).pod in {"a", "b"}
     finally:
         assert cluster.apply(node).returncode == 0
