@@ -93,7 +93,7 @@ class KubeProxyRunner(Runner):
 
 
 class NftproxyRunner(Runner):
-    prefix = "nftproxy"
+    prefix = "kubeproxy"  # nftproxy exports kube-proxy's sync metrics under their names
 
     def __init__(self, netns: str, cp: ControlPlane, workdir: Path) -> None:
         self.netns, self.cp, self.log = netns, cp, workdir / "nftproxy.log"

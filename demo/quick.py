@@ -110,8 +110,8 @@ def run(cl: LocalCluster) -> int:
     say(f"GET /healthz on node-1:10256 -> {code} {body.strip()}")
     _, metrics = cl.http_get(node, 10249, "/metrics")
     say("GET /metrics on node-1:10249 (excerpt)")
-    show("\n".join(m for m in metrics.splitlines() if m.startswith(("nftproxy_sync_proxy_rules_duration_seconds_count",
-        "nftproxy_sync_proxy_rules_duration_seconds_sum", "nftproxy_services ", "nftproxy_endpoints "))))  # fmt: skip
+    show("\n".join(m for m in metrics.splitlines() if m.startswith(("kubeproxy_sync_proxy_rules_duration_seconds_count",
+        "kubeproxy_sync_proxy_rules_duration_seconds_sum", "nftproxy_services ", "nftproxy_endpoints "))))  # fmt: skip
 
     if os.environ.get("KEEP"):
         say("KEEP=1: the cluster stays up. Try:")

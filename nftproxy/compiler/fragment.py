@@ -47,6 +47,9 @@ class Fragment(NamedTuple):
     warnings: tuple[str, ...] = ()  # reported like skips, the Service is programmed (bad annotation)
     # ClientIP affinity records (map names) -> the endpoints a record of it may hold (stale.py)
     affinity: tuple[tuple[str, frozenset[Slot]], ...] = ()
+    # per Service port with usable endpoints but none here under a Local policy: "internal" /
+    # "external" (kube-proxy's sync_proxy_rules_no_local_endpoints_total)
+    no_local: tuple[str, ...] = ()
 
 
 COMMENT_MAX = 127  # nft refuses comments over 128 characters (a whole transaction fails)
@@ -103,6 +106,7 @@ class _Out:
         self.local: set[str] = set()
         self.udp_serving: list[tuple[Key, frozenset[str]]] = []
         self.affinity: list[tuple[str, frozenset[Slot]]] = []
+        self.no_local: list[str] = []
         self.tag = ""  # the load-balancing algorithm's name infix for this port (balancing.py)
 
     def add(self, set_name: str, key: Key, value: tuple[str, ...] | None = None, comment: str | None = None) -> None:
@@ -363,6 +367,8 @@ def compile_fragment(
         if not cat.any_usable:
             _no_endpoints(out, p)
             continue
+        if not cat.local:
+            out.no_local += [p for p, on in (("internal", fe.itp_local), ("external", fe.etp_local)) if on]
         cluster, local = slot_values(cat.cluster), slot_values(cat.local)
         t = balancing.tag(algorithm, svc.key, port.name or str(port.port), p.proto, bool(affinity))
         if algorithm == balancing.ROUND_ROBIN and max(len(cluster), len(local)) > 1:
@@ -391,4 +397,5 @@ def compile_fragment(
         tuple(out.udp_serving),
         warnings,
         tuple(out.affinity),
+        tuple(out.no_local),
     )

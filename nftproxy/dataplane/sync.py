@@ -37,11 +37,23 @@ log = logging.getLogger("nftproxy.dataplane")
 
 
 @dataclass(frozen=True)
+class Cleanup:
+    """The stale-entry cleanup after a sync, of one family (the operator's kube-proxy metrics)."""
+
+    family: Family
+    conntrack: bool  # the UDP conntrack entries were looked at (else only affinity records)
+    seconds: float  # listing and deleting stale UDP conntrack entries
+    deleted: int  # conntrack entries deleted
+    failed: bool  # the cleanup (conntrack or affinity records) raised: logged, the sync stands
+
+
+@dataclass(frozen=True)
 class SyncResult:
     full: bool  # compared with the table read back from the kernel
     operations: int  # nft commands sent
     element_changes: int  # elements added or deleted
     seconds: float  # plan + commit
+    cleanups: tuple[Cleanup, ...] = ()  # of the families whose stale entries were looked at
 
 
 class Dataplane:
@@ -151,6 +163,17 @@ class Dataplane:
                         families.setdefault(a.family.version, set()).update(frag.local_endpoints)
         return {port: (key, {v: len(eps) for v, eps in fams.items()}) for port, (key, fams) in out.items()}
 
+    def no_local_endpoints(self) -> dict[tuple[str, int], int]:
+        """(traffic policy, IP version) -> Service ports under that Local policy with usable
+        endpoints but none on this node (their traffic is dropped), as kube-proxy counts them."""
+        self.compile()
+        out = {(p, a.family.version): 0 for a in self.assemblies.values() for p in ("internal", "external")}
+        for a in self.assemblies.values():
+            for frag in a.fragments.values():
+                for policy in frag.no_local:
+                    out[(policy, a.family.version)] += 1
+        return out
+
     def checksum(self) -> str:
         """sha256 of the programmed contents (chain names, every element), in a canonical order."""
         self.compile()
@@ -217,8 +240,10 @@ class Dataplane:
         except Exception:
             self.in_sync = False
             raise
+        cleanups = []
         for a in self.assemblies.values():
-            self._clean_up_after(a, full)
+            if (c := self._clean_up_after(a, full)) is not None:
+                cleanups.append(c)
             a.commit()
         self.in_sync = True
         self.compiled_since_commit.clear()
@@ -227,6 +252,7 @@ class Dataplane:
             operations=sum(len(tx) for tx in txs),
             element_changes=sum(tx.element_changes() for tx in txs) + self.batched,
             seconds=time.perf_counter() - start,
+            cleanups=tuple(cleanups),
         )
 
     # -- a refused sync: find the Services that make it fail -------------------------------
@@ -306,19 +332,28 @@ class Dataplane:
         return fresh and len(self.inputs.dirty) >= self.stream_services
 
     # -- after a successful sync ---------------------------------------------------------
-    def _clean_up_after(self, a: Assembly, full: bool) -> None:
+    def _clean_up_after(self, a: Assembly, full: bool) -> Cleanup | None:
         """Stale UDP conntrack and affinity entries (stale.py): after a full sync all of them are
         checked, after a partial one those of what changed. Best effort: a failure here never
-        fails the sync (UDP flows and affinity entries also expire)."""
+        fails the sync (UDP flows and affinity entries also expire). Returns what it did (None:
+        nothing to look at)."""
+        seconds, deleted, looked, conntrack = 0.0, 0, False, False
         try:
             frontends = None if full else a.udp_changed()
             if a.store.udp_serving and (frontends is None or frontends):
+                looked = conntrack = True
+                start = time.perf_counter()
                 flows = self.backend.udp_flows(a.family)
-                self.backend.delete_udp_flows(a.family, stale.stale_udp_flows(a, flows, frontends))
+                doomed = stale.stale_udp_flows(a, flows, frontends)
+                self.backend.delete_udp_flows(a.family, doomed)
+                seconds, deleted = time.perf_counter() - start, len(doomed)
             if full or a.affinity_changed():
+                looked = True
                 self._release_affinity(a, full)
         except Exception as e:
             log.warning("cleaning up stale %s flows/affinity entries: %s", a.family.value, e)
+            return Cleanup(a.family, conntrack, seconds, deleted, True)
+        return Cleanup(a.family, conntrack, seconds, deleted, False) if looked else None
 
     def _release_affinity(self, a: Assembly, full: bool) -> None:
         """Delete the affinity records that point to an endpoint their Service port no longer

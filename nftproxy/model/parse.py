@@ -31,6 +31,7 @@ PROXY_NAME_LABEL = "service.kubernetes.io/service-proxy-name"
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"
 HEADLESS_LABEL = "service.kubernetes.io/headless"  # on a slice: not for a proxy (kube-proxy v1.36+)
 TRIGGER_TIME = "endpoints.kubernetes.io/last-change-trigger-time"
+TO_BE_DELETED_TAINT = "ToBeDeletedByClusterAutoscaler"  # the cluster autoscaler's, before it deletes a node
 
 
 @dataclass(frozen=True)
@@ -388,11 +389,15 @@ def parse_node(obj: Mapping[str, Any]) -> Node | Skipped:
             a = _map(a, "status.addresses[]")
             if isinstance(a.get("type"), str) and a["type"] in by_type:
                 by_type[a["type"]].append(_ip(a.get("address"), "status.addresses"))
-        labels = _map(_map(obj.get("metadata"), "metadata").get("labels"), "metadata.labels")
+        meta = _map(obj.get("metadata"), "metadata")
+        labels = _map(meta.get("labels"), "metadata.labels")
+        taints = _list(_map(obj.get("spec"), "spec").get("taints"), "spec.taints")
+        doomed = any(isinstance(t, Mapping) and t.get("key") == TO_BE_DELETED_TAINT for t in taints)
         return Node(
             name=name,
             addresses=tuple(by_type["InternalIP"] + by_type["ExternalIP"]),
             labels=tuple(sorted((str(k), str(v)) for k, v in labels.items())),
+            eligible=not meta.get("deletionTimestamp") and not doomed,
         )
     except (_Invalid, KeyError) as e:
         return Skipped("Node", "", name or "?", str(e))

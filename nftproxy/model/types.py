@@ -84,6 +84,9 @@ class Node:
     name: str
     addresses: tuple[IPAddress, ...]  # InternalIPs first, then ExternalIPs
     labels: tuple[tuple[str, str], ...] = ()
+    # not being deleted, nor tainted ToBeDeletedByClusterAutoscaler (kube-proxy's NodeEligible:
+    # /healthz answers 503 otherwise, so load balancers drain the node; /livez does not)
+    eligible: bool = True
 
     @property
     def zone(self) -> str | None:

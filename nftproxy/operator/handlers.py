@@ -300,9 +300,14 @@ async def node_event(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: An
     """Only our Node's events arrive (the watch's field selector, set at startup)."""
     ctx = _ctx(memo)
     ctx.syncer.metrics.watch_events.labels("nodes").inc()
-    if type != "DELETED" and body.get("metadata", {}).get("name") == ctx.settings.node_name:
-        ctx.syncer.node_changed(body)
-        ctx.writer.node_uid = body["metadata"].get("uid")
+    if body.get("metadata", {}).get("name") != ctx.settings.node_name:
+        return
+    if type == "DELETED":  # kube-proxy exits; nftproxy keeps its rules, and /healthz fails
+        log.warning("Node %s was deleted: /healthz answers 503, the rules stay", ctx.settings.node_name)
+        ctx.syncer.node_deleted()
+        return
+    ctx.syncer.node_changed(body)
+    ctx.writer.node_uid = body["metadata"].get("uid")
 
 
 @kopf.on.event("networking.k8s.io", "v1", "servicecidrs")

@@ -50,21 +50,39 @@ def listening_socket(host: str, port: int, netns: str | None, v6only: bool = Fal
 
 
 def healthz_app(syncer: Syncer, node: str) -> web.Application:
-    async def healthz(_: web.Request) -> web.Response:
+    """kube-proxy's probes: ``/healthz`` is 200 while syncs succeed and the Node is eligible (not
+    being deleted, not tainted for deletion by the cluster autoscaler: load balancers' health
+    checks of the node then fail and drain it), ``/livez`` only on the syncs (a node being
+    deleted must not restart its proxy). Each answer is counted as kube-proxy counts them."""
+
+    def answer(eligible: bool | None) -> web.Response:
         ok, why = syncer.healthy()
+        if eligible is not None and not eligible:
+            ok, why = False, why if not ok else "the Node is being deleted (or tainted for deletion)"
         s = syncer.status
-        body = {
+        body: dict[str, object] = {
             "lastUpdated": s.last_success_time.isoformat() if s.last_success_time else "",
             "currentTime": datetime.now(UTC).isoformat(),
             "nodeName": node,
             "healthy": ok,
             "message": why,
         }
-        return web.Response(status=200 if ok else 503, text=json.dumps(body), content_type="application/json")
+        if eligible is not None:
+            body["nodeEligible"] = eligible
+        code = 200 if ok else 503
+        (syncer.metrics.healthz if eligible is not None else syncer.metrics.livez).labels(str(code)).inc()
+        return web.Response(status=code, text=json.dumps(body), content_type="application/json")
+
+    async def healthz(_: web.Request) -> web.Response:
+        n = syncer.node
+        return answer(n is not None and n.eligible)
+
+    async def livez(_: web.Request) -> web.Response:
+        return answer(None)
 
     app = web.Application()
     app.router.add_get("/healthz", healthz)
-    app.router.add_get("/livez", healthz)
+    app.router.add_get("/livez", livez)
     return app
 
 

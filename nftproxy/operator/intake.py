@@ -6,6 +6,7 @@ config (``ProxyConfig.for_node``). Runs on the event loop thread.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -22,6 +23,7 @@ from nftproxy.operator.settings import Settings
 log = logging.getLogger("nftproxy.syncer")
 
 Change = Service | EndpointSlice | Node | ServiceCIDR | Skipped | Ignored | None
+Trigger = tuple[str, float]  # (ip_family, an EndpointSlice's last-change-trigger-time)
 
 
 def _trigger_epoch(text: str | None) -> float | None:
@@ -83,6 +85,11 @@ class Intake:
         if isinstance(node, Node) and node != self.node:
             self._queue(("node", node.name), node)
 
+    def node_deleted(self) -> None:
+        """Our Node is gone: /healthz answers 503 from now on (its rules stay: traffic goes on)."""
+        if self.node is not None:
+            self.node = dataclasses.replace(self.node, eligible=False)
+
     def service_cidr_changed(self, name: str, obj: Mapping[str, Any] | None) -> None:
         """A ServiceCIDR added, changed or deleted: applied at the next sync (kube-proxy waits
         for its hourly full sync)."""
@@ -110,9 +117,9 @@ class Intake:
     def publish_metrics(self) -> None:
         self.metrics.service_changes_pending.set(self.pending_counts.get("svc", 0))
         self.metrics.endpoint_changes_pending.set(self.pending_counts.get("slice", 0))
-        self.metrics.last_queued.set(time.time())
+        self.metrics.queued(time.time())
 
-    def apply(self, dp: Dataplane, nodes: bool = True) -> list[float]:
+    def apply(self, dp: Dataplane, nodes: bool = True) -> list[Trigger]:
         """The queued changes into the dataplane; ``nodes`` False: the Node's stay queued."""
         pending, self.pending = self.pending, {}
         self.pending_counts.clear()
@@ -125,7 +132,7 @@ class Intake:
                 self.pending_since = since
         self.metrics.service_changes_pending.set(0)
         self.metrics.endpoint_changes_pending.set(0)
-        triggers: list[float] = []
+        triggers: list[Trigger] = []
         config_changed = False
         for (kind, key), value in pending.items():
             if kind == "node":
@@ -157,7 +164,7 @@ class Intake:
                 dp.set_slice(value)
                 t = _trigger_epoch(value.trigger_time)
                 if t is not None:
-                    triggers.append(t)
+                    triggers.append(("IPv6" if value.address_type == "IPv6" else "IPv4", t))
             else:  # deleted, or an FQDN slice
                 dp.delete_slice(key)
         if config_changed:

@@ -24,7 +24,7 @@ import tenacity
 from nftproxy import heap
 from nftproxy.dataplane.sync import Dataplane, SyncResult
 from nftproxy.model.types import Node, Skipped
-from nftproxy.operator.intake import Change, Intake
+from nftproxy.operator.intake import Change, Intake, Trigger
 from nftproxy.operator.metrics import Metrics
 from nftproxy.operator.settings import Settings
 
@@ -36,8 +36,9 @@ log = logging.getLogger("nftproxy.syncer")
 FULL_SYNC_PERIOD = 3600.0
 STATS_PERIOD = 1.0  # seconds: how stale the counts (Services, endpoints, skipped) may get
 
-# Services, endpoints, skipped, health checks (port -> (Service, {IP version: local endpoints}))
-Stats = tuple[int, int, list[Skipped], dict[int, tuple[str, dict[int, int]]]]
+# Services, endpoints, skipped, health checks (port -> (Service, {IP version: local endpoints})),
+# Service ports with no local endpoint under a Local policy ((policy, IP version) -> count)
+Stats = tuple[int, int, list[Skipped], dict[int, tuple[str, dict[int, int]]], dict[tuple[str, int], int]]
 
 
 @dataclass
@@ -87,7 +88,7 @@ class Syncer:
         self.checksum_due = False  # after a full or checked sync, computed when idle
         self.compile_skipped: list[Skipped] = []  # left out by the compiler (conflicts, orphans)
         self.loop: asyncio.AbstractEventLoop | None = None  # the event loop's, for the top-up
-        self.top_up_triggers: list[float] = []  # trigger times of the changes a first load took
+        self.top_up_triggers: list[Trigger] = []  # trigger times of the changes a first load took
 
     # -- intake (event loop thread): see intake.py ----------------------------------------
     @property
@@ -107,6 +108,9 @@ class Syncer:
     def node_changed(self, obj: Mapping[str, Any]) -> None:
         self.intake.node_changed(obj)
 
+    def node_deleted(self) -> None:
+        self.intake.node_deleted()
+
     def service_cidr_changed(self, name: str, obj: Mapping[str, Any] | None) -> None:
         self.intake.service_cidr_changed(name, obj)
 
@@ -125,7 +129,7 @@ class Syncer:
         self.intake.publish_metrics()
         self.wake.set()
 
-    def _apply_pending(self, nodes: bool = True) -> list[float]:
+    def _apply_pending(self, nodes: bool = True) -> list[Trigger]:
         return self.intake.apply(self.dp, nodes)
 
     def _top_up(self) -> None:
@@ -137,7 +141,7 @@ class Syncer:
         loop = self.loop
         if loop is None:
             return
-        done: concurrent.futures.Future[list[float]] = concurrent.futures.Future()
+        done: concurrent.futures.Future[list[Trigger]] = concurrent.futures.Future()
 
         def apply() -> None:
             if done.set_running_or_notify_cancel():
@@ -224,15 +228,15 @@ class Syncer:
         self.status.last_error = str(e)
         self.status.in_sync = False
         self.status.generation += 1
-        self.metrics.sync_failures.inc()
+        self.metrics.sync_failed()
         self.full_due = True  # the kernel may hold anything now: compare with it next time
         self.changed.set()
         log.error("sync failed: %s", e)
 
-    def _observe_programming_latency(self, triggers: list[float]) -> None:
+    def _observe_programming_latency(self, triggers: list[Trigger]) -> None:
         now = time.time()
-        for t in triggers:
-            self.metrics.network_programming.observe(max(0.0, now - t))
+        for family, t in triggers:
+            self.metrics.network_programming.labels(family).observe(max(0.0, now - t))
 
     def _housekeeping(self, was_full: bool, was_checked: bool) -> None:
         if was_full:
@@ -268,7 +272,9 @@ class Syncer:
 
     def _set_stats(self, stats: Stats) -> None:
         s = self.status
-        s.services, s.endpoints, self.compile_skipped, s.health_checks = stats
+        s.services, s.endpoints, self.compile_skipped, s.health_checks, no_local = stats
+        for (policy, version), n in no_local.items():
+            self.metrics.no_local_endpoints.labels(policy, f"IPv{version}").set(n)
         self.stats_stale = False
         self.metrics.services.set(s.services)
         self.metrics.endpoints.set(s.endpoints)
@@ -280,9 +286,14 @@ class Syncer:
         self.metrics.skipped.set(len(s.skipped))
 
     def _observe_sync(self, result: SyncResult) -> None:
-        self.metrics.sync_duration.observe(result.seconds)
-        (self.metrics.full_sync_duration if result.full else self.metrics.partial_sync_duration).observe(result.seconds)
-        self.metrics.last_sync.set(time.time())
+        self.metrics.synced(result.seconds, result.full, time.time())
+        for c in result.cleanups:
+            family = "IPv4" if c.family.version == 4 else "IPv6"
+            if c.conntrack:
+                self.metrics.conntrack_duration.labels(family).observe(c.seconds)
+                self.metrics.conntrack_deleted.labels(family).inc(c.deleted)
+            if c.failed:
+                self.metrics.cleanup_failures.labels(family).inc()
         (log.info if result.full else log.debug)(
             "synced (%s): %d ops, %d element changes in %.3fs",
             self.status.last_kind,
@@ -316,7 +327,7 @@ class Syncer:
 
     def _stats(self) -> Stats:
         self.stats_at = time.monotonic()
-        return (*self.dp.stats(), self.dp.health_checks())
+        return (*self.dp.stats(), self.dp.health_checks(), self.dp.no_local_endpoints())
 
     async def refresh_stats(self) -> None:
         """The counts skipped by the last partial syncs (nothing else changes)."""

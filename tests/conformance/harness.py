@@ -215,7 +215,7 @@ class NftProxy(Proxy):
         assert self.proc is not None
         try:
             wait_synced(
-                self.netns, c.NODE4, 10249, "nftproxy", since=since, timeout=timeout, change=change, quiet=quiet
+                self.netns, c.NODE4, 10249, "kubeproxy", since=since, timeout=timeout, change=change, quiet=quiet
             )
         except Exception as e:
             raise AssertionError(f"{e}\n{self.log_tail()}") from None

@@ -204,13 +204,18 @@ def test_metrics_and_healthz_served_in_the_node_namespace(env: Env) -> None:
     )
     eventually(lambda: env.probe(env.node, "10.96.1.60", 80, 1) == {"p0"}, what="m served")
     code, body = env.cl.http_get(env.node, 10256, "/healthz")
-    assert code == 200 and json.loads(body)["healthy"] is True
+    assert code == 200 and json.loads(body)["healthy"] is True and json.loads(body)["nodeEligible"] is True
+    code, body = env.cl.http_get(env.node, 10256, "/livez")
+    assert code == 200 and "nodeEligible" not in json.loads(body)
     code, text = env.cl.http_get(env.node, 10249, "/metrics")
     assert code == 200
-    assert re.search(r"^nftproxy_sync_proxy_rules_duration_seconds_count [1-9]", text, re.M), text[:500]
-    assert re.search(r"^nftproxy_network_programming_duration_seconds_count [1-9]", text, re.M)
-    assert re.search(r"^nftproxy_sync_full_proxy_rules_duration_seconds_count [1-9]", text, re.M)
-    assert re.search(r"^nftproxy_sync_proxy_rules_nftables_sync_failures_total 0", text, re.M)
+    fam = '{ip_family="IPv4"}'
+    assert re.search(rf"^kubeproxy_sync_proxy_rules_duration_seconds_count{fam} [1-9]", text, re.M), text[:500]
+    assert re.search(rf"^kubeproxy_network_programming_duration_seconds_count{fam} [1-9]", text, re.M)
+    assert re.search(rf"^kubeproxy_sync_full_proxy_rules_duration_seconds_count{fam} [1-9]", text, re.M)
+    assert re.search(rf"^kubeproxy_sync_proxy_rules_nftables_sync_failures_total{fam} 0", text, re.M)
+    assert re.search(r'^kubeproxy_proxy_healthz_total\{code="200"\} [1-9]', text, re.M)
+    assert re.search(r'^kubeproxy_proxy_livez_total\{code="200"\} [1-9]', text, re.M)
 
 
 def _metric(env: Env, name: str) -> float:
@@ -219,7 +224,7 @@ def _metric(env: Env, name: str) -> float:
     return float(m.group(1)) if m else 0.0
 
 
-SYNCS = "nftproxy_sync_proxy_rules_duration_seconds_count"
+SYNCS = 'kubeproxy_sync_proxy_rules_duration_seconds_count{ip_family="IPv4"}'
 
 
 NODE_EVENTS = 'nftproxy_watch_events_total{resource="nodes"}'

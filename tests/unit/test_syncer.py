@@ -119,7 +119,7 @@ def test_a_sync_refused_twice_is_retried_with_exponential_backoff(monkeypatch: p
         st = render_status(syncer)
         assert st["failures"] == 3 and st["lastError"] is None and st["conditions"][0]["status"] == "True"
         text = generate_latest(syncer.metrics.registry).decode()
-        assert "nftproxy_sync_proxy_rules_nftables_sync_failures_total 3.0" in text
+        assert 'kubeproxy_sync_proxy_rules_nftables_sync_failures_total{ip_family="IPv4"} 3.0' in text
 
     run_in_virtual_time(go, monkeypatch, syncer_module)
 
