@@ -416,11 +416,12 @@ class LocalhostNodePorts:
             return
         self._wanted = wanted
         want = {(v, port): spec for v, ports in wanted.items() for port, spec in ports.items() if spec.endpoints}
-        for key in [k for k in self.listeners if k not in want]:
+        closed = [k for k in self.listeners if k not in want]
+        for key in closed:
             listener = self.listeners.pop(key)
             if listener.server is not None:
                 listener.server.close()  # stops accepting; its connections go on
-            log.info("localhost NodePort %s (%s) closed", listener.where, listener.spec.name)
+            log.debug("localhost NodePort %s (%s) closed", listener.where, listener.spec.name)
         for key, spec in want.items():
             if key in self.listeners:
                 self.listeners[key].spec = spec
@@ -444,9 +445,14 @@ class LocalhostNodePorts:
                 failed.append(f"{listener.where} ({listener.spec.name}): {sock.strerror or sock}")
                 continue
             self.listeners[key] = listener
-            log.info("localhost NodePort %s (%s) serving", listener.where, listener.spec.name)
+            log.debug("localhost NodePort %s (%s) serving", listener.where, listener.spec.name)
         if failed:
             log.warning("localhost NodePort listeners not opened (tried again at the next sync): %s", "; ".join(failed))
+        opened = len(new) - len(failed)
+        if opened or closed:
+            log.info(
+                "localhost NodePorts: %d listeners (%d opened, %d closed)", len(self.listeners), opened, len(closed)
+            )
         self._count()
 
     def _accept(self, listener: _Listener) -> Callable[[], asyncio.Protocol]:
