@@ -65,6 +65,7 @@ ATTEMPTS = 3  # endpoints tried per client connection
 BACKLOG = 4096  # the kernel caps it at net.core.somaxconn
 SPARE = 64  # unconnected sockets made in the namespace at a time (see _Sockets)
 WARN_EVERY = 10.0  # seconds: at most one "no endpoint answered" warning per listener
+READ_SIZE = 256 * 1024  # bytes per read (asyncio's own read size)
 
 Wanted = dict[int, dict[int, LocalhostNodePort]]  # IP version -> NodePort -> what to serve
 T = TypeVar("T")
@@ -232,10 +233,14 @@ class _Sockets:
 # -- one proxied connection: two sockets, bytes both ways -----------------------------------------
 
 
-class _Side(asyncio.Protocol):
+class _Side(asyncio.BufferedProtocol):
     """One socket of a proxied connection: what it reads is written to its peer. Flow control:
     when the peer's send buffer fills, this side stops reading. An EOF is passed on as a
-    half-close (write_eof, once what is buffered is sent); after both EOFs, both close."""
+    half-close (write_eof, once what is buffered is sent); after both EOFs, both close.
+
+    Read into a buffer of its own (BufferedProtocol: no new bytes object per read); the peer's
+    transport sends from it at once, and when it cannot send everything it keeps the rest, which
+    may be a view of this buffer (Python 3.12+): then the next read goes into a new one."""
 
     def __init__(self, conn: _Conn) -> None:
         self.conn = conn
@@ -243,15 +248,23 @@ class _Side(asyncio.Protocol):
         self.peer: _Side | None = None
         self.eof = False
         self.gone = False
+        self.buffer: bytearray | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
 
-    def data_received(self, data: bytes) -> None:
+    def get_buffer(self, sizehint: int) -> bytearray:
+        if self.buffer is None:
+            self.buffer = bytearray(READ_SIZE)
+        return self.buffer
+
+    def buffer_updated(self, nbytes: int) -> None:
         peer = self.peer.transport if self.peer is not None else None
-        if peer is not None and not peer.is_closing():
-            peer.write(data)
+        if peer is not None and not peer.is_closing() and self.buffer is not None:
+            peer.write(memoryview(self.buffer)[:nbytes])
+            if peer.get_write_buffer_size():  # it kept some of it: never overwrite that
+                self.buffer = None
 
     def eof_received(self) -> bool:
         self.eof = True
@@ -455,7 +468,7 @@ class LocalhostNodePorts:
             )
         self._count()
 
-    def _accept(self, listener: _Listener) -> Callable[[], asyncio.Protocol]:
+    def _accept(self, listener: _Listener) -> Callable[[], asyncio.BaseProtocol]:
         return lambda: _Conn(self, listener).client
 
     def _count(self) -> None:
