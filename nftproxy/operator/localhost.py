@@ -39,6 +39,7 @@ import asyncio
 import contextlib
 import logging
 import random
+import resource
 import socket
 import struct
 import time
@@ -326,6 +327,14 @@ class _Conn:
         self.dial = asyncio.get_running_loop().create_task(self._connect())
 
     async def _connect(self) -> None:
+        try:
+            await self._wire()
+        except Exception as e:  # never a client left hanging (nor an unretrieved task error)
+            log.warning("localhost NodePort %s: %s: %s", self.listener.where, type(e).__name__, e)
+            reset(self.client)
+            reset(self.backend)
+
+    async def _wire(self) -> None:
         client = self.client
         assert client.transport is not None
         peer = client.transport.get_extra_info("peername")
@@ -427,7 +436,6 @@ class LocalhostNodePorts:
         opened (``Dataplane.localhost_nodeports`` returns the same object until it changes)."""
         if wanted is self._wanted and not self.failed:
             return
-        self._wanted = wanted
         want = {(v, port): spec for v, ports in wanted.items() for port, spec in ports.items() if spec.endpoints}
         closed = [k for k in self.listeners if k not in want]
         for key in closed:
@@ -461,6 +469,7 @@ class LocalhostNodePorts:
             log.debug("localhost NodePort %s (%s) serving", listener.where, listener.spec.name)
         if failed:
             log.warning("localhost NodePort listeners not opened (tried again at the next sync): %s", "; ".join(failed))
+        self._wanted = wanted  # (not before: a call that raised is done again next time)
         opened = len(new) - len(failed)
         if opened or closed:
             log.info(
@@ -488,7 +497,11 @@ class LocalhostNodePorts:
                 break
             if errors:
                 self.metrics.localhost_dial_retries.labels(family).inc()
-            sock = await self.sockets.stream(listener.version)
+            try:
+                sock = await self.sockets.stream(listener.version)
+            except OSError as e:  # e.g. out of file descriptors: this attempt fails
+                errors.append(f"{_endpoint(ep)} {e.strerror or e}")
+                continue
             try:
                 async with asyncio.timeout(self.connect_timeout):
                     await loop.sock_connect(sock, (ep[0], int(ep[1])))
@@ -534,6 +547,16 @@ class LocalhostNodePorts:
 
 def _endpoint(ep: Slot) -> str:
     return f"[{ep[0]}]:{ep[1]}" if ":" in ep[0] else f"{ep[0]}:{ep[1]}"
+
+
+def raise_fd_limit() -> tuple[int, int]:
+    """Each proxied connection holds two descriptors: the soft limit goes up to the hard one (as
+    Go's runtime does for every program, kube-proxy's included). Returns (before, after)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    return soft, resource.getrlimit(resource.RLIMIT_NOFILE)[0]
 
 
 def localhost_rejections(backend: Backend, config: ProxyConfig) -> dict[tuple[str, str], int]:

@@ -554,3 +554,25 @@ def test_every_algorithm_serves(algorithm: str) -> None:
             assert len(got) == 1  # one client address
 
     run(scenario)
+
+
+def test_an_unexpected_error_while_dialling_resets_the_client_and_the_proxy_goes_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    port = free_port()
+
+    async def scenario(proxy: LocalhostNodePorts, eps: Endpoints, metrics: Metrics) -> None:
+        a = await eps.named("a")
+        await proxy.update({4: {port: spec((a,), port=port)}})
+        stream = proxy.sockets.stream
+
+        async def broken(version: int) -> socket.socket:
+            raise RuntimeError("no sockets today")
+
+        proxy.sockets.stream = broken  # type: ignore[method-assign]
+        assert await ask(port) in ("ConnectionResetError", "EOF")  # not left hanging
+        proxy.sockets.stream = stream  # type: ignore[method-assign]
+        assert await ask(port) == "a"
+
+    run(scenario)
+    assert "RuntimeError: no sockets today" in caplog.text
