@@ -20,6 +20,7 @@ from nftproxy.compiler import ProxyConfig, compile_tables, names
 from nftproxy.compiler.config import nodeport_address
 from nftproxy.compiler.localhost import LocalhostNodePort
 from nftproxy.dataplane.sync import Dataplane
+from nftproxy.diagnose.verify import compare
 from nftproxy.model.manifests import Inputs, classify
 from nftproxy.nft.diff import plan
 from nftproxy.nft.fake import FakeBackend
@@ -576,3 +577,17 @@ def test_an_unexpected_error_while_dialling_resets_the_client_and_the_proxy_goes
 
     run(scenario)
     assert "RuntimeError: no sockets today" in caplog.text
+
+
+def test_verify_compares_the_counters() -> None:
+    """The table read back (counters included) equals the desired one; a counter gone is named."""
+    dp, fake = dataplane()
+    desired = dp.tables()
+    assert compare(desired, {f: fake.read(f, "nftproxy") for f in Family}) == []
+    t = fake.tables[(Family.IP, "nftproxy")]
+    del t.counters["localhost-nodeport-rejected-sctp"]
+    diffs = [str(d) for d in compare(desired, {f: fake.read(f, "nftproxy") for f in Family})]
+    assert diffs == ["table ip nftproxy: counters missing: localhost-nodeport-rejected-sctp"]
+    dp.forget()
+    dp.sync()  # a full sync puts it back
+    assert "localhost-nodeport-rejected-sctp" in fake.tables[(Family.IP, "nftproxy")].counters
