@@ -42,8 +42,6 @@ CONFIG_SETS = (CLUSTER_CIDRS, NODEPORT_IPS)  # elements from the config, not fro
 # v1.37's names (its nftables_localhost_nodeport_rejected_packets_total reads these counters).
 LOCALHOST_NODEPORT_REJECT_PORTS = "localhost-nodeport-reject-ports"  # proto . NodePort -> goto its reject chain
 LOCALHOST_REJECTED_PROTOCOLS = ("udp", "sctp")
-
-
 LOCALHOST_NODEPORT_REJECT_CHAIN = "localhost-nodeport-reject-"  # + protocol
 
 

@@ -236,3 +236,14 @@ def test_endpoint_changes_reach_the_proxy(lab: Lab) -> None:
     assert lab.who("127.0.0.1", RANDOM) == ["refused"]
     lab.apply([eps("random", [(p2.ipv4, "node1")])])
     assert lab.who("127.0.0.1", RANDOM, count=3) == ["p2"] * 3
+
+
+def test_a_full_sync_reads_the_table_back_with_its_counters_and_sends_nothing(lab: Lab) -> None:
+    """The kernel's table read back (named counters included) equals the desired one: a full
+    sync (as after a restart) sends 0 operations, and the counters keep their counts."""
+    before = lab.backend.counter_packets(Family.IP, "nftproxy")
+    lab.dp.forget()
+    result = lab.dp.sync()
+    assert result.full and result.operations == 0, result
+    assert lab.backend.counter_packets(Family.IP, "nftproxy") == before
+    assert set(before) == {"localhost-nodeport-rejected-udp", "localhost-nodeport-rejected-sctp"}
