@@ -27,7 +27,10 @@ from typing import TextIO
 
 from bench.figures import FIGURES
 
-BENCHES = ("apply", "churn", "datapath", "dataplane", "fuzz", "operator", "realcluster", "startup", "vs_kubeproxy")
+BENCHES = (
+    "apply", "churn", "datapath", "dataplane", "fuzz", "localhost_proxy", "operator", "realcluster", "startup",
+    "vs_kubeproxy",
+)  # fmt: skip
 RESULTS = Path(os.environ.get("NFTPROXY_BENCH_RESULTS") or Path(__file__).with_name("results"))
 
 

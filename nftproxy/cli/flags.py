@@ -120,7 +120,8 @@ def add_proxy_flags(p: argparse.ArgumentParser) -> None:
         "--nodeport-addresses", action="append", default=_env_list(_env("nodeport_addresses")),
         metavar="CIDR|primary|localhost|all",
         help="where NodePorts answer, as kube-proxy's: CIDRs and the keywords primary (the node's IPs, the default), "
-        "localhost (127.0.0.0/8 and ::1, served in userspace for TCP) and all",
+        "localhost (127.0.0.0/8 and ::1: TCP NodePorts served on 127.0.0.1 and ::1 by a userspace proxy in `run`, "
+        "UDP and SCTP rejected) and all",
     )  # fmt: skip
     p.add_argument(
         "--masquerade-all", type=boolean, nargs="?", const=True, default=boolean(_env("masquerade_all") or ""),

@@ -93,8 +93,11 @@ class ProxyConfig:
     def localhost_nodeports(self, version: int) -> bool:
         """Are NodePorts asked for on this family's loopback (a CIDR inside it, e.g. the
         ``localhost`` keyword)? Then the userspace proxy serves them (kube-proxy's
-        ContainsExplicitLoopback)."""
-        return any(n.network_address.is_loopback for n in self.nodeport_networks(version))
+        ContainsExplicitLoopback). Checked on the CIDRs as given, as upstream does before a /0
+        makes the others moot: ``all,localhost`` serves localhost NodePorts too. ``primary``
+        never does (a loopback node IP is skipped)."""
+        return any(not isinstance(a, str) and a.version == version and a.network_address.is_loopback
+                   for a in self.nodeport_addresses)  # fmt: skip
 
     def health_check_addresses(self, local: Iterable[IPAddress]) -> list[str]:
         """The addresses a healthCheckNodePort server listens on, as kube-proxy's: those of the

@@ -19,6 +19,7 @@ from nftproxy.compiler.balancing import name as tagged
 from nftproxy.compiler.balancing import with_tag
 from nftproxy.compiler.config import ProxyConfig
 from nftproxy.compiler.endpoints import Categorized, Target, categorize, targets
+from nftproxy.compiler.localhost import LocalhostNodePort
 from nftproxy.model.types import EndpointSlice, Service, ServicePort
 from nftproxy.nft.objects import Element, Family, Key, Slot, address, prefix
 
@@ -50,6 +51,8 @@ class Fragment(NamedTuple):
     # per Service port with usable endpoints but none here under a Local policy: "internal" /
     # "external" (kube-proxy's sync_proxy_rules_no_local_endpoints_total)
     no_local: tuple[str, ...] = ()
+    # TCP NodePorts the userspace proxy serves on loopback (--nodeport-addresses localhost)
+    localhost: tuple[LocalhostNodePort, ...] = ()
 
 
 COMMENT_MAX = 127  # nft refuses comments over 128 characters (a whole transaction fails)
@@ -107,6 +110,7 @@ class _Out:
         self.udp_serving: list[tuple[Key, frozenset[str]]] = []
         self.affinity: list[tuple[str, frozenset[Slot]]] = []
         self.no_local: list[str] = []
+        self.localhost: list[LocalhostNodePort] = []
         self.tag = ""  # the load-balancing algorithm's name infix for this port (balancing.py)
 
     def add(self, set_name: str, key: Key, value: tuple[str, ...] | None = None, comment: str | None = None) -> None:
@@ -344,6 +348,24 @@ def _udp_serving(out: _Out, p: _Port, found: list[Target]) -> None:
         out.udp_serving.append((p.node_port, serving))
 
 
+def _localhost(out: _Out, p: _Port, svc: Service, port: str, algorithm: str, cat: Categorized,
+               etp_local: bool) -> None:  # fmt: skip
+    """A NodePort on loopback (--nodeport-addresses localhost), which nftables cannot DNAT: TCP
+    for the userspace proxy, with the endpoints chosen here (none usable: none, no listener); UDP
+    and SCTP rejected and counted (skeleton.py), whether the port has endpoints or not, as
+    kube-proxy v1.37."""
+    assert p.node_port is not None
+    if p.proto in names.LOCALHOST_REJECTED_PROTOCOLS:
+        chain = names.localhost_nodeport_reject_chain(p.proto)
+        out.add(names.LOCALHOST_NODEPORT_REJECT_PORTS, p.node_port, (f"goto {chain}",), p.comment)
+    elif p.proto == "tcp":
+        cluster, local = (slot_values(cat.cluster), slot_values(cat.local)) if cat.any_usable else ((), ())
+        affinity = svc.session_affinity_timeout or 0
+        out.localhost.append(
+            LocalhostNodePort(int(p.node_port[1]), svc.key, port, algorithm, affinity, etp_local, cluster, local)
+        )
+
+
 def compile_fragment(
     svc: Service, slices: Sequence[EndpointSlice], family: Family, config: ProxyConfig
 ) -> Fragment | None:
@@ -355,6 +377,7 @@ def compile_fragment(
     mine = [s for s in slices if s.address_type == atype]
     out = _Out()
     algorithm = svc.load_balancing or config.load_balancing
+    localhost = bool(config.nodeport_addresses) and config.localhost_nodeports(family.version)
     affinity, warnings = svc.session_affinity_timeout, svc.warnings
     out.add(names.CLUSTER_IPS, (fe.cluster_ip,))
     for port in svc.ports:
@@ -364,6 +387,8 @@ def compile_fragment(
         if p.proto == "udp":
             _udp_serving(out, p, found)
         cat = categorize(found, config.node_name, config.node_zone)
+        if localhost and p.node_port:
+            _localhost(out, p, svc, port.name or str(port.port), algorithm, cat, fe.etp_local)
         if not cat.any_usable:
             _no_endpoints(out, p)
             continue
@@ -398,4 +423,5 @@ def compile_fragment(
         warnings,
         tuple(out.affinity),
         tuple(out.no_local),
+        tuple(out.localhost),
     )

@@ -37,6 +37,25 @@ LOCAL_POLICY_SHORT_CIRCUIT = "local-policy-short-circuit"  # eTP Local: pod/node
 NODEPORT_SHORT_CIRCUIT = "nodeport-short-circuit"
 CONFIG_SETS = (CLUSTER_CIDRS, NODEPORT_IPS, SERVICE_CIDRS)  # elements from the config, not from any Service
 
+# -- localhost NodePorts (--nodeport-addresses with a loopback CIDR, e.g. ``localhost``): TCP is
+# served by the userspace proxy (operator/localhost.py); nftables cannot DNAT loopback, so the
+# other protocols' packets to a loopback NodePort are rejected and counted, with kube-proxy
+# v1.37's names (its nftables_localhost_nodeport_rejected_packets_total reads these counters).
+LOCALHOST_NODEPORT_REJECT_PORTS = "localhost-nodeport-reject-ports"  # proto . NodePort -> goto its reject chain
+LOCALHOST_REJECTED_PROTOCOLS = ("udp", "sctp")
+LOCALHOST_NODEPORT_REJECT_CHAIN = "localhost-nodeport-reject-"  # + protocol
+
+
+def localhost_nodeport_reject_chain(proto: str) -> str:
+    """``localhost-nodeport-reject-udp``: counts into its counter, then rejects."""
+    return LOCALHOST_NODEPORT_REJECT_CHAIN + proto
+
+
+def localhost_nodeport_rejected_counter(proto: str) -> str:
+    """``localhost-nodeport-rejected-udp``: the named counter of one protocol's rejected packets."""
+    return f"localhost-nodeport-rejected-{proto}"
+
+
 # -- sessionAffinity ClientIP: per Service port and endpoint list, as kube-proxy's per-endpoint
 # sets, one record per client shared by every frontend of the port (ClusterIP, NodePort,
 # externalIPs, LoadBalancer IPs) that uses the same endpoint list. <tag>: a digest of the
@@ -112,6 +131,7 @@ FRONTEND_WIDTH = {
     NODEPORT_SHORT_CIRCUIT: NODEPORT_FRONTEND,
     FIREWALL_IPS: IP_FRONTEND,
     FIREWALL_ALLOW: IP_FRONTEND,
+    LOCALHOST_NODEPORT_REJECT_PORTS: NODEPORT_FRONTEND,
 }
 
 

@@ -30,8 +30,10 @@ class Renderer:
         else:
             self.masquerade = None
         self.pods = bool(mine)  # pod sources are known: Local-policy short-circuits apply to them
-        self.base_sets = {s.name: s for s in skeleton.base_sets(f)}
-        self.base_chains = {c.name: c for c in skeleton.base_chains(f)}
+        self.localhost = config.localhost_nodeports(f.version)  # the loopback NodePort checks
+        self.base_sets = {s.name: s for s in skeleton.base_sets(f, self.localhost)}
+        self.base_chains = {c.name: c for c in skeleton.base_chains(f, self.localhost)}
+        self.counters = {c.name: c for c in skeleton.base_counters(self.localhost)}
         self._parts: dict[Obj, tuple[list[Set], list[Chain]]] = {}
         self._set_owner: dict[str, Obj] = {}  # map name -> the object declaring it (memo)
         self.static: dict[str, dict[Key, Element]] = {n: {} for n in names.CONFIG_SETS}
@@ -57,7 +59,7 @@ class Renderer:
         return parts
 
     def comment(self) -> str:
-        return skeleton.layout_comment(self.family, self.masquerade, self.pods)
+        return skeleton.layout_comment(self.family, self.masquerade, self.pods, self.localhost)
 
     def chain_names(self, store: ElementStore) -> set[str]:
         """The chains of the table (base and per-count), without building the whole table."""
@@ -99,6 +101,7 @@ class Renderer:
         the lines (as before) held ~30k strings at once at 10k Services, every sync_period."""
         yield f"table {self.family.value} {self.name} {self.comment()}\n"
         yield from sorted(f"chain {name}\n" for name in self.chain_names(store))
+        yield from sorted(f"counter {name}\n" for name in self.counters)
         for name in sorted(self.static):
             els = self.static[name]
             for key in sorted(els):
@@ -129,7 +132,7 @@ class Renderer:
                 target = elements[map_name]
                 for el in spread_elements(key, values):
                     target[el.key] = el
-        return Table(self.family, self.name, self.comment(), chains, sets, elements)
+        return Table(self.family, self.name, self.comment(), chains, sets, elements, counters=dict(self.counters))
 
     def delta(self, store: ElementStore, log: ChangeLog) -> Transaction:
         """Everything ``log`` recorded, as one transaction that touches only those elements and

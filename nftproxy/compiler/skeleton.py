@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 
 from nftproxy.compiler import balancing, names
-from nftproxy.nft.objects import Chain, Family, Hook, Set
+from nftproxy.nft.objects import Chain, Counter, Family, Hook, Set
 
 LAYOUT = 3  # 3: hairpin keyed by port, service-cidrs, filter-output-post-dnat; 2: ClientIP affinity per Service port
 MASQ_MARK = "0x4000"
@@ -179,18 +179,66 @@ SETS: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
 )
 
 
+# -- localhost NodePorts (only when --nodeport-addresses has a loopback CIDR of the family) ----
+# nftables cannot DNAT loopback: TCP is served by the userspace proxy (operator/localhost.py), and
+# the other protocols' packets to a loopback NodePort are rejected and counted, as kube-proxy
+# v1.37's. The check sits in filter-input (as kube-proxy's, whose nodeport-endpoints-check only
+# filter-input reaches): the sender's packet goes out through lo and is refused on the way in,
+# so a connected UDP socket sees ICMP port unreachable (ECONNREFUSED). Refused in filter-output,
+# its send() would fail with EPERM instead.
+LOOPBACK_DADDR = {Family.IP: "127.0.0.0/8", Family.IP6: "::1"}
+LOCALHOST_CHECK = (
+    "ct state new {ip} daddr {loopback} meta l4proto . th dport vmap @" + names.LOCALHOST_NODEPORT_REJECT_PORTS
+)
+
+
 def fill(text: str, family: Family) -> str:
-    return text.format(ip=family.value, addr=family.addr_type)
+    return text.format(ip=family.value, addr=family.addr_type, loopback=LOOPBACK_DADDR[family])
 
 
-def base_sets(family: Family) -> list[Set]:
-    return [Set(name, fill(spec, family), flags, comment=comment) for name, spec, flags, comment in SETS]
+def base_sets(family: Family, localhost: bool = False) -> list[Set]:
+    sets = [Set(name, fill(spec, family), flags, comment=comment) for name, spec, flags, comment in SETS]
+    if localhost:
+        sets.append(
+            Set(
+                names.LOCALHOST_NODEPORT_REJECT_PORTS,
+                "type inet_proto . inet_service : verdict",
+                comment="localhost NodePorts of protocols the userspace proxy does not serve: rejected",
+            )
+        )
+    return sets
 
 
-def base_chains(family: Family) -> list[Chain]:
-    chains = [Chain(name, tuple(fill(r, family) for r in rules), hook) for name, hook, rules in BASE_CHAINS]
+def base_chains(family: Family, localhost: bool = False) -> list[Chain]:
+    """The fixed chains; ``localhost``: with the localhost NodePort check in filter-input and
+    one counting reject chain per protocol the userspace proxy does not serve."""
+    chains = []
+    for name, hook, rules in BASE_CHAINS:
+        if localhost and name == "filter-input":
+            rules = (*rules, LOCALHOST_CHECK)
+        chains.append(Chain(name, tuple(fill(r, family) for r in rules), hook))
     chains += [Chain(name, tuple(fill(r, family) for r in rules)) for name, rules in REGULAR_CHAINS]
+    if localhost:
+        chains += [
+            Chain(
+                names.localhost_nodeport_reject_chain(proto),
+                (f'counter name "{names.localhost_nodeport_rejected_counter(proto)}" reject',),
+            )
+            for proto in names.LOCALHOST_REJECTED_PROTOCOLS
+        ]
     return chains
+
+
+def base_counters(localhost: bool = False) -> list[Counter]:
+    if not localhost:
+        return []
+    return [
+        Counter(
+            names.localhost_nodeport_rejected_counter(proto),
+            f"{proto.upper()} packets to a localhost NodePort: rejected",
+        )
+        for proto in names.LOCALHOST_REJECTED_PROTOCOLS
+    ]
 
 
 # -- per endpoint count N: one map and a few chains, shared by every Service with N endpoints ----
@@ -390,7 +438,7 @@ def count_objects(
 KINDS = ("lb", "nodeport", "local", "nodeport-local", f"{names.AFFINITY_KIND}:0000000000")
 
 
-def layout_comment(family: Family, masquerade: str | None, pods: bool) -> str:
+def layout_comment(family: Family, masquerade: str | None, pods: bool, localhost: bool = False) -> str:
     """The table comment: layout version and a digest of every rule template this config yields.
 
     Same comment means same rules for every chain name, so a restarted proxy can adopt the table.
@@ -403,6 +451,9 @@ def layout_comment(family: Family, masquerade: str | None, pods: bool) -> str:
         count_objects(family, kind, 2, masquerade, pods)
         for kind in (balancing.RR_ENTRY, "rr:0000000000s", "rr:0000000000")
     ]
-    text = repr((base_chains(family), base_sets(family), parts))
+    fixed: list[object] = [base_chains(family, localhost), base_sets(family, localhost)]
+    if localhost:  # (without, the digest is the one tables already hold)
+        fixed.append(base_counters(localhost))
+    text = repr((*fixed, parts))
     digest = hashlib.sha256(text.encode()).hexdigest()[:12]
     return f"nftproxy layout {LAYOUT} rules {digest}: managed by nftproxy, do not edit"

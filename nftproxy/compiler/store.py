@@ -21,6 +21,8 @@ class ElementStore:
         self.fragments: dict[str, Fragment] = {}  # programmed, by Service key
         self.health: dict[str, Fragment] = {}  # the fragments with a healthCheckNodePort
         self.warned: dict[str, Fragment] = {}  # the fragments with warnings (reported as skips)
+        self.localhost: dict[str, Fragment] = {}  # the fragments with localhost NodePorts
+        self.localhost_generation = 0  # bumped whenever one of those comes or goes
         self.values: dict[tuple[str, Key], Element] = {}  # (set, key) -> element
         # (set, key) -> fragments holding it, only where two or more do: nearly every element has
         # one holder, and a second table as big as ``values`` doubled too under churn.
@@ -38,6 +40,9 @@ class ElementStore:
             self.health[frag.key] = frag
         if frag.warnings:
             self.warned[frag.key] = frag
+        if frag.localhost:
+            self.localhost[frag.key] = frag
+            self.localhost_generation += 1
         values, counts = self.values, self.counts
         for set_name, el in frag.elements:
             k = (set_name, el.key)
@@ -69,6 +74,8 @@ class ElementStore:
             return None
         self.health.pop(key, None)
         self.warned.pop(key, None)
+        if self.localhost.pop(key, None) is not None:
+            self.localhost_generation += 1
         log = self.log
         counts = self.counts
         for set_name, el in frag.elements:

@@ -24,6 +24,7 @@ from nftproxy.compiler.assembly import Assembly
 from nftproxy.compiler.build import summarize
 from nftproxy.compiler.config import ProxyConfig
 from nftproxy.compiler.fragment import compile_fragment
+from nftproxy.compiler.localhost import LocalhostNodePort
 from nftproxy.dataplane import stale
 from nftproxy.dataplane.first_load import FirstLoad
 from nftproxy.dataplane.tracker import InputTracker
@@ -73,6 +74,7 @@ class Dataplane:
         # the affinity maps after the last cleanup -> their endpoints (_release_affinity)
         self._affinity_seen: dict[Family, dict[str, frozenset[Slot]]] = {}
         self.compiled_since_commit: set[str] = set()  # the first suspects when a sync is refused
+        self._localhost: tuple[object, dict[int, dict[int, LocalhostNodePort]]] = ((), {})  # (key, value)
 
     # -- inputs --------------------------------------------------------------------------
     @property
@@ -92,6 +94,7 @@ class Dataplane:
             return
         self.config = config
         self.assemblies = self._assemblies(config)
+        self._localhost = ((), {})  # (a new store may reuse an old one's id)
         self.inputs.everything_dirty()
         self.in_sync = False
 
@@ -173,6 +176,24 @@ class Dataplane:
                 for policy in frag.no_local:
                     out[(policy, a.family.version)] += 1
         return out
+
+    def localhost_nodeports(self) -> dict[int, dict[int, LocalhostNodePort]]:
+        """{IP version: {NodePort: what the userspace proxy serves on that family's loopback}}:
+        the TCP NodePorts of the families with localhost NodePorts (--nodeport-addresses
+        localhost), of the Services that have the family, with the endpoints the compiler chose
+        for the table. As compiled (a sync compiles first; not compiled here, so called after a
+        successful sync it is what the kernel holds). Cheap when nothing changed: the same
+        object is returned until a Service with a localhost NodePort changes."""
+        key = tuple((id(a.store), a.store.localhost_generation) for a in self.assemblies.values())
+        if self._localhost[0] != key:
+            out: dict[int, dict[int, LocalhostNodePort]] = {}
+            for a in self.assemblies.values():
+                if self.config.localhost_nodeports(a.family.version):
+                    ports = out[a.family.version] = {}
+                    for frag in a.store.localhost.values():
+                        ports.update((lh.node_port, lh) for lh in frag.localhost)
+            self._localhost = (key, out)
+        return self._localhost[1]
 
     def checksum(self) -> str:
         """sha256 of the programmed contents (chain names, every element), in a canonical order."""

@@ -246,6 +246,9 @@ def interpret(events: list[Event], ours: str, view: TableView | None) -> Packet:
         elif ev.verdict == "goto reject-chain" or (ev.chain == "reject-chain" and rule == "reject"):
             verdict = "rejected"
             reason = f"{service or 'the Service'} has no endpoints (chain {path[-2] if len(path) > 1 else ev.chain})"
+        elif ev.chain.startswith(names.LOCALHOST_NODEPORT_REJECT_CHAIN) and rule.endswith("reject"):
+            verdict = "rejected"
+            reason = "a UDP/SCTP NodePort on loopback: only TCP is served there (by the userspace proxy)"
         elif ev.chain == "cluster-ips-check" and rule.endswith("reject"):
             verdict, reason = "rejected", "a ClusterIP on a port no Service serves"
         elif ev.verdict == "drop":

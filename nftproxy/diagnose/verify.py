@@ -283,6 +283,7 @@ def _compare_table(desired: Table, applied: Table | None) -> list[Difference | s
     for what, want_names, have_names in (
         ("chains", set(desired.chains), set(applied.chains)),
         ("sets/maps", set(desired.sets), set(applied.sets)),
+        ("counters", set(desired.counters), set(applied.counters)),
     ):
         for words, found in (("missing", want_names - have_names), ("extra (stale)", have_names - want_names)):
             base = sorted(n for n in found if not _COUNT.search(n))
@@ -324,6 +325,7 @@ def equal_contents(desired: Table, applied: Table | None) -> bool:
         applied.comment == desired.comment
         and set(applied.chains) == set(desired.chains)
         and set(applied.sets) == set(desired.sets)
+        and set(applied.counters) == set(desired.counters)
         and els(applied) == els(desired)
     )
 

@@ -27,6 +27,8 @@ def plan(applied: Table | None, desired: Table) -> Transaction:
     new_chains = [c for name, c in desired.chains.items() if name not in applied.chains]
     stale_chains = [name for name in applied.chains if name not in desired.chains]
     stale_sets = [s for name, s in applied.sets.items() if name not in desired.sets]
+    new_counters = [c for name, c in desired.counters.items() if name not in applied.counters]
+    stale_counters = [name for name in applied.counters if name not in desired.counters]
 
     adds: list[tuple[str, list[Element]]] = []
     deletes: list[tuple[str, list[Key]]] = []
@@ -44,6 +46,8 @@ def plan(applied: Table | None, desired: Table) -> Transaction:
 
     for s in new_sets:
         tx.add_set(s)
+    for counter in new_counters:
+        tx.add_counter(counter)
     for c in new_chains:
         tx.add_chain(c)
     for name, keys in deletes:
@@ -59,15 +63,19 @@ def plan(applied: Table | None, desired: Table) -> Transaction:
         tx.delete_set(s.name, s.is_map)
     for name in stale_chains:
         tx.delete_chain(name)
+    for name in stale_counters:  # after the rules counting into them
+        tx.delete_counter(name)
     return tx
 
 
 def create(tx: Transaction, desired: Table, skip_elements: frozenset[str] = frozenset()) -> None:
-    """Declare the whole table: sets and chains first, then rules, then elements (except those
-    of ``skip_elements``, which the caller loads another way)."""
+    """Declare the whole table: sets, counters and chains first, then rules, then elements
+    (except those of ``skip_elements``, which the caller loads another way)."""
     tx.add_table(desired.comment)
     for s in desired.sets.values():
         tx.add_set(s)
+    for counter in desired.counters.values():
+        tx.add_counter(counter)
     for c in desired.chains.values():
         tx.add_chain(c)
     for c in desired.chains.values():

@@ -14,11 +14,12 @@ from dataclasses import dataclass, field
 
 from nftproxy.nft.bulk import LoadStep, expand
 from nftproxy.nft.kernel import NftError
-from nftproxy.nft.objects import Chain, DynamicElement, Element, Family, Key, Set, Table, UdpFlow
+from nftproxy.nft.objects import Chain, Counter, DynamicElement, Element, Family, Key, Set, Table, UdpFlow
 from nftproxy.nft.transaction import Op, Transaction
 
 _SET_REF = re.compile(r"@([\w.-]+)")
 _CHAIN_REF = re.compile(r"\b(?:goto|jump) ([\w.-]+)")
+_COUNTER_REF = re.compile(r'\bcounter name "?([\w.-]+)"?')
 
 
 @dataclass
@@ -28,6 +29,8 @@ class _Table:
     rules: dict[str, list[str]] = field(default_factory=dict)
     sets: dict[str, Set] = field(default_factory=dict)
     elements: dict[str, dict[Key, Element]] = field(default_factory=dict)
+    counters: dict[str, Counter] = field(default_factory=dict)
+    packets: dict[str, int] = field(default_factory=dict)  # what a test says a named counter counted
 
 
 class FakeBackend:
@@ -106,6 +109,7 @@ class FakeBackend:
             {n: Set(n, spec=s.spec) for n, s in t.sets.items()},
             {n: dict(e) for n, e in t.elements.items()},
             adopted=True,
+            counters={n: Counter(n) for n in t.counters},
         )
 
     def delete(self, family: Family, table: str) -> bool:
@@ -126,6 +130,10 @@ class FakeBackend:
             raise NftError(f"Error: No such file or directory (map {set_name})")
         timeouts = self.timeouts
         return [DynamicElement(k, e.value or (), timeouts[(family, table, set_name, k)]) for k, e in els.items()]
+
+    def counter_packets(self, family: Family, table: str) -> dict[str, int]:
+        t = self.tables.get((family, table))
+        return {n: t.packets.get(n, 0) for n in t.counters} if t else {}
 
     def udp_flows(self, family: Family) -> list[UdpFlow]:
         return list(self.flows.get(family, []))
@@ -171,9 +179,14 @@ def _apply_op(tables: dict[tuple[Family, str], _Table], key: tuple[Family, str],
         for s in _SET_REF.findall(op.rule):
             if s not in t.sets:
                 raise NftError(f"Error: No such file or directory (set {s})")
+        for c in _COUNTER_REF.findall(op.rule):
+            if c not in t.counters:
+                raise NftError(f"Error: No such file or directory (counter {c})")
         t.rules[op.name].append(op.rule)
     elif op.what in ("set", "map"):
         _set_op(t, op)
+    elif op.what == "counter":
+        _counter_op(t, op)
     else:
         _elements_op(t, op)
 
@@ -206,6 +219,18 @@ def _set_op(t: _Table, op: Op) -> None:
     if op.name in _refs(t)[1]:
         raise NftError(f"Error: Device or resource busy (set {op.name})")
     del t.sets[op.name], t.elements[op.name]
+
+
+def _counter_op(t: _Table, op: Op) -> None:
+    if op.verb == "add" and op.counter is not None:
+        t.counters.setdefault(op.name, op.counter)
+        return
+    if op.name not in t.counters:
+        raise NftError(f"Error: No such file or directory (counter {op.name})")
+    if any(op.name in _COUNTER_REF.findall(r) for rules in t.rules.values() for r in rules):
+        raise NftError(f"Error: Device or resource busy (counter {op.name})")
+    del t.counters[op.name]
+    t.packets.pop(op.name, None)
 
 
 def _elements_op(t: _Table, op: Op) -> None:

@@ -14,7 +14,7 @@ from nftproxy.nft import bulk, conntrack, netlink
 from nftproxy.nft import netns as netns_mod
 from nftproxy.nft.bulk import LoadStep
 from nftproxy.nft.netlink import Batch, Layout
-from nftproxy.nft.objects import Chain, DynamicElement, Element, Family, Key, Set, Table, UdpFlow
+from nftproxy.nft.objects import Chain, Counter, DynamicElement, Element, Family, Key, Set, Table, UdpFlow
 from nftproxy.nft.transaction import Transaction
 
 T = TypeVar("T")
@@ -54,6 +54,9 @@ class Backend(Protocol):
 
     def read_dynamic(self, family: Family, table: str, set_name: str) -> list[DynamicElement]:
         """The elements the packet path wrote into a dynamic map, with their timeouts."""
+
+    def counter_packets(self, family: Family, table: str) -> dict[str, int]:
+        """The packets each named counter of the table counted ({} without the table)."""
 
     def udp_flows(self, family: Family) -> list[UdpFlow]:
         """The DNATed UDP conntrack entries of this network namespace."""
@@ -198,6 +201,19 @@ class KernelBackend:
                     out.append(DynamicElement(parts, _parts(raw[1]), int(key.get("timeout", default))))
         return out
 
+    def counter_packets(self, family: Family, table: str) -> dict[str, int]:
+        try:
+            doc = json.loads(self.run(f"list counters table {family.value} {table}", json_output=True))
+        except NftError as e:
+            if "No such file or directory" in str(e):
+                return {}
+            raise
+        return {
+            c["name"]: int(c.get("packets", 0))
+            for item in doc.get("nftables", [])
+            if (c := item.get("counter")) and c.get("table") == table
+        }
+
     def load(self, steps: Iterable[LoadStep]) -> int:
         """Each step's transactions by nft, its element loads as one packed nfnetlink batch (nft's
         parser costs ~11 µs per element, packing ~0.7 µs): both queued on the worker thread, so
@@ -314,10 +330,13 @@ def table_from_json(doc: dict[str, Any], family: Family, name: str, comment: str
     """Build an adopted Table (names, comment, elements) from `nft -j list table`."""
     chains: dict[str, Chain] = {}
     sets: dict[str, Set] = {}
+    counters: dict[str, Counter] = {}
     elements: dict[str, dict[Key, Element]] = {}
     for item in doc.get("nftables", []):
         if "chain" in item:
             chains[item["chain"]["name"]] = Chain(item["chain"]["name"])
+        elif "counter" in item:
+            counters[item["counter"]["name"]] = Counter(item["counter"]["name"])
         elif "set" in item or "map" in item:
             is_map = "map" in item
             obj = item["map"] if is_map else item["set"]
@@ -331,7 +350,7 @@ def table_from_json(doc: dict[str, Any], family: Family, name: str, comment: str
                     e = e._replace(key=_proto_names(e.key, protos))
                 els[e.key] = e
             elements[sname] = els
-    return Table(family, name, comment, chains, sets, elements, adopted=True)
+    return Table(family, name, comment, chains, sets, elements, adopted=True, counters=counters)
 
 
 # nft prints a protocol by its /etc/protocols name, and by number where that file is missing (a

@@ -78,6 +78,18 @@ class Set:
         return " ".join(parts)
 
 
+@dataclass(frozen=True)
+class Counter:
+    """A named counter: a rule's ``counter name "NAME"`` counts its packets and bytes into it,
+    and ``nft list counters`` (or a scrape) reads them by a stable name."""
+
+    name: str
+    comment: str | None = None
+
+    def declaration(self) -> str:
+        return f"comment {quote(self.comment)};" if self.comment else ""
+
+
 Key = tuple[str, ...]
 Slot = tuple[str, str]  # the value of an endpoint map's element: endpoint address, port
 # An endpoint map's entries for one frontend, kept as one: the N elements ``key . i : slots[i]``
@@ -120,6 +132,7 @@ class Table:
     sets: Mapping[str, Set] = field(default_factory=dict)
     elements: Mapping[str, Mapping[Key, Element]] = field(default_factory=dict)
     adopted: bool = False
+    counters: Mapping[str, Counter] = field(default_factory=dict)  # named counters (read back: names)
 
     def count_elements(self) -> int:
         return sum(len(e) for e in self.elements.values())

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from nftproxy.nft.objects import Chain, Element, Family, Key, Set, quote
+from nftproxy.nft.objects import Chain, Counter, Element, Family, Key, Set, quote
 
 # Elements per `add element` statement: keeps each statement's parse tree small.
 _CHUNK = 5000
@@ -17,7 +17,7 @@ _CHUNK = 5000
 @dataclass(frozen=True)
 class Op:
     verb: str  # add | flush | delete
-    what: str  # table | chain | set | rule | elements
+    what: str  # table | chain | set | map | counter | rule | elements
     name: str = ""  # chain or set name
     chain: Chain | None = None
     set: Set | None = None
@@ -25,6 +25,7 @@ class Op:
     elements: tuple[Element, ...] = ()
     keys: tuple[Key, ...] = ()
     comment: str = ""
+    counter: Counter | None = None
 
 
 @dataclass
@@ -57,6 +58,12 @@ class Transaction:
 
     def delete_set(self, name: str, is_map: bool) -> None:
         self.ops.append(Op("delete", "map" if is_map else "set", name))
+
+    def add_counter(self, c: Counter) -> None:
+        self.ops.append(Op("add", "counter", c.name, counter=c))
+
+    def delete_counter(self, name: str) -> None:
+        self.ops.append(Op("delete", "counter", name))
 
     def add_elements(self, set_name: str, elements: Iterable[Element]) -> None:
         els = tuple(elements)
@@ -93,6 +100,9 @@ class Transaction:
             return f"add rule {t} {op.name} {op.rule}"
         if op.what == "set" and op.set is not None:
             return f"add {op.set.keyword} {t} {op.name} {{ {op.set.declaration()} }}"
+        if op.what == "counter":
+            decl = op.counter.declaration() if op.counter is not None else ""
+            return f"{op.verb} counter {t} {op.name}" + (f" {{ {decl} }}" if decl else "")
         if op.what in ("set", "map"):
             return f"{op.verb} {op.what} {t} {op.name}"
         if op.verb == "add":

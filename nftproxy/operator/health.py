@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import socket
@@ -88,7 +89,9 @@ def healthz_app(syncer: Syncer, node: str) -> web.Application:
 
 def metrics_app(metrics: Metrics) -> web.Application:
     async def serve(_: web.Request) -> web.Response:
-        resp = web.Response(body=generate_latest(metrics.registry))
+        # in a thread: a collector may ask the kernel (the localhost NodePort counters)
+        body = await asyncio.get_running_loop().run_in_executor(None, generate_latest, metrics.registry)
+        resp = web.Response(body=body)
         resp.headers["Content-Type"] = CONTENT_TYPE_LATEST
         return resp
 

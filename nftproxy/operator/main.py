@@ -13,6 +13,7 @@ from nftproxy.dataplane.sync import Dataplane
 from nftproxy.nft.kernel import KernelBackend
 from nftproxy.operator import handlers, health, kube
 from nftproxy.operator.kubeproxy_watch import KubeProxyWatch
+from nftproxy.operator.localhost import LocalhostNodePorts, localhost_rejections, raise_fd_limit
 from nftproxy.operator.metrics import Metrics
 from nftproxy.operator.settings import Settings
 from nftproxy.operator.status import StatusWriter
@@ -59,6 +60,19 @@ async def _main(settings: Settings, backend: KernelBackend, api: Any, prefetched
             logging.getLogger("nftproxy.health").warning("healthCheckNodePort: %s", e)
 
     syncer.on_synced.append(health_checks)
+    lh = LocalhostNodePorts(settings.netns, metrics)  # --nodeport-addresses localhost (listens only then)
+    if any(settings.proxy.localhost_nodeports(v) for v in (4, 6)):
+        before, after = raise_fd_limit()
+        log.info("localhost NodePorts served on loopback (file descriptor limit %d -> %d)", before, after)
+
+    async def localhost_nodeports(status: Status) -> None:
+        try:
+            await lh.update(status.localhost_nodeports)
+        except Exception as e:  # the proxy's trouble never fails a sync; tried again at the next
+            logging.getLogger("nftproxy.localhost").warning("localhost NodePorts not updated: %s", e)
+
+    syncer.on_synced.append(localhost_nodeports)
+    metrics.count_localhost_rejections(lambda: localhost_rejections(backend, syncer.dp.config))
     tasks = [asyncio.create_task(syncer.run(), name="syncer"), asyncio.create_task(writer.run(), name="status")]
     watch = KubeProxyWatch(settings.netns, settings.kube_proxy_check_period)  # kube-proxy's rules on this node?
     tasks.append(asyncio.create_task(watch.run(syncer, api, settings.node_name), name="kube-proxy-watch"))
@@ -88,3 +102,4 @@ async def _main(settings: Settings, backend: KernelBackend, api: Any, prefetched
         for r in runners:
             await r.cleanup()
         await hc.close()
+        await lh.close()

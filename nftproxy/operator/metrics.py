@@ -1,6 +1,7 @@
 """Prometheus metrics: kube-proxy's own (``kubeproxy_*``, the names, types, labels and buckets of
 kube-proxy v1.37's nftables mode), so its users' dashboards and alerts keep working, and nftproxy's
-extras (``nftproxy_*``). tests/conformance/test_metrics.py compares them with the real kube-proxy's.
+extras (``nftproxy_*``), the localhost NodePort proxy's included. tests/conformance/test_metrics.py
+compares them with the real kube-proxy's.
 
 kube-proxy runs one proxier per IP family and labels most series ``ip_family``; one nftproxy sync
 programs both families' tables, so a sync's duration, time and failure count for each family.
@@ -8,7 +9,14 @@ programs both families' tables, so a sync's duration, time and failure count for
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable, Iterator
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+log = logging.getLogger("nftproxy.metrics")
 
 FAMILIES = ("IPv4", "IPv6")  # the ip_family label's values, as kube-proxy's
 _BUCKETS = tuple(0.001 * 2**i for i in range(15))  # kube-proxy: ExponentialBuckets(0.001, 2, 15)
@@ -106,6 +114,38 @@ class Metrics:
         self.services = Gauge("nftproxy_services", "Services programmed", registry=r)
         self.endpoints = Gauge("nftproxy_endpoints", "Endpoints programmed", registry=r)
         self.skipped = Gauge("nftproxy_skipped_objects", "Objects left out for bad input", registry=r)
+        # -- localhost NodePorts (operator/localhost.py), label ip_family: IPv4 | IPv6 ---------
+        self.localhost_listeners = Gauge(
+            "kubeproxy_nftables_localhost_nodeport_listeners",
+            "Number of active localhost NodePort userspace proxy listeners.",
+            ["ip_family"],
+            registry=r,
+        )
+        self.localhost_listener_failures = Counter(
+            "kubeproxy_nftables_localhost_nodeport_listener_creation_failures_total",
+            "Number of localhost NodePort userspace proxy listener creation failures.",
+            ["ip_family"],
+            registry=r,
+        )
+        self.localhost_dial_retries = Counter(
+            "nftproxy_localhost_nodeport_dial_retries_total",
+            "Connections to an endpoint that failed (refused, unreachable, timed out) after which "
+            "the localhost NodePort proxy tried another endpoint",
+            ["ip_family"],
+            registry=r,
+        )
+        self.localhost_unserved = Counter(
+            "nftproxy_localhost_nodeport_unserved_connections_total",
+            "Localhost NodePort clients closed because no endpoint answered within the attempts",
+            ["ip_family"],
+            registry=r,
+        )
+        self.localhost_connections = Counter(
+            "nftproxy_localhost_nodeport_connections_total",
+            "Localhost NodePort connections proxied to an endpoint",
+            ["ip_family"],
+            registry=r,
+        )
 
     # -- one nftproxy sync is both families' ------------------------------------------------
     def queued(self, now: float) -> None:
@@ -121,3 +161,28 @@ class Metrics:
     def sync_failed(self) -> None:
         for f in FAMILIES:
             self.sync_failures.labels(f).inc()
+
+    def count_localhost_rejections(self, read: Callable[[], dict[tuple[str, str], int]]) -> None:
+        """``kubeproxy_nftables_localhost_nodeport_rejected_packets_total{ip_family, protocol}``,
+        read at each scrape by ``read`` (the table's named counters, as kube-proxy v1.37's)."""
+        self.registry.register(_Rejections(read))
+
+
+class _Rejections(Collector):
+    def __init__(self, read: Callable[[], dict[tuple[str, str], int]]) -> None:
+        self.read = read
+
+    def collect(self) -> Iterator[Metric]:
+        family = CounterMetricFamily(
+            "kubeproxy_nftables_localhost_nodeport_rejected_packets_total",
+            "Number of packets rejected on localhost NodePorts. UDP and SCTP are always rejected",
+            labels=["ip_family", "protocol"],
+        )
+        try:
+            values = self.read()
+        except Exception as e:  # a scrape never fails for it
+            log.debug("reading the localhost NodePort counters: %s", e)
+            values = {}
+        for (ip_family, protocol), packets in sorted(values.items()):
+            family.add_metric([ip_family, protocol], packets)
+        yield family

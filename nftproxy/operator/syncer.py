@@ -22,6 +22,7 @@ from typing import Any
 import tenacity
 
 from nftproxy import heap
+from nftproxy.compiler.localhost import LocalhostNodePort
 from nftproxy.dataplane.sync import Dataplane, SyncResult
 from nftproxy.model.types import Node, Skipped
 from nftproxy.operator.intake import Change, Intake, Trigger
@@ -60,6 +61,8 @@ class Status:
     in_sync: bool = False
     # port -> (Service, {IP version: local endpoints of that family})
     health_checks: dict[int, tuple[str, dict[int, int]]] = field(default_factory=dict)
+    # IP version -> NodePort -> what the localhost NodePort proxy serves (after every sync)
+    localhost_nodeports: dict[int, dict[int, LocalhostNodePort]] = field(default_factory=dict)
     conditions: list[dict[str, str]] = field(default_factory=list)  # more ProxyStatus conditions (kubeproxy_watch)
     generation: int = 0  # bumped whenever anything above changes
 
@@ -210,7 +213,7 @@ class Syncer:
         loop = asyncio.get_running_loop()
         self.top_up_triggers = []
         try:
-            result, stats, checksum_due = await loop.run_in_executor(None, self._job, full, check)
+            result, stats, checksum_due, localhost = await loop.run_in_executor(None, self._job, full, check)
         except Exception as e:
             self._record_failure(e)
             raise
@@ -218,6 +221,7 @@ class Syncer:
         self._housekeeping(full or result.full, full or check)
         self.checksum_due = self.checksum_due or checksum_due
         self._record_success(result, stats)
+        self.status.localhost_nodeports = localhost
         for hook in self.on_synced:
             await hook(self.status)
         self._observe_sync(result)
@@ -302,7 +306,9 @@ class Syncer:
             result.seconds,
         )
 
-    def _job(self, full: bool, check: bool) -> tuple[SyncResult, Stats | None, bool]:
+    def _job(
+        self, full: bool, check: bool
+    ) -> tuple[SyncResult, Stats | None, bool, dict[int, dict[int, LocalhostNodePort]]]:
         """Runs in a worker thread while the event loop only queues new changes."""
         if full:
             self.dp.forget()
@@ -314,7 +320,9 @@ class Syncer:
         # every partial sync, at most once per STATS_PERIOD (refreshed later if skipped now).
         due = full or check or result.full or time.monotonic() - self.stats_at >= STATS_PERIOD
         stats = self._stats() if due else None
-        return result, stats, full or check or result.full
+        # after every sync (the endpoints a localhost NodePort uses are as fresh as the table's);
+        # the same object while no localhost NodePort changed, so the proxy's update is a no-op
+        return result, stats, full or check or result.full, self.dp.localhost_nodeports()
 
     async def refresh_checksum(self) -> None:
         """The checksum of the programmed contents walks every element (~90 ms at 10k Services,

@@ -302,8 +302,8 @@ class NetLab:
     """A lab of network namespaces; use as a context manager (or call :meth:`close`)."""
 
     def __init__(self, prefix: str = "np") -> None:
-        if not re.fullmatch(r"[a-z]{1,4}", prefix):
-            raise ValueError("prefix must be 1-4 lowercase letters")
+        if not re.fullmatch(r"[a-z]{1,4}-?", prefix):
+            raise ValueError("prefix must be 1-4 lowercase letters, optionally followed by '-'")
         existing = list_netns()
         while True:
             self.prefix = f"{prefix}{os.getpid()}{_letters(next(_counter))}"

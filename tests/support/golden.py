@@ -8,6 +8,7 @@ from ipaddress import ip_address, ip_network
 from pathlib import Path
 
 from nftproxy.compiler import ProxyConfig
+from nftproxy.compiler.config import nodeport_address
 
 GOLDEN = Path(__file__).resolve().parent.parent / "golden"
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "demo.yaml"
@@ -44,6 +45,15 @@ CASES: dict[str, tuple[Path, ProxyConfig]] = {
         GOLDEN / "balancing.yaml",
         ProxyConfig(
             node_name="node-1", node_ips=(ip_address("198.18.0.1"),), cluster_cidrs=(ip_network("10.244.0.0/16"),)
+        ),
+    ),
+    "localhost": (
+        GOLDEN / "localhost.yaml",
+        ProxyConfig(
+            node_name="node-1",
+            node_ips=(ip_address("198.18.0.1"), ip_address("fd00:198:18::1")),
+            cluster_cidrs=(ip_network("10.244.0.0/16"), ip_network("fd00:10:244::/48")),
+            nodeport_addresses=(*nodeport_address("primary"), *nodeport_address("localhost")),
         ),
     ),
 }

@@ -16,6 +16,7 @@ The walk follows netfilter for a new connection (``ct state new`` is true, nat c
   then comes back through lo (the filter chains of prerouting, and input; NAT is set up already).
 
 A verdict map, ``jump``/``goto``/``return``, sets (concatenations, interval sets with prefixes),
+an address compared with a prefix (``ip daddr 127.0.0.0/8``), named counters (a no-op),
 ``fib … type local`` (by the addresses the tracer is told are the node's), packet marks, ``ct
 status dnat``, DNAT through endpoint maps, masquerade, and ``update @affinity`` (kept by the
 tracer, so a second trace of the same client follows it) are interpreted. ``numgen`` and
@@ -200,6 +201,13 @@ class _Parser:
             return masquerade
         if tok == "update":
             return self.update()
+        if tok == "counter":  # `counter name "X"`: a named counter the table declares; counts only
+            self.take()
+            self.take("name")
+            name = self.take().strip('"')
+            if name not in self.t.table.counters:
+                self.fail(f"a counter the table does not declare: {name}")
+            return lambda s: None
         if tok == "ct" and self.peek(1) == "state":
             self.i += 2
             states = self.values()
@@ -272,8 +280,22 @@ class _Parser:
         if self.peek() is not None and self.peek().startswith("@"):  # type: ignore[union-attr]
             name = self.set_ref(want_map=False)
             return self.t.member(exprs, name, negate)
+        if len(exprs) == 1 and self.kinds[-1] in ("saddr", "daddr"):  # an address or a prefix
+            tok = self.take()
+            try:
+                net = ip_network(tok, strict=False)
+            except ValueError:
+                self.fail(f"not an address or a prefix: {tok}")
+            addr = exprs[0]
+
+            def inside(s: _State) -> None:
+                a = _addr(str(addr(s)))
+                if (a is not None and a.version == net.version and a in net) == negate:
+                    raise _NoMatch
+
+            return inside
         if len(exprs) != 1 or self.kinds[-1] != "l4proto":
-            self.fail("only meta l4proto is compared with literals here")
+            self.fail("only meta l4proto and addresses are compared with literals here")
         return self.test(exprs[0], self.values(), negate)
 
     def test(self, expr: Expr, want: set[Value], negate: bool) -> Stmt:
@@ -456,8 +478,9 @@ class Tracer:
                     self.verdict_of(el.value or ())
 
     def is_local(self, addr: str) -> bool:
+        """One of the node's addresses, or loopback (every node has it)."""
         a = _addr(addr)
-        return a is not None and a in self.local
+        return a is not None and (a in self.local or a.is_loopback)
 
     # building blocks the parser closes over
     def simple_verdict(self, word: str) -> Stmt:

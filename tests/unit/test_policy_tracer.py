@@ -232,7 +232,8 @@ def _table(objs: list[k.Obj], *flags: str) -> Table:
 
 def test_every_rule_our_compiler_can_write_is_understood() -> None:
     """Every per-count template of every kind and algorithm (what the table comment digests),
-    under each masquerade setting (compiler/render.py), with and without pod CIDRs: the tracer
+    under each masquerade setting (compiler/render.py), with and without pod CIDRs, with and
+    without the localhost NodePort checks (--nodeport-addresses localhost): the tracer
     parses all of it (it raises on the first rule it does not understand)."""
     for family in Family:
         for masquerade in (
@@ -240,9 +241,10 @@ def test_every_rule_our_compiler_can_write_is_understood() -> None:
             "jump mark-for-masquerade",
             f"{family.value} saddr != @cluster-cidrs jump mark-for-masquerade",
         ):
-            for pods in (False, True):
-                sets = {s.name: s for s in skeleton.base_sets(family)}
-                chains = {c.name: c for c in skeleton.base_chains(family)}
+            for pods, localhost in ((False, False), (True, False), (True, True)):
+                sets = {s.name: s for s in skeleton.base_sets(family, localhost)}
+                chains = {c.name: c for c in skeleton.base_chains(family, localhost)}
+                counters = {c.name: c for c in skeleton.base_counters(localhost)}
                 kinds = [
                     (kind, n)
                     for kind in skeleton.KINDS
@@ -255,14 +257,15 @@ def test_every_rule_our_compiler_can_write_is_understood() -> None:
                     ss, cs = skeleton.count_objects(family, kind, n, masquerade, pods)
                     sets.update((s.name, s) for s in ss)
                     chains.update((c.name, c) for c in cs)
-                tracer = Tracer(Table(family, "t", "", chains, sets, {}), [])
+                tracer = Tracer(Table(family, "t", "", chains, sets, {}, counters=counters), [])
                 assert sum(map(len, tracer.chains.values())) == sum(len(c.rules) for c in chains.values())
 
 
 @pytest.mark.parametrize(
     "rule",
     [
-        "ip daddr 10.96.0.1 accept",  # a literal address: we never write one
+        "ip daddr 10.96.0.1-10.96.0.9 accept",  # a literal range: we never write one
+        'counter name "no-such-counter" accept',
         "tcp flags syn counter",
         "ip daddr . meta l4proto . th dport vmap @no-such-map",
         "meta mark set 0x1",
