@@ -51,7 +51,10 @@ POD_TCP = (8080, 8081, 9090)
 POD_UDP = (5353, 5354, 9090)
 HOST_TCP, HOST_UDP = (8090,), (5390,)
 
-SOURCES = ("pod", "node", "ext1", "ext2", "pod2")  # pod2: only to NodePorts (no route to LB IPs)
+SOURCES = ("pod", "node", "ext1", "ext2", "pod2")
+# both proxies' --nodeport-addresses / nodePortAddresses: the node's IPs, and loopback (TCP NodePorts
+# served in userspace, UDP/SCTP ones rejected: kube-proxy v1.37 with KubeProxyNFTablesLocalhostNodePorts)
+NODEPORT_ADDRESSES = ("primary", "localhost")  # pod2: only to NodePorts (no route to LB IPs)
 
 
 @dataclass(frozen=True)
@@ -676,6 +679,42 @@ def catalog() -> list[Case]:
             externalTrafficPolicy="Local",
         )
     )
+
+    # ---- localhost NodePorts: from the node's own loopback (a userspace proxy in both)
+    def lo_probes(svc: Obj) -> list[Probe]:
+        fams = svc["spec"]["ipFamilies"]
+        return [
+            Probe("node", p["protocol"].lower(), lo, p["nodePort"], "NodePort localhost")
+            for p in svc["spec"]["ports"]
+            for lo in (["127.0.0.1"] if "IPv4" in fams else []) + (["::1"] if "IPv6" in fams else [])
+        ]
+
+    lo_ports = [port(80, 8080, "http", node_port=next(_np)), port(53, 5353, "dns", "UDP", node_port=next(_np))]
+    lo_eps = [sport(8080, "http"), sport(5353, "dns", "UDP")]
+    name = "localhost-nodeport"
+    svc = service(name, lo_ports, type="NodePort", families=(4, 6))
+    objs = [
+        svc,
+        eslice(name, "v4", [ep("a1"), ep("b1")], lo_eps),
+        eslice(name, "v6", [ep("a1", family=6), ep("b1", family=6)], lo_eps, family=6),
+    ]
+    add(Case(name, objs, lo_probes(svc)))
+    name = "localhost-nodeport-etp-local"
+    svc = service(name, [port(80, 8080, "http", node_port=next(_np))], type="NodePort", externalTrafficPolicy="Local")
+    add(Case(name, [svc, eslice(name, "a", [ep("a2"), ep("b2")], HTTP_EP)], lo_probes(svc)))
+    name = "localhost-nodeport-etp-local-none-here"
+    svc = service(name, [port(80, 8080, "http", node_port=next(_np))], type="NodePort", externalTrafficPolicy="Local")
+    add(Case(name, [svc, eslice(name, "a", [ep("b2")], HTTP_EP)], lo_probes(svc)))
+    name = "localhost-nodeport-no-endpoints"
+    svc = service(name, [port(80, 8080, "http", node_port=next(_np))], type="NodePort")
+    add(Case(name, [svc, eslice(name, "a", [], HTTP_EP)], lo_probes(svc)))
+    name = "localhost-nodeport-affinity"
+    svc = service(
+        name, [port(80, 8080, "http", node_port=next(_np))], type="NodePort",
+        sessionAffinity="ClientIP", sessionAffinityConfig={"clientIP": {"timeoutSeconds": 300}},
+    )  # fmt: skip
+    probes = [dataclasses.replace(p, sticky=True) for p in lo_probes(svc)]
+    add(Case(name, [svc, eslice(name, "a", [ep("a1"), ep("a2"), ep("b1")], HTTP_EP)], probes))
 
     # ---- Services no proxy programs
     name = "headless"

@@ -23,6 +23,13 @@ INTENTIONAL: dict[str, str] = {
 }
 
 
+# kube-proxy metrics (tests/conformance test_metrics_as_kube_proxy) nftproxy does not export as
+# kube-proxy does, each with the reason.
+METRICS: dict[str, str] = {}
+
+
 def accepted(case: str) -> str | None:
     """The reason a DIFF in ``case`` is intentional, or None."""
+    if case.startswith("metric:"):
+        return METRICS.get(case.removeprefix("metric:"))
     return INTENTIONAL.get(case)

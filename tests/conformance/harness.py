@@ -152,7 +152,17 @@ class KubeProxyRef(Proxy):
     title = "kube-proxy"
 
     def __init__(self, side: Side, cp: ControlPlane, workdir: Path) -> None:
-        self.kp = KubeProxy(side.node.netns, c.NODE, cp.kubeconfig, workdir, node_ip=c.NODE4)
+        # localhost NodePorts: kube-proxy v1.37's userspace proxy behind its (alpha) gate, with
+        # the keywords; nftproxy gets the same --nodeport-addresses (NftProxy.start)
+        self.kp = KubeProxy(
+            side.node.netns,
+            c.NODE,
+            cp.kubeconfig,
+            workdir,
+            node_ip=c.NODE4,
+            nodeport_addresses=c.NODEPORT_ADDRESSES,
+            extra_config={"featureGates": {"KubeProxyNFTablesLocalhostNodePorts": True}},
+        )
 
     def start(self) -> None:
         self.kp.start()
@@ -194,6 +204,7 @@ class NftProxy(Proxy):
             "--metrics-bind-address", f"{c.NODE4}:10249",
             "--min-sync-period", "0",
             "--status-period", "1s",
+            "--nodeport-addresses", ",".join(c.NODEPORT_ADDRESSES),
         ]  # fmt: skip
         with self.log.open("ab") as log:
             self.proc = subprocess.Popen(argv, stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True)

@@ -27,6 +27,7 @@ from pathlib import Path
 import pytest
 
 from testkit.k8s.controlplane import ControlPlane
+from testkit.k8s.kubeproxy import http_get_in
 from testkit.lab.netlab import NetLab, cleanup_stale
 from tests.conformance import cases as c
 from tests.conformance.harness import (
@@ -255,6 +256,68 @@ def test_open_udp_flows_across_changes(duo: Duo) -> None:
     rows += _flow(duo, restart, "after a restart")
     rows += _new_flows(duo, restart, "after a restart")
     _check(rows)
+
+
+# ---------------------------------------------------------------------------------------- metrics
+
+
+def _metric_shapes(text: str) -> dict[str, tuple[str, frozenset[str]]]:
+    """``kubeproxy_*`` metric families in a Prometheus text exposition: name -> (type, label names)."""
+    types: dict[str, str] = {}
+    labels: dict[str, set[str]] = {}
+    for line in text.splitlines():
+        if line.startswith("# TYPE "):
+            _, _, name, kind = line.split(maxsplit=3)
+            types[name] = kind
+            labels.setdefault(name, set())
+        elif line and not line.startswith("#"):
+            series = line.split(" ", 1)[0]
+            name, _, rest = series.partition("{")
+            for suffix in ("_bucket", "_sum", "_count", "_total", "_created"):
+                base = name.removesuffix(suffix)
+                if base != name and base in types:
+                    name = base
+                    break
+            if name in types:
+                labels[name].update(
+                    k.strip() for k, _, _ in (kv.partition("=") for kv in rest.rstrip("}").split(",")) if k.strip()
+                )
+    # prometheus_client writes a counter's TYPE without "_total" (the OpenMetrics family name)
+    out = {}
+    for name, kind in types.items():
+        full = name + "_total" if kind == "counter" and not name.endswith("_total") else name
+        if full.startswith("kubeproxy_"):
+            out[full] = (kind, frozenset(labels[name] - {"le"}))
+    return out
+
+
+def test_metrics_as_kube_proxy(duo: Duo) -> None:
+    """Every ``kubeproxy_*`` metric the real kube-proxy (nftables mode) exports after the same syncs
+    exists in nftproxy's /metrics with the same type and label names, except those in
+    differences.METRICS, each with its reason."""
+    from tests.conformance.differences import METRICS  # noqa: PLC0415
+
+    got = {}
+    for s in duo.sides:
+        status, body = http_get_in(s.node.netns, c.NODE4, 10249, "/metrics", timeout=5.0)
+        assert status == 200, (s.title, status)
+        got[s.title] = _metric_shapes(body)
+    kp, np = got["kube-proxy"], got["nftproxy"]
+    assert len(kp) >= 10, sorted(kp)  # the scrape found kube-proxy's families
+    rows = []
+    for name in sorted(kp):
+        want = f"{kp[name][0]} {{{', '.join(sorted(kp[name][1]))}}}"
+        have = f"{np[name][0]} {{{', '.join(sorted(np[name][1]))}}}" if name in np else "missing"
+        rows.append(REPORT.add(f"metric:{name}", "/metrics: type {label names}", want, have))
+    unexpected = REPORT.unexpected(rows)
+    assert not unexpected, "kube-proxy metrics nftproxy lacks or shapes differently:\n" + "\n".join(
+        f"{r.case}: kube-proxy {r.kube_proxy}, nftproxy {r.nftproxy}" for r in unexpected
+    )
+    stale = sorted(set(METRICS) - {r.case.removeprefix("metric:") for r in rows if not r.match})
+    assert not stale, f"allowed in differences.METRICS but not different (remove them): {stale}"
+
+
+# ---------------------------------------------------------------------------------------- last: the Node changes
 
 
 def _node_addresses(duo: Duo, ipv4: str) -> None:
