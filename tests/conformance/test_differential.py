@@ -299,6 +299,8 @@ def test_metrics_as_kube_proxy(duo: Duo) -> None:
 
     got = {}
     for s in duo.sides:
+        for probe in ("/healthz", "/livez"):  # their counters appear once asked
+            assert http_get_in(s.node.netns, c.NODE4, 10256, probe, timeout=5.0)[0] == 200, (s.title, probe)
         status, body = http_get_in(s.node.netns, c.NODE4, 10249, "/metrics", timeout=5.0)
         assert status == 200, (s.title, status)
         got[s.title] = _metric_shapes(body)
