@@ -21,6 +21,9 @@ from testkit.k8s.controlplane import ControlPlane, find_binary
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "nftproxy"
+# `helm template` (offline) renders for Kubernetes v1.20 unless told: the chart's kubeVersion
+# (>= 1.35) refuses that, so offline renders name the pinned version
+KUBE_VERSION = "1.37.2"
 CHART_NAME = "nftproxy"
 
 Obj = dict[str, Any]
@@ -64,7 +67,9 @@ class Helm:
         self, values: Mapping[str, str] | Iterable[str] = (), *, release: str = "np", namespace: str = "kube-system"
     ) -> list[Obj]:
         """The chart rendered (offline) as a list of objects."""
-        out = self("template", release, str(CHART), "--namespace", namespace, *set_args(values)).stdout
+        out = self(
+            "template", release, str(CHART), "--namespace", namespace, "--kube-version", KUBE_VERSION, *set_args(values)
+        ).stdout
         return [d for d in yaml.safe_load_all(out) if d]
 
 

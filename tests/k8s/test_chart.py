@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from testkit.k8s.controlplane import ControlPlane, ControlPlaneError
-from tests.k8s.helmchart import CHART, Helm, Release, find, install
+from tests.k8s.helmchart import CHART, KUBE_VERSION, Helm, Release, find, install
 
 pytestmark = pytest.mark.k8s
 
@@ -102,7 +102,10 @@ BAD_VALUES: list[tuple[list[str], list[str]]] = [
 
 @pytest.mark.parametrize(("values", "messages"), BAD_VALUES, ids=[v[0] for v, _ in BAD_VALUES])
 def test_bad_values_are_refused(helm: Helm, values: list[str], messages: list[str]) -> None:
-    res = helm("template", "np", str(CHART), *(a for v in values for a in ("--set", v)), check=False)
+    res = helm(
+        "template", "np", str(CHART), "--kube-version", KUBE_VERSION, *(a for v in values for a in ("--set", v)),
+        check=False,
+    )  # fmt: skip
     assert res.returncode != 0, f"{values} was accepted"
     assert res.stdout == ""
     for message in messages:
@@ -547,3 +550,55 @@ def test_rbac_least_privilege_for_real(
     finally:
         api.close()
         cp.kubectl("delete", "proxystatus", node, "--ignore-not-found")
+
+
+# --------------------------------------------------------------------------- monitoring
+
+
+def test_service_monitor_selects_the_metrics_service(helm: Helm) -> None:
+    objs = helm.template({"metricsService.enabled": "true", "serviceMonitor.enabled": "true"})
+    sm, svc = find(objs, "ServiceMonitor"), find(objs, "Service")
+    assert sm["apiVersion"] == "monitoring.coreos.com/v1"
+    assert sm["spec"]["selector"]["matchLabels"].items() <= svc["metadata"]["labels"].items()
+    assert sm["spec"]["namespaceSelector"]["matchNames"] == [svc["metadata"]["namespace"]]
+    ports = {p["name"] for p in svc["spec"]["ports"]}
+    assert [e["port"] for e in sm["spec"]["endpoints"]] == ["metrics"] and "metrics" in ports
+    assert sm["spec"]["endpoints"][0]["relabelings"][0]["targetLabel"] == "node"
+    res = helm(
+        "template",
+        "np",
+        str(CHART),
+        "--kube-version",
+        KUBE_VERSION,
+        "--set",
+        "serviceMonitor.enabled=true",
+        check=False,
+    )
+    assert res.returncode != 0 and "needs metricsService.enabled" in res.stderr
+
+
+def test_dashboard_queries_only_metrics_nftproxy_exports(helm: Helm) -> None:
+    """The Grafana dashboard ConfigMap (grafana_dashboard: "1"): its panels cover sync durations,
+    network programming latency, changes pending, sync failures and Services programmed, and every
+    metric a query names is one nftproxy's /metrics has (names read from the operator's registry)."""
+    import re  # noqa: PLC0415
+
+    from nftproxy.operator.metrics import Metrics  # noqa: PLC0415
+
+    (cm,) = [o for o in helm.template({"grafanaDashboard.enabled": "true"}) if o["kind"] == "ConfigMap"]
+    assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+    dash = json.loads(cm["data"]["nftproxy.json"])
+    exprs = [t["expr"] for p in dash["panels"] for t in p["targets"]]
+    used = {m for e in exprs for m in re.findall(r"\b((?:kubeproxy|nftproxy)_[a-z_]+)", e)}
+    suffixes = {"histogram": ("_bucket", "_sum", "_count"), "counter": ("_total",)}
+    exported = {f.name + s for f in Metrics().registry.collect() for s in suffixes.get(f.type, ("",))}
+    assert used and used <= exported, sorted(used - exported)
+    for needed in (
+        "kubeproxy_sync_proxy_rules_duration_seconds_bucket",
+        "kubeproxy_network_programming_duration_seconds_bucket",
+        "kubeproxy_sync_proxy_rules_service_changes_pending",
+        "kubeproxy_sync_proxy_rules_nftables_sync_failures_total",
+        "nftproxy_services",
+    ):
+        assert needed in used, needed
+    assert all("node" in e for e in exprs), "every panel is per node"
