@@ -141,6 +141,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("trace", help="trace the next new connections to a Service address, in nftproxy's terms")
     trace_cmd.add_flags(p)
     p.set_defaults(fn=trace_cmd.run)
+    from nftproxy.cli import selftest as selftest_cmd  # noqa: PLC0415
+
+    p = sub.add_parser("selftest", help="what `helm test` runs: a Service answers via the proxy, every node in sync")
+    selftest_cmd.add_flags(p)
+    p.set_defaults(fn=selftest_cmd.run)
     p = sub.add_parser("cleanup", help="remove nftproxy's tables and nothing else")
     p.add_argument("--table", default="nftproxy", help=argparse.SUPPRESS)
     p.add_argument(

@@ -130,7 +130,7 @@ def test_health_probes_pass(release: RealCluster) -> None:
     for node, pod in w.nftproxy_pods(c).items():
         container = pod["spec"]["containers"][0]
         assert container["readinessProbe"]["httpGet"]["path"] == "/healthz"
-        assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+        assert container["livenessProbe"]["httpGet"]["path"] == "/livez"
         assert w.pod_ready(pod)
         # the probe's endpoint, from outside the node
         code = (
@@ -139,6 +139,15 @@ def test_health_probes_pass(release: RealCluster) -> None:
         )
         out = subprocess.run(c.client_argv([sys.executable, "-c", code]), capture_output=True, text=True, check=True)
         assert out.stdout.strip() == "200"
+
+
+def test_helm_test_passes(release: RealCluster) -> None:
+    """`helm test`: the chart's selftest pod reaches the nftproxy pods' /healthz through a
+    ClusterIP Service (the node's proxy) and finds every node's ProxyStatus InSync."""
+    out = release.helm("test", w.RELEASE, "-n", w.NAMESPACE, "--timeout", "180s", "--logs")
+    assert "Phase:          Succeeded" in out or "Phase: Succeeded" in out, out
+    assert "nftproxy selftest: passed" in out, out
+    assert out.count("InSync=True") == len(release.nodes), out
 
 
 # ---------------------------------------------------------------------------------------------- workload

@@ -64,12 +64,19 @@ class Helm:
         return proc
 
     def template(
-        self, values: Mapping[str, str] | Iterable[str] = (), *, release: str = "np", namespace: str = "kube-system"
+        self,
+        values: Mapping[str, str] | Iterable[str] = (),
+        *,
+        release: str = "np",
+        namespace: str = "kube-system",
+        tests: bool = False,
     ) -> list[Obj]:
-        """The chart rendered (offline) as a list of objects."""
+        """The chart rendered (offline) as a list of objects; ``tests``: with the `helm test` hooks."""
+        skip = [] if tests else ["--skip-tests"]
         out = self(
-            "template", release, str(CHART), "--namespace", namespace, "--kube-version", KUBE_VERSION, *set_args(values)
-        ).stdout
+            "template", release, str(CHART), "--namespace", namespace, "--kube-version", KUBE_VERSION, *skip,
+            *set_args(values),
+        ).stdout  # fmt: skip
         return [d for d in yaml.safe_load_all(out) if d]
 
 

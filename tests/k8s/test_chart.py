@@ -155,8 +155,8 @@ def test_daemonset_defaults(helm: Helm) -> None:
     }
 
     assert {p["name"]: p["containerPort"] for p in c["ports"]} == {"healthz": 10256, "metrics": 10249}
-    for probe in (c["livenessProbe"], c["readinessProbe"]):
-        assert probe["httpGet"] == {"path": "/healthz", "port": "healthz"}
+    assert c["livenessProbe"]["httpGet"] == {"path": "/livez", "port": "healthz"}
+    assert c["readinessProbe"]["httpGet"] == {"path": "/healthz", "port": "healthz"}
 
     assert not [o for o in objs if o["kind"] == "Service"], "no metrics Service by default"
     assert not [o for o in objs if o["kind"] == "CustomResourceDefinition"], "CRDs come from crds/"
@@ -219,7 +219,7 @@ def test_daemonset_values(helm: Helm) -> None:
     assert env["NFTPROXY_SERVICE_PROXY_NAME"] == "nftproxy"
     assert {p["name"]: p["containerPort"] for p in c["ports"]} == {"healthz": 20256, "metrics": 20249}
     # Health bound to loopback: the kubelet (host network) probes loopback too.
-    assert c["livenessProbe"]["httpGet"] == {"host": "127.0.0.1", "path": "/healthz", "port": "healthz"}
+    assert c["livenessProbe"]["httpGet"] == {"host": "127.0.0.1", "path": "/livez", "port": "healthz"}
 
     svc = find(objs, "Service")
     assert svc["metadata"]["name"] == "edge-nftproxy-metrics"
@@ -602,3 +602,27 @@ def test_dashboard_queries_only_metrics_nftproxy_exports(helm: Helm) -> None:
     ):
         assert needed in used, needed
     assert all("node" in e for e in exprs), "every panel is per node"
+
+
+def test_helm_test_hooks_check_a_service_through_the_proxy(helm: Helm) -> None:
+    """`helm test`'s objects: a ClusterIP Service whose endpoints are the nftproxy pods' healthz
+    port, and a host-network pod with the chart's ServiceAccount running `nftproxy selftest`
+    against it (tests/e2e runs it for real). The pod is no DaemonSet's or Service's."""
+    objs = helm.template({"apiServer.host": "10.0.0.1"}, tests=True)
+    hooks = [o for o in objs if o["metadata"].get("annotations", {}).get("helm.sh/hook") == "test"]
+    assert sorted(o["kind"] for o in hooks) == ["Pod", "Service"]
+    ds = find(objs, "DaemonSet")
+    svc = next(o for o in hooks if o["kind"] == "Service")
+    pod = next(o for o in hooks if o["kind"] == "Pod")
+    selector = ds["spec"]["selector"]["matchLabels"]
+    assert svc["spec"]["selector"] == selector and svc["spec"]["ports"][0]["targetPort"] == "healthz"
+    assert not selector.items() <= pod["metadata"]["labels"].items()
+    spec = pod["spec"]
+    assert spec["serviceAccountName"] == ds["spec"]["template"]["spec"]["serviceAccountName"]
+    assert spec["hostNetwork"] is True and spec["restartPolicy"] == "Never"
+    (c,) = spec["containers"]
+    assert c["command"] == ["python", "-m", "nftproxy", "selftest"]
+    env = svc["metadata"]["name"].upper().replace("-", "_") + "_SERVICE"
+    assert c["args"][:2] == ["--service", f"$({env}_HOST):$({env}_PORT)"]
+    assert {e["name"]: e["value"] for e in c["env"]}["KUBERNETES_SERVICE_HOST"] == "10.0.0.1"
+    assert all(o["kind"] not in ("Pod",) for o in helm.template())  # not rendered without the tests
