@@ -458,20 +458,39 @@ class RealCluster:
 
     def _import_images(self) -> None:
         """Import what a node's store lacks (all of it the first time; a new nftproxy build)."""
-        errors: list[BaseException] = []
         wanted = {self.images[k]: tar for k, tar in self.images["archives"].items()}
 
         def one(node: str) -> None:
+            if self.ctr(node, "containers", "ls", "-q").split():  # left by a crash: start afresh
+                raise ClusterError(f"{node}: containers left in {self.containerd_root(self._node(node))}")
+            have = self._import_missing(node, wanted)
+            stale = [r for r in have if r.startswith("localhost/nftproxy:") and r not in wanted]
+            if stale:
+                self.ctr(node, "images", "rm", *stale)
+
+        self._on_each_node(one)
+
+    def import_image(self, ref: str, archive: str | Path) -> None:
+        """Import one more image (a docker archive holding REF: e.g. another commit's nftproxy
+        build) into every node's containerd, unless it is there. The next ``up`` that uses the same
+        image store removes an nftproxy image it did not build."""
+        self._on_each_node(lambda node: self._import_missing(node, {ref: str(archive)}))
+
+    def _import_missing(self, node: str, wanted: dict[str, str]) -> set[str]:
+        """Import the images of WANTED (ref -> archive) that NODE lacks; return what it had."""
+        have = set(self.ctr(node, "images", "ls", "-q").split())
+        for ref, tar in wanted.items():
+            if ref not in have:
+                self.ctr(node, "images", "import", tar)
+        return have
+
+    def _on_each_node(self, fn: Callable[[str], object]) -> None:
+        """FN(node name) on every node at once; the first error raised."""
+        errors: list[BaseException] = []
+
+        def one(node: str) -> None:
             try:
-                if self.ctr(node, "containers", "ls", "-q").split():  # left by a crash: start afresh
-                    raise ClusterError(f"{node}: containers left in {self.containerd_root(self._node(node))}")
-                have = set(self.ctr(node, "images", "ls", "-q").split())
-                for ref, tar in wanted.items():
-                    if ref not in have:
-                        self.ctr(node, "images", "import", tar)
-                stale = [r for r in have if r.startswith("localhost/nftproxy:") and r not in wanted]
-                if stale:
-                    self.ctr(node, "images", "rm", *stale)
+                fn(node)
             except BaseException as e:
                 errors.append(e)
 

@@ -4,20 +4,31 @@
 images are missing or their inputs changed, and safe when several processes call it at once (the
 script holds a lock in the images directory for the whole run). :func:`load` only reads what an
 earlier build left, and says how to make it when there is nothing.
+
+The images of an earlier commit (an upgrade test's "previous release"): :func:`checkout` makes a
+detached git worktree of it, :func:`build_commit` runs that commit's own hack/images.sh there into
+an images directory of its own (``images_dir()/commits/SHA``: its own buildah storage, archives and
+images.json), so the current build's images.json and storage stay as they are; the nftproxy
+image's tag (a digest of its inputs) differs from the current one's when its sources do. The
+cluster imports it with ``RealCluster.import_image``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
+import shutil
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from testkit.k8s.controlplane import cache_dir
 
 ROOT = Path(__file__).resolve().parents[2]
+BASE_REF = "localhost/nftproxy-base:bookworm"  # hack/images.sh's Debian base
 
 
 def images_dir() -> Path:
@@ -25,18 +36,24 @@ def images_dir() -> Path:
     return Path(os.environ.get("NFTPROXY_IMAGES") or cache_dir() / "images")
 
 
-def images_json() -> Path:
-    return images_dir() / "images.json"
+def images_json(out: Path | None = None) -> Path:
+    return (out or images_dir()) / "images.json"
 
 
-def build(log: Callable[[str], None]) -> dict[str, Any]:
-    """Run hack/images.sh (a no-op when nothing changed), its progress lines through LOG."""
+def build(log: Callable[[str], None], *, source: Path = ROOT, out: Path | None = None) -> dict[str, Any]:
+    """Run hack/images.sh (a no-op when nothing changed), its progress lines through LOG. SOURCE: the
+    tree whose script and sources to build (another commit's worktree); OUT: the images directory
+    (default images_dir())."""
+    env = dict(os.environ)
+    if out is not None:
+        env["NFTPROXY_IMAGES"] = str(out)
     proc = subprocess.Popen(
-        ["bash", str(ROOT / "hack" / "images.sh")],
+        ["bash", str(source / "hack" / "images.sh")],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        cwd=ROOT,
+        cwd=source,
+        env=env,
     )
     assert proc.stdout is not None
     tail: list[str] = []
@@ -46,21 +63,21 @@ def build(log: Callable[[str], None]) -> dict[str, Any]:
         if line.startswith("==>"):
             log("    " + line)
     if proc.wait() != 0:
-        raise RuntimeError("hack/images.sh failed:\n" + "\n".join(tail))
-    return load()
+        raise RuntimeError(f"{source}/hack/images.sh failed:\n" + "\n".join(tail))
+    return load(out)
 
 
 class ImagesMissing(FileNotFoundError):
     """No images.json in the images directory: hack/images.sh has not run there."""
 
 
-def built() -> bool:
-    return images_json().is_file()
+def built(out: Path | None = None) -> bool:
+    return images_json(out).is_file()
 
 
-def load() -> dict[str, Any]:
+def load(out: Path | None = None) -> dict[str, Any]:
     """What the last build of hack/images.sh listed (no build: see :func:`build`)."""
-    path = images_json()
+    path = images_json(out)
     try:
         text = path.read_text()
     except FileNotFoundError:
@@ -70,3 +87,77 @@ def load() -> dict[str, Any]:
         ) from None
     data: dict[str, Any] = json.loads(text)
     return data
+
+
+# ---------------------------------------------------------------------------------------------- another commit
+
+
+class CommitMissing(LookupError):
+    """The commit is not in this repository (e.g. a shallow clone, or a tarball without .git)."""
+
+
+def _git(*args: str) -> str:
+    p = subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True, check=False)
+    if p.returncode != 0:
+        raise RuntimeError(f"git {' '.join(args)} failed: {p.stderr.strip()}")
+    return p.stdout.strip()
+
+
+def resolve(commit: str) -> str:
+    """COMMIT's full id, or CommitMissing."""
+    try:
+        return _git("rev-parse", "--verify", "--quiet", f"{commit}^{{commit}}")
+    except RuntimeError:
+        raise CommitMissing(f"commit {commit} is not in {ROOT} (a shallow clone or no .git?)") from None
+
+
+@contextlib.contextmanager
+def checkout(commit: str, parent: Path) -> Iterator[Path]:
+    """A detached git worktree of COMMIT under PARENT, removed after."""
+    sha = resolve(commit)
+    path = parent / f"src-{sha[:12]}"
+    _git("worktree", "add", "--detach", "--quiet", str(path), sha)
+    try:
+        yield path
+    finally:
+        with contextlib.suppress(RuntimeError):
+            _git("worktree", "remove", "--force", str(path))
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def commit_images_dir(commit: str) -> Path:
+    """The images directory of COMMIT's build: under the current one's, a directory of its own."""
+    return images_dir() / "commits" / resolve(commit)
+
+
+def build_commit(source: Path, log: Callable[[str], None]) -> dict[str, Any]:
+    """Build the images of the commit checked out at SOURCE (:func:`checkout`) with its own
+    hack/images.sh, into :func:`commit_images_dir`; return its images.json."""
+    head = subprocess.run(["git", "-C", str(source), "rev-parse", "HEAD"], capture_output=True, text=True, check=True)
+    out = commit_images_dir(head.stdout.strip())
+    out.mkdir(parents=True, exist_ok=True)
+    _seed_base(out, log)
+    return build(log, source=source, out=out)
+
+
+def _seed_base(out: Path, log: Callable[[str], None]) -> None:
+    """Copy the current images directory's Debian base into OUT's buildah storage, with its stamp,
+    when OUT has none: hack/images.sh would otherwise make the same base again with mmdebstrap
+    (~3 min, a Debian download). Only a cache: an images.sh whose base key differs from the
+    copied stamp's rebuilds the base anyway, and a failed copy leaves the build to images.sh."""
+    src = images_dir()
+    stamp = src / ".base.stamp"
+    if (out / ".base.stamp").exists() or not stamp.exists():
+        return
+    bah = ["unshare", "--mount", "--propagation", "private", "--", "buildah", "--storage-driver", "vfs"]
+    dest = f"containers-storage:[vfs@{out / 'storage'}+{out / 'run'}]{BASE_REF}"
+    with open(src / ".images.lock", "a") as lock:  # held while its storage is read
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        argv = [*bah, "--root", str(src / "storage"), "--runroot", str(src / "run"), "push", "-q", BASE_REF, dest]
+        p = subprocess.run(argv, capture_output=True, text=True, check=False)
+        key = stamp.read_text()
+    if p.returncode != 0:
+        log(f"    (the base could not be copied from {src}, images.sh makes it: {p.stderr.strip()[-300:]})")
+        return
+    (out / ".base.stamp").write_text(key)
+    log(f"    {BASE_REF}: copied from {src}")

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from testkit.k8s import objects
@@ -25,8 +26,9 @@ WEB_NODEPORT = 30080
 WEB_LOCAL_NODEPORT = 30081
 
 
-def chart_values(cluster: RealCluster, extra: Mapping[str, str] | None = None) -> list[str]:
-    repo, tag = cluster.images["nftproxy"].rsplit(":", 1)
+def chart_values(cluster: RealCluster, extra: Mapping[str, str] | None = None, image: str | None = None) -> list[str]:
+    """The values for this cluster; IMAGE: another nftproxy image than the cluster's own build."""
+    repo, tag = (image or cluster.images["nftproxy"]).rsplit(":", 1)
     values = {
         "image.repository": repo,
         "image.tag": tag,
@@ -51,13 +53,36 @@ def helm_install(cluster: RealCluster, values: Mapping[str, str] | None = None) 
     return helm_upgrade(cluster, values, "--install")
 
 
-def helm_upgrade(cluster: RealCluster, values: Mapping[str, str] | None = None, *flags: str) -> str:
-    """VALUES: chart values (dotted keys) on top of chart_values()'s."""
-    argv = ["upgrade", *flags, RELEASE, str(CHART), "-n", NAMESPACE, *chart_values(cluster, values)]
+def helm_upgrade(
+    cluster: RealCluster,
+    values: Mapping[str, str] | None = None,
+    *flags: str,
+    chart: Path = CHART,
+    image: str | None = None,
+) -> str:
+    """VALUES: chart values (dotted keys) on top of chart_values()'s; CHART: another chart directory
+    (another commit's); IMAGE: another nftproxy image (imported into the nodes)."""
+    argv = ["upgrade", *flags, RELEASE, str(chart), "-n", NAMESPACE, *chart_values(cluster, values, image)]
     out = cluster.helm(*argv, "--wait", "--timeout", "180s")
+    _daemonset_rolled_out(cluster)
+    return out
+
+
+def helm_rollback(cluster: RealCluster, revision: int) -> str:
+    """`helm rollback` of the release to REVISION (waits for the pods)."""
+    out = cluster.helm("rollback", RELEASE, str(revision), "-n", NAMESPACE, "--wait", "--timeout", "180s")
+    _daemonset_rolled_out(cluster)
+    return out
+
+
+def helm_revision(cluster: RealCluster) -> int:
+    """The release's current revision."""
+    return int(json.loads(cluster.helm("status", RELEASE, "-n", NAMESPACE, "-o", "json"))["version"])
+
+
+def _daemonset_rolled_out(cluster: RealCluster) -> None:
     # helm's --wait lets a DaemonSet be maxUnavailable pods short: wait for every one
     cluster.kubectl("rollout", "status", "-n", NAMESPACE, "daemonset/nftproxy", "--timeout=180s")
-    return out
 
 
 def nftproxy_pods(cluster: RealCluster) -> dict[str, dict[str, Any]]:
@@ -83,6 +108,12 @@ def proxy_statuses(cluster: RealCluster) -> dict[str, dict[str, Any]]:
 
 def nft_table(cluster: RealCluster, node: str, *, handles: bool = False) -> str:
     return cluster.on_node(node, "nft", *(["-a"] if handles else []), "list", "table", "ip", "nftproxy")
+
+
+def table_layout(cluster: RealCluster, node: str) -> int | None:
+    """The layout number in the comment of NODE's `ip nftproxy` table (None: no such comment)."""
+    m = re.search(r'comment "nftproxy layout (\d+) ', nft_table(cluster, node))
+    return int(m.group(1)) if m else None
 
 
 def without_counters(ruleset: str) -> str:

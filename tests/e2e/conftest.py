@@ -9,6 +9,10 @@ No test relies on another having run first, or on what an earlier run left in th
   images that are not there is skipped, with the reason.
 * ``cluster``: the cluster, removed at the end, also when a test fails; a cluster left by a
   session that was killed is removed by the next one.
+* ``previous_release``: the release the upgrade test (test_upgrade.py) starts from, commit
+  PREVIOUS_RELEASE: a detached worktree of it (its chart) and its images, built by its own
+  hack/images.sh into an images directory of their own (images.build_commit; cached like the
+  others, and taken before the cluster starts). Skipped when the commit is not in the repository.
 """
 
 from __future__ import annotations
@@ -22,6 +26,10 @@ import pytest
 from testkit.realcluster import RealCluster, stale_clusters
 from testkit.realcluster import images as imagelib
 from tests.support.machine import machine_sysctls
+
+# The last commit before the table's layout 3 (layout 2: ClientIP affinity per Service port; 3 added
+# the hairpin keyed by port, the service-cidrs set and filter-output-post-dnat).
+PREVIOUS_RELEASE = "882ad58"
 
 
 @pytest.fixture(scope="session")
@@ -43,6 +51,32 @@ def images() -> dict[str, Any]:
         return imagelib.build(log=lambda s: print(s, flush=True))
     except Exception as e:
         pytest.fail(f"the images could not be built: {e}", pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def previous_release(images: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """The previous release, commit PREVIOUS_RELEASE (see the module's docstring): ``commit``,
+    ``chart`` (its chart directory), ``image`` (its nftproxy image) and ``archive`` (that image's
+    docker archive, for RealCluster.import_image). ``images`` first: its Debian base is reused."""
+    try:
+        commit = imagelib.resolve(PREVIOUS_RELEASE)
+    except imagelib.CommitMissing as e:
+        pytest.skip(str(e))
+    out = imagelib.commit_images_dir(commit)
+    no_build = bool(os.environ.get("NFTPROXY_E2E_NO_BUILD"))
+    if no_build and not imagelib.built(out):
+        pytest.skip(f"NFTPROXY_E2E_NO_BUILD is set and the images of {PREVIOUS_RELEASE} are not built ({out})")
+    with imagelib.checkout(commit, tmp_path_factory.mktemp("previous-release")) as src:
+        try:
+            built = imagelib.load(out) if no_build else imagelib.build_commit(src, log=lambda s: print(s, flush=True))
+        except Exception as e:
+            pytest.fail(f"the images of {PREVIOUS_RELEASE} could not be built: {e}", pytrace=False)
+        yield {
+            "commit": commit,
+            "chart": src / "charts" / "nftproxy",
+            "image": built["nftproxy"],
+            "archive": built["archives"]["nftproxy"],
+        }
 
 
 @pytest.fixture(scope="session")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from collections.abc import Iterable, Iterator
 from ipaddress import ip_address, ip_network
 from pathlib import Path
@@ -11,15 +12,18 @@ from pathlib import Path
 import pytest
 
 from nftproxy.compiler import ProxyConfig
+from nftproxy.compiler.skeleton import LAYOUT
 from nftproxy.dataplane.sync import Dataplane
-from nftproxy.model.manifests import classify
+from nftproxy.model.manifests import classify, load
 from nftproxy.nft.bulk import LoadStep
 from nftproxy.nft.kernel import KernelBackend, NftError
 from nftproxy.nft.objects import Element, Family, Table
 from nftproxy.nft.transaction import Transaction
 from testkit.k8s import objects as k
 from testkit.lab.netlab import bare_netns
+from testkit.lab.nftwatch import GenerationWatch
 from tests.support.builders import GOOD, eps, expected, svc
+from tests.support.golden import CASES, EXAMPLE, GOLDEN
 from tests.support.run import run_nftproxy
 
 pytestmark = pytest.mark.netns
@@ -143,6 +147,48 @@ def test_restart_adopts_the_table_without_rewriting_it(netns: str) -> None:
         dp3.set_slice(eps(i, 2))
     dp3.sync()
     assert "cluster-2 {\n\t\tjump mark-for-masquerade" in nft(netns, "list", "table", "ip", "nftproxy")
+    backend.close()
+
+
+def test_a_table_of_an_older_layout_is_replaced_in_one_transaction(netns: str) -> None:
+    """An upgrade: the table an older nftproxy left (layout 2: the demo's golden table as 882ad58
+    wrote it) is replaced by the first sync of the new one, deleted and created again in ONE
+    transaction (the kernel's generations, seen by a netlink listener): never absent, never half."""
+    old = (GOLDEN / "layout-2" / "demo-default.nft").read_text()
+    assert 'comment "nftproxy layout 2 ' in old and LAYOUT != 2
+    source, config = CASES["demo-default"]
+    assert source == EXAMPLE
+    inputs = load([str(source)])
+    backend = KernelBackend(netns)
+    with GenerationWatch(netns) as watch:
+        nft(netns, "-f", "-", stdin=old)
+        [loaded] = watch.wait(1, timeout=10)
+        assert loaded.created_tables() == {("ip", "nftproxy"): 2, ("ip6", "nftproxy"): 2}
+        dp = Dataplane(backend, config)
+        for s in inputs.services:
+            dp.set_service(s)
+        for sl in inputs.slices:
+            dp.set_slice(sl)
+        r = dp.sync()
+        assert r.full and r.operations > 0
+        gens = watch.wait(2, timeout=10)
+        assert dp.sync().operations == 0
+        time.sleep(0.3)  # a stray transaction would have been seen by now
+        gens = watch.generations()
+        assert watch.overruns == 0
+    assert len(gens) == 2, [g.summary() for g in gens]  # the load, then the one sync
+    replaced = gens[1]
+    assert replaced.deleted_tables() == {("ip", "nftproxy"), ("ip6", "nftproxy")}, replaced.summary()
+    assert replaced.created_tables() == {("ip", "nftproxy"): LAYOUT, ("ip6", "nftproxy"): LAYOUT}
+    # nothing of the old layout is left: a restarted proxy adopts the table as it is
+    dp2 = Dataplane(backend, config)
+    for s in inputs.services:
+        dp2.set_service(s)
+    for sl in inputs.slices:
+        dp2.set_slice(sl)
+    r2 = dp2.sync()
+    assert r2.full and r2.operations == 0
+    assert f'comment "nftproxy layout {LAYOUT} ' in nft(netns, "list", "table", "ip6", "nftproxy")
     backend.close()
 
 
