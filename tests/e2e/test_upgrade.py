@@ -157,7 +157,8 @@ def upgraded(installed: dict[str, Any], cluster: RealCluster) -> dict[str, Any]:
     """`helm upgrade` to this commit's chart and image, under traffic (see roll())."""
     c = cluster
     new = c.images["nftproxy"]
-    return roll(c, "helm upgrade", lambda: w.helm_upgrade(c, chart=w.CHART, image=new), new, LAYOUT)
+    # --atomic (implies --wait): a failed upgrade would roll itself back; the chart supports it
+    return roll(c, "helm upgrade", lambda: w.helm_upgrade(c, None, "--atomic", chart=w.CHART, image=new), new, LAYOUT)
 
 
 @pytest.fixture(scope="module")
