@@ -409,6 +409,9 @@ def parse_service_cidr(obj: Mapping[str, Any]) -> ServiceCIDR | Skipped:
     try:
         spec = _map(obj.get("spec"), "spec")
         cidrs = tuple(_cidr(c, "spec.cidrs") for c in _list(spec.get("cidrs"), "spec.cidrs"))
+        for c in cidrs:  # its unallocated addresses are dropped: never the whole address space
+            if c.prefixlen < (8 if c.version == 4 else 16):
+                raise _Invalid(f"spec.cidrs: {c} is too wide to drop its unallocated addresses")
         return ServiceCIDR(name=name, cidrs=cidrs)
     except _Invalid as e:
         return Skipped("ServiceCIDR", "", name or "?", str(e))

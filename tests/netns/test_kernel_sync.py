@@ -363,3 +363,31 @@ def test_a_node_without_etc_protocols_reads_the_table_back_the_same(netns: str, 
     show = f"mount --bind /dev/null /etc/protocols && ip netns exec {netns} nft list map ip nftproxy service-ips"
     listing = subprocess.run(["unshare", "-m", "sh", "-c", show], capture_output=True, text=True, check=True).stdout
     assert " . 17 . 53 " in listing, "the check is real: this nft does print numbers here"
+
+
+@pytest.mark.parametrize(
+    "cidrs",
+    [
+        ("10.96.0.0/16", "fd00:10:96::/112"),  # the usual pair
+        ("10.96.0.0/12", "10.96.0.0/16", "10.96.5.7/32", "10.97.0.0/24"),  # nested, a host, apart
+        ("fd00:10:96::/112", "fd00:10:96::1/128", "2001:db8::/64"),  # IPv6 host and wide prefixes
+        ("10.96.0.0/24", "10.96.1.0/24"),  # adjacent: merged into one /23 by the compiler
+    ],
+    ids=["pair", "ipv4-shapes", "ipv6-shapes", "adjacent"],
+)
+def test_service_cidr_shapes_load_and_read_back(netns: str, cidrs: tuple[str, ...]) -> None:
+    """The shapes ServiceCIDRs come in reach the kernel's interval set as one transaction, and the
+    table reads back as compiled (the next sync sends nothing)."""
+    cfg = CFG.with_service_cidrs(ip_network(c) for c in cidrs)
+    backend = KernelBackend(netns)
+    dp = Dataplane(backend, cfg)
+    dp.set_service(svc(0, node_port=True))
+    dp.set_slice(eps(0, 2))
+    dp.sync()
+    dp.forget()
+    again = dp.sync()
+    assert again.full and again.operations == 0, again
+    listed = nft(netns, "list", "set", "ip", "nftproxy", "service-cidrs")
+    v4 = [c for c in cidrs if ":" not in c]
+    assert ("elements" in listed) == bool(v4)
+    backend.close()

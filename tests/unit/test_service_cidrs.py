@@ -54,6 +54,8 @@ def test_a_bad_service_cidr_is_skipped_and_changes_nothing() -> None:
         syncer.mark_loaded()
         syncer.service_cidr_changed("kubernetes", cidr("kubernetes", "10.96.0.0/16"))
         syncer.service_cidr_changed("bad", cidr("bad", "10.300.0.0/16"))
+        syncer.service_cidr_changed("everything", cidr("everything", "0.0.0.0/0"))  # would drop all traffic
+        syncer.service_cidr_changed("everything6", cidr("everything6", "::/0"))
         await syncer.sync_once()
         return elements(fake, "service-cidrs")
 
