@@ -3,8 +3,9 @@
 # BASE: any Debian bookworm image with python3.11 as `python` and pip (hack/images.sh builds one
 # locally with mmdebstrap for the test cluster: --build-arg BASE=localhost/nftproxy-base:bookworm).
 # Debian bookworm for its nftables 1.0.6: the nft CLI (debugging: `nft list table ip nftproxy`),
-# libnftables1 and its Python binding (python3-nftables, pure Python over ctypes), and conntrack
-# (to flush stale UDP conntrack entries).
+# libnftables1 and its Python binding (python3-nftables, pure Python over ctypes). No conntrack
+# tool: stale UDP conntrack entries are listed and deleted over ctnetlink in the process
+# (nftproxy/nft/conntrack.py).
 ARG BASE=python:3.11-slim-bookworm
 FROM ${BASE}
 
@@ -16,7 +17,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 # netbase: /etc/protocols and /etc/services. Without them nft lists "6" for tcp, so a table read
 # back never equals the desired one and every full sync re-sends every map element.
 RUN apt-get update \
- && apt-get install -y --no-install-recommends nftables python3-nftables conntrack netbase iptables iproute2 \
+ && apt-get install -y --no-install-recommends nftables python3-nftables netbase iptables iproute2 \
  && rm -rf /var/lib/apt/lists/*
 
 # python3-nftables installs only for Debian's /usr/bin/python3; this image runs /usr/local/bin/python

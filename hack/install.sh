@@ -5,6 +5,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# conntrack (the CLI): not used by nftproxy (ctnetlink in the process); the "before" column of
+# bench/udp_rollout.py runs it, and it is handy to look at a lab's entries by hand.
 APT_PKGS=(nftables python3-nftables libnftables1 iproute2 conntrack etcd-server openssl procps
   # the real cluster (docs/testing.md, hack/images.sh): node runtimes, CNI, image builds
   containerd runc containernetworking-plugins iptables util-linux mmdebstrap buildah busybox-static)

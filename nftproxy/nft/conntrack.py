@@ -1,40 +1,295 @@
-"""UDP conntrack entries through the `conntrack` tool (conntrack-tools), in the calling
-thread's network namespace: listing the DNATed ones, deleting some."""
+"""UDP conntrack entries over ctnetlink (NETLINK_NETFILTER, subsystem NFNL_SUBSYS_CTNETLINK), in
+the calling thread's network namespace: listing the DNATed ones, deleting some. No `conntrack`
+process: as kube-proxy (pkg/proxy/conntrack over vishvananda/netlink), inside the process.
+
+* Listing: one IPCTNL_MSG_CT_GET dump of the family (``nfgen_family``; the kernel filters by it),
+  whose entries are parsed here and kept when UDP and DNATed (the reply comes from another
+  address than the one the client sent to, as the old ``conntrack -L`` parsing did).
+* Deleting: a ``UdpFlow`` (frontend address and port, endpoint address) stands for every entry
+  of that frontend DNATed to that endpoint, as ``conntrack -D --orig-dst --orig-port-dst
+  --reply-src`` did: the family is dumped again and each matching entry is deleted by its
+  original tuple, zone and id (IPCTNL_MSG_CT_DELETE), many messages per ``send``, each acked.
+  An entry already gone (ENOENT: it expired, or its id changed because a new flow took the
+  tuple) is not an error; any other refusal (EPERM, …) is raised once all are sent.
+
+Message layout (linux/netfilter/nfnetlink_conntrack.h): nlmsghdr, nfgenmsg (family, version 0,
+res_id 0), then attributes; tuples are nested (NLA_F_NESTED) ``CTA_TUPLE_IP`` (addresses) and
+``CTA_TUPLE_PROTO`` (number, ports in network order)."""
 
 from __future__ import annotations
 
-import subprocess
-from collections.abc import Iterable
+import errno
+import os
+import socket
+import struct
+from collections.abc import Iterable, Iterator
+from typing import NamedTuple
 
 from nftproxy.nft.objects import Family, UdpFlow
 
-_FAMILY = {Family.IP: "ipv4", Family.IP6: "ipv6"}
+NETLINK_NETFILTER = 12
+NFNL_SUBSYS_CTNETLINK = 1
+IPCTNL_MSG_CT_NEW, IPCTNL_MSG_CT_GET, IPCTNL_MSG_CT_DELETE = 0, 1, 2
+NLMSG_ERROR, NLMSG_DONE = 2, 3
+NLM_F_REQUEST, NLM_F_MULTI, NLM_F_ACK, NLM_F_DUMP = 0x1, 0x2, 0x4, 0x300
+NLA_F_NESTED, NLA_TYPE_MASK = 0x8000, 0x3FFF
+CTA_TUPLE_ORIG, CTA_TUPLE_REPLY, CTA_STATUS, CTA_ID, CTA_ZONE = 1, 2, 3, 12, 18
+CTA_TUPLE_IP, CTA_TUPLE_PROTO = 1, 2
+CTA_IP_V4_SRC, CTA_IP_V4_DST, CTA_IP_V6_SRC, CTA_IP_V6_DST = 1, 2, 3, 4
+CTA_PROTO_NUM, CTA_PROTO_SRC_PORT, CTA_PROTO_DST_PORT = 1, 2, 3
+IPPROTO_UDP = 17
+IPS_DST_NAT = 1 << 5  # CTA_STATUS bit (linux/netfilter/nf_conntrack_common.h)
+SO_SNDBUFFORCE, SO_RCVBUFFORCE = 32, 33
+PER_SEND = 512  # delete messages per send (~100 bytes each; their acks must fit the receive buffer)
+
+_AF = {Family.IP: socket.AF_INET, Family.IP6: socket.AF_INET6}
+_NLMSG = struct.Struct("=IHHII")
+_NFGEN = struct.Struct("=BBH")
+_NLA = struct.Struct("=HH")
+_HEAD = _NLMSG.size + _NFGEN.size
+
+
+class Tuple(NamedTuple):
+    """One direction of a conntrack entry (addresses as text, ports as numbers)."""
+
+    src: str
+    dst: str
+    proto: int
+    sport: int
+    dport: int
+
+
+class Entry(NamedTuple):
+    """A conntrack entry as the dump gives it: enough to delete exactly this one."""
+
+    orig: Tuple
+    reply: Tuple
+    zone: int = 0
+    id: int | None = None
+    status: int = 0
+
+    @property
+    def dnat(self) -> bool:
+        """Its replies come from another address than the client sent to."""
+        return self.reply.src != self.orig.dst
+
+    @property
+    def flow(self) -> UdpFlow:
+        return UdpFlow(self.orig.dst, str(self.orig.dport), self.reply.src)
+
+
+# ------------------------------------------------------------------------------ packing
+
+
+def _nla(kind: int, payload: bytes) -> bytes:
+    length = _NLA.size + len(payload)
+    return _NLA.pack(length, kind) + payload + b"\0" * (-length % 4)
+
+
+def _message(kind: int, flags: int, seq: int, family: int, body: bytes = b"") -> bytes:
+    payload = _NFGEN.pack(family, 0, 0) + body
+    return _NLMSG.pack(_NLMSG.size + len(payload), (NFNL_SUBSYS_CTNETLINK << 8) | kind, flags, seq, 0) + payload
+
+
+def dump_request(family: int, seq: int = 1) -> bytes:
+    """IPCTNL_MSG_CT_GET | NLM_F_DUMP: every entry of ``family`` (AF_INET, AF_INET6)."""
+    return _message(IPCTNL_MSG_CT_GET, NLM_F_REQUEST | NLM_F_DUMP, seq, family)
+
+
+def pack_tuple(family: int, t: Tuple) -> bytes:
+    """The nested CTA_TUPLE_IP and CTA_TUPLE_PROTO of a tuple (the outer attribute not included)."""
+    src, dst = (CTA_IP_V4_SRC, CTA_IP_V4_DST) if family == socket.AF_INET else (CTA_IP_V6_SRC, CTA_IP_V6_DST)
+    ip = _nla(src, socket.inet_pton(family, t.src)) + _nla(dst, socket.inet_pton(family, t.dst))
+    proto = _nla(CTA_PROTO_NUM, bytes((t.proto,)))
+    proto += _nla(CTA_PROTO_SRC_PORT, struct.pack(">H", t.sport)) + _nla(CTA_PROTO_DST_PORT, struct.pack(">H", t.dport))
+    return _nla(CTA_TUPLE_IP | NLA_F_NESTED, ip) + _nla(CTA_TUPLE_PROTO | NLA_F_NESTED, proto)
+
+
+def delete_request(family: int, e: Entry, seq: int) -> bytes:
+    """IPCTNL_MSG_CT_DELETE of one entry by its original tuple; with its id, a newer entry that
+    took the same tuple meanwhile is left alone (ENOENT)."""
+    body = _nla(CTA_TUPLE_ORIG | NLA_F_NESTED, pack_tuple(family, e.orig))
+    if e.zone:
+        body += _nla(CTA_ZONE, struct.pack(">H", e.zone))
+    if e.id is not None:
+        body += _nla(CTA_ID, struct.pack(">I", e.id))
+    return _message(IPCTNL_MSG_CT_DELETE, NLM_F_REQUEST | NLM_F_ACK, seq, family, body)
+
+
+# ------------------------------------------------------------------------------ parsing
+
+
+def _attrs(data: bytes | memoryview, off: int, end: int) -> dict[int, memoryview]:
+    out: dict[int, memoryview] = {}
+    view = memoryview(data)
+    while off + _NLA.size <= end:
+        length, kind = _NLA.unpack_from(data, off)
+        if length < _NLA.size:
+            break
+        out[kind & NLA_TYPE_MASK] = view[off + _NLA.size : off + length]
+        off += (length + 3) & ~3
+    return out
+
+
+def _tuple(family: int, raw: memoryview) -> Tuple | None:
+    t = _attrs(raw, 0, len(raw))
+    ip, proto = t.get(CTA_TUPLE_IP), t.get(CTA_TUPLE_PROTO)
+    if ip is None or proto is None:
+        return None
+    a, p = _attrs(ip, 0, len(ip)), _attrs(proto, 0, len(proto))
+    src, dst = (CTA_IP_V4_SRC, CTA_IP_V4_DST) if family == socket.AF_INET else (CTA_IP_V6_SRC, CTA_IP_V6_DST)
+    if src not in a or dst not in a or CTA_PROTO_NUM not in p:
+        return None
+    sport, dport = p.get(CTA_PROTO_SRC_PORT), p.get(CTA_PROTO_DST_PORT)
+    return Tuple(
+        socket.inet_ntop(family, bytes(a[src])),
+        socket.inet_ntop(family, bytes(a[dst])),
+        p[CTA_PROTO_NUM][0],
+        struct.unpack(">H", sport)[0] if sport is not None and len(sport) >= 2 else 0,
+        struct.unpack(">H", dport)[0] if dport is not None and len(dport) >= 2 else 0,
+    )
+
+
+def parse_entry(data: bytes, off: int, length: int) -> Entry | None:
+    """The entry of one IPCTNL_MSG_CT_NEW message at ``off`` (None: not an IP entry we can read)."""
+    family = data[off + _NLMSG.size]
+    if family not in (socket.AF_INET, socket.AF_INET6):
+        return None
+    a = _attrs(data, off + _HEAD, off + length)
+    orig = _tuple(family, a[CTA_TUPLE_ORIG]) if CTA_TUPLE_ORIG in a else None
+    reply = _tuple(family, a[CTA_TUPLE_REPLY]) if CTA_TUPLE_REPLY in a else None
+    if orig is None or reply is None:
+        return None
+    zone = struct.unpack(">H", a[CTA_ZONE][:2])[0] if CTA_ZONE in a else 0
+    ident = struct.unpack(">I", a[CTA_ID][:4])[0] if CTA_ID in a else None
+    status = struct.unpack(">I", a[CTA_STATUS][:4])[0] if CTA_STATUS in a else 0
+    return Entry(orig, reply, zone, ident, status)
+
+
+def parse(data: bytes) -> tuple[list[Entry], bool]:
+    """The entries in one chunk of a dump, and whether the dump ended in it. A refused dump
+    (an NLMSG_ERROR with an error) raises OSError."""
+    out: list[Entry] = []
+    off = 0
+    while off + _NLMSG.size <= len(data):
+        length, kind, _flags, _seq, _pid = _NLMSG.unpack_from(data, off)
+        if length < _NLMSG.size:
+            break
+        if kind == NLMSG_DONE:
+            return out, True
+        if kind == NLMSG_ERROR:
+            _raise(struct.unpack_from("=i", data, off + _NLMSG.size)[0], "listing conntrack entries")
+            return out, True
+        if kind == (NFNL_SUBSYS_CTNETLINK << 8) | IPCTNL_MSG_CT_NEW:
+            e = parse_entry(data, off, length)
+            if e is not None:
+                out.append(e)
+        off += (length + 3) & ~3
+    return out, False
+
+
+def acks(data: bytes) -> Iterator[tuple[int, int]]:
+    """(sequence number, error: 0 or a negative errno) of each NLMSG_ERROR in ``data``."""
+    off = 0
+    while off + _NLMSG.size <= len(data):
+        length, kind, _flags, seq, _pid = _NLMSG.unpack_from(data, off)
+        if length < _NLMSG.size:
+            break
+        if kind == NLMSG_ERROR:
+            yield seq, struct.unpack_from("=i", data, off + _NLMSG.size)[0]
+        off += (length + 3) & ~3
+
+
+def _raise(err: int, what: str) -> None:
+    if err:
+        raise OSError(-err, f"{what}: ctnetlink: {os.strerror(-err)} ({errno.errorcode.get(-err, err)})")
+
+
+# ------------------------------------------------------------------------------ the kernel
+
+
+def _socket() -> socket.socket:
+    s = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_NETFILTER)
+    try:
+        s.setsockopt(socket.SOL_SOCKET, SO_SNDBUFFORCE, 4 << 20)
+        s.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, 16 << 20)
+    except PermissionError:
+        pass  # without CAP_NET_ADMIN the dump below fails with a clearer error
+    s.bind((0, 0))
+    s.settimeout(30)
+    return s
+
+
+def entries(family: Family, sock: socket.socket | None = None) -> list[Entry]:
+    """Every conntrack entry of ``family`` in this network namespace."""
+    own = sock is None
+    s = _socket() if sock is None else sock
+    try:
+        s.send(dump_request(_AF[family]))
+        out: list[Entry] = []
+        while True:
+            got, done = parse(s.recv(1 << 20))
+            out += got
+            if done:
+                return out
+    finally:
+        if own:
+            s.close()
+
+
+def udp_entries(family: Family, sock: socket.socket | None = None) -> list[Entry]:
+    """The DNATed UDP entries of ``family``."""
+    return [e for e in entries(family, sock) if e.orig.proto == IPPROTO_UDP and e.dnat]
 
 
 def udp_flows(family: Family) -> list[UdpFlow]:
-    argv = ["conntrack", "-L", "-p", "udp", "-f", _FAMILY[family]]
-    return parse(subprocess.run(argv, capture_output=True, text=True, check=False, timeout=30).stdout)
+    """The DNATed UDP entries as (frontend, port, endpoint): one per entry."""
+    return [e.flow for e in udp_entries(family)]
 
 
-def delete_udp_flows(family: Family, flows: Iterable[UdpFlow]) -> None:
-    for f in flows:
-        argv = ["conntrack", "-D", "-f", _FAMILY[family], "-p", "udp"]
-        argv += ["--orig-dst", f.orig_dst, "--orig-port-dst", f.orig_dport, "--reply-src", f.reply_src]
-        # exit 1 just means "no entry matched" (the flow ended meanwhile)
-        subprocess.run(argv, capture_output=True, check=False, timeout=10)
+def delete_entries(family: Family, doomed: Iterable[Entry], sock: socket.socket | None = None) -> tuple[int, int]:
+    """Delete these entries (batched sends, every message acked). Returns (deleted, already
+    gone); any other refusal is raised after the last message (the first one, and how many)."""
+    af = _AF[family]
+    own = sock is None
+    s = _socket() if sock is None else sock
+    deleted = gone = 0
+    errors: list[int] = []
+    try:
+        todo = list(doomed)
+        for i in range(0, len(todo), PER_SEND):
+            chunk = todo[i : i + PER_SEND]
+            s.send(b"".join(delete_request(af, e, seq) for seq, e in enumerate(chunk, 1)))
+            waiting = len(chunk)
+            while waiting:
+                for _seq, err in acks(s.recv(1 << 20)):
+                    waiting -= 1
+                    if not err:
+                        deleted += 1
+                    elif err == -errno.ENOENT:
+                        gone += 1
+                    else:
+                        errors.append(err)
+    finally:
+        if own:
+            s.close()
+    if errors:
+        _raise(errors[0], f"deleting {len(errors)} of {len(todo)} conntrack entries")
+    return deleted, gone
 
 
-def parse(text: str) -> list[UdpFlow]:
-    """DNATed flows of `conntrack -L` lines: the first src/dst/dport are the original direction,
-    the second src is who answers (the endpoint, when DNATed)."""
-    out = []
-    for line in text.splitlines():
-        fields: dict[str, list[str]] = {}
-        for word in line.split():
-            name, eq, value = word.partition("=")
-            if eq:
-                fields.setdefault(name, []).append(value)
-        dst, dport, src = fields.get("dst", []), fields.get("dport", []), fields.get("src", [])
-        if len(dst) >= 2 and len(src) >= 2 and dport and src[1] != dst[0]:
-            out.append(UdpFlow(dst[0], dport[0], src[1]))
-    return out
+def delete_udp_flows(family: Family, flows: Iterable[UdpFlow], listed: Iterable[Entry] | None = None) -> int:
+    """Delete every DNATed UDP entry of these (frontend, port, endpoint) flows; returns how many
+    entries were deleted. ``listed``: the entries of a dump made after the ruleset changed (a
+    stale flow's entries all exist by then: no new one can be DNATed to an endpoint that left the
+    maps), so that no second dump is needed; without it, or when it lacks one of ``flows``, the
+    family is dumped here."""
+    wanted = set(flows)
+    if not wanted:
+        return 0
+    with _socket() as s:
+        have = None if listed is None else list(listed)
+        if have is None or not wanted <= {e.flow for e in have}:
+            have = udp_entries(family, s)
+        doomed = [e for e in have if e.flow in wanted]
+        return delete_entries(family, doomed, s)[0] if doomed else 0

@@ -95,6 +95,7 @@ class KernelBackend:
         self.netns = netns
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nft")
         self._local = threading.local()
+        self._listed: dict[Family, list[conntrack.Entry]] = {}  # the last udp_flows, per family
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)
@@ -269,13 +270,19 @@ class KernelBackend:
         return self._submit(go)
 
     def udp_flows(self, family: Family) -> list[UdpFlow]:
-        # in the worker thread, so the `conntrack` child runs in our network namespace
-        return self._call(lambda _: conntrack.udp_flows(family))
+        # in the worker thread: its ctnetlink socket is opened in our network namespace
+        def go(_: Any) -> list[UdpFlow]:
+            entries = conntrack.udp_entries(family)
+            self._listed[family] = entries  # for the delete that follows: no second dump
+            return [e.flow for e in entries]
+
+        return self._call(go)
 
     def delete_udp_flows(self, family: Family, flows: Iterable[UdpFlow]) -> None:
         todo = sorted(set(flows))
+        listed = self._listed.pop(family, None)
         if todo:
-            self._call(lambda _: conntrack.delete_udp_flows(family, todo))
+            self._call(lambda _: conntrack.delete_udp_flows(family, todo, listed))
 
     def delete(self, family: Family, table: str) -> bool:
         try:

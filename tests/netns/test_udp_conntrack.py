@@ -4,12 +4,17 @@ one of the port's serving endpoints is deleted, so a client that keeps sending f
 port moves to a remaining endpoint; a terminating endpoint that still serves keeps its flows
 (they drain), and a port with no serving endpoint at all is left alone. This holds after a
 partial sync, after a full one (a restart, a failed sync), and for `nftproxy apply` from a new
-process: it is worked out from the current state, not from one delta."""
+process: it is worked out from the current state, not from one delta.
+
+The entries are listed and deleted over ctnetlink inside the process (nftproxy/nft/conntrack.py):
+no `conntrack` process runs during a sync."""
 
 from __future__ import annotations
 
+import os
 import subprocess
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from ipaddress import ip_address, ip_network
 from pathlib import Path
@@ -19,7 +24,9 @@ import pytest
 from nftproxy.compiler import ProxyConfig
 from nftproxy.dataplane.sync import Dataplane
 from nftproxy.model.types import Endpoint, EndpointPort, EndpointSlice, Service, ServicePort
-from nftproxy.nft.conntrack import parse as parse_conntrack
+from nftproxy.nft import conntrack
+from nftproxy.nft import netns as netns_mod
+from nftproxy.nft.conntrack import Entry, Tuple
 from nftproxy.nft.fake import FakeBackend
 from nftproxy.nft.kernel import KernelBackend
 from nftproxy.nft.objects import Family, UdpFlow
@@ -30,6 +37,8 @@ from tests.support.run import nftproxy_argv
 pytestmark = pytest.mark.netns
 
 SVC = Service("default", "dns", "NodePort", (ip_address("10.96.4.53"),), (ServicePort("dns", "UDP", 53, 30053),))
+SVC6 = Service("default", "dns6", "ClusterIP", (ip_address("fd00:96::53"),), (ServicePort("dns", "UDP", 53),))
+PREFIX = "ctnl-"  # the lab's namespaces: ctnl-<pid><letters>-*
 
 
 def ep(p: Pod, ready: bool = True, serving: bool = True, terminating: bool = False) -> Endpoint:
@@ -57,8 +66,8 @@ class Lab:
 
 @pytest.fixture
 def lab() -> Iterator[Lab]:
-    cleanup_stale()
-    with NetLab() as nl:
+    cleanup_stale(PREFIX)
+    with NetLab(PREFIX) as nl:
         node = nl.add_node("node1", 1)
         u1, u2, c = (nl.add_pod(node, n, tcp=(), udp=(5353,)) for n in ("u1", "u2", "c"))
         yield Lab(nl, node, u1, u2, c, nl.add_client("ext", 100, via=node))
@@ -155,17 +164,6 @@ def test_nftproxy_apply_moves_the_flow_to_the_new_endpoint(lab: Lab, tmp_path: P
     assert both_flows(lab) == ("u2", "u2")
 
 
-def test_conntrack_listing_is_parsed() -> None:
-    text = (
-        "udp      17 29 src=10.244.0.5 dst=10.96.4.53 sport=40053 dport=53 src=10.244.0.3 dst=10.244.0.5 "
-        "sport=5353 dport=40053 mark=0 use=1\n"
-        "udp      17 20 src=10.0.0.1 dst=10.0.0.2 sport=5000 dport=7 [UNREPLIED] src=10.0.0.2 dst=10.0.0.1 "
-        "sport=7 dport=5000 mark=0 use=1\n"  # not DNATed: never a candidate
-        "conntrack v1.4.7 (conntrack-tools): 2 flow entries have been shown.\n"
-    )
-    assert parse_conntrack(text) == [UdpFlow("10.96.4.53", "53", "10.244.0.3")]
-
-
 def _two() -> EndpointSlice:
     return EndpointSlice(
         "default", "dns-1", "dns", "IPv4", (EndpointPort("dns", "UDP", 5353),),
@@ -209,3 +207,108 @@ def test_after_a_failed_sync_the_full_one_cleans_up() -> None:
     assert fake.flows_deleted == []
     assert dp.sync().full
     assert sorted(f for _, f in fake.flows_deleted) == [FLOWS[0], FLOWS[2]]
+
+
+# -- ctnetlink on the real kernel --------------------------------------------------------------
+
+
+def in_netns(netns: str, fn: Callable[[], object]) -> object:
+    """``fn()`` on a throwaway thread inside ``netns`` (as the backend's worker thread)."""
+    out: list[object] = []
+
+    def run() -> None:
+        try:
+            netns_mod.enter(netns)
+            out.append(fn())
+        except BaseException as e:
+            out.append(e)
+
+    t = threading.Thread(target=run)
+    t.start()
+    t.join()
+    if isinstance(out[0], BaseException):
+        raise out[0]
+    return out[0]
+
+
+def entries(lab: Lab, family: Family) -> list[Entry]:
+    got = in_netns(lab.node.netns, lambda: conntrack.udp_entries(family))
+    assert isinstance(got, list)
+    return got
+
+
+def send_from(lab: Lab, src: Pod, host: str, *sports: int) -> list[str | None]:
+    """One datagram (three tries) from each source port: who answered."""
+    return [lab.lab.probe(src, "udp", host, 53, count=1, timeout=1.0, source_port=p)[0].pod for p in sports]
+
+
+def dual_stack(lab: Lab, backend: KernelBackend, *pods: Pod) -> None:
+    dp = Dataplane(backend, lab.config())
+    dp.set_service(SVC)
+    dp.set_service(SVC6)
+    dp.set_slice(dns_slice(*(ep(p) for p in pods)))
+    eps6 = tuple(Endpoint(p.ipv6, True, True, False, p.node.name) for p in pods)
+    dp.set_slice(EndpointSlice("default", "dns6-1", "dns6", "IPv6", (EndpointPort("dns", "UDP", 5353),), eps6))
+    dp.sync()
+
+
+@pytest.mark.parametrize("family", [Family.IP, Family.IP6], ids=["ipv4", "ipv6"])
+def test_the_listing_finds_the_dnated_flows_with_their_tuples(lab: Lab, family: Family) -> None:
+    backend = KernelBackend(lab.node.netns)
+    dual_stack(lab, backend, lab.u1)
+    v6 = family is Family.IP6
+    c, u1, u2 = (p.ipv6 if v6 else p.ipv4 for p in (lab.client, lab.u1, lab.u2))
+    vip = "fd00:96::53" if v6 else "10.96.4.53"
+    assert send_from(lab, lab.client, vip, 40001, 40002) == ["u1", "u1"]
+    # pod to pod, not DNATed: in the table, never listed
+    assert lab.lab.probe(lab.client, "udp", u2, 5353, source_port=40003)[0].pod == "u2"
+    got = sorted(entries(lab, family))
+    assert [(e.orig, e.reply) for e in got] == [
+        (Tuple(c, vip, 17, sport, 53), Tuple(u1, c, 17, 5353, sport)) for sport in (40001, 40002)
+    ]
+    assert all(e.id is not None and e.zone == 0 and e.status & conntrack.IPS_DST_NAT for e in got)
+    other = Family.IP if v6 else Family.IP6
+    assert all(e.orig.dst != vip for e in entries(lab, other))  # the dump is of one family
+    backend.close()
+
+
+@pytest.mark.parametrize("family", [Family.IP, Family.IP6], ids=["ipv4", "ipv6"])
+def test_a_delete_removes_exactly_the_chosen_entries_and_a_gone_one_is_no_error(lab: Lab, family: Family) -> None:
+    backend = KernelBackend(lab.node.netns)
+    dual_stack(lab, backend, lab.u1)
+    vip = "fd00:96::53" if family is Family.IP6 else "10.96.4.53"
+    assert send_from(lab, lab.client, vip, 40001, 40002, 40003) == ["u1"] * 3
+    before = sorted(entries(lab, family))
+    assert [e.orig.sport for e in before] == [40001, 40002, 40003]
+    chosen = before[1]
+    assert in_netns(lab.node.netns, lambda: conntrack.delete_entries(family, [chosen])) == (1, 0)
+    assert sorted(entries(lab, family)) == [before[0], before[2]]
+    # deleted already: counted as gone, not an error
+    assert in_netns(lab.node.netns, lambda: conntrack.delete_entries(family, [chosen])) == (0, 1)
+    # by flow (frontend, port, endpoint): a flow to another endpoint matches nothing
+    u1, u2 = (lab.u1.ipv6, lab.u2.ipv6) if family is Family.IP6 else (lab.u1.ipv4, lab.u2.ipv4)
+    assert in_netns(lab.node.netns, lambda: conntrack.delete_udp_flows(family, [UdpFlow(vip, "53", u2)])) == 0
+    assert len(entries(lab, family)) == 2
+    assert in_netns(lab.node.netns, lambda: conntrack.delete_udp_flows(family, [UdpFlow(vip, "53", u1)])) == 2
+    assert entries(lab, family) == []
+    backend.close()
+
+
+def test_no_conntrack_process_runs_during_a_sync(lab: Lab, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A `conntrack` first on PATH that only leaves a trace: the sync that moves the flow never
+    runs it (nor the real one, which it shadows)."""
+    trace = tmp_path / "ran"
+    fake = tmp_path / "bin" / "conntrack"
+    fake.parent.mkdir()
+    fake.write_text(f'#!/bin/sh\necho "$@" >> {trace}\nexit 1\n')
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}{os.pathsep}{os.environ['PATH']}")
+    backend = KernelBackend(lab.node.netns)
+    dp = start(lab, backend, ep(lab.u1))
+    assert both_flows(lab) == ("u1", "u1")
+    dp.set_slice(dns_slice(ep(lab.u2)))
+    cleanup = dp.sync().cleanups
+    assert both_flows(lab) == ("u2", "u2")
+    assert not trace.exists()
+    assert [(c.conntrack, c.deleted, c.failed) for c in cleanup] == [(True, 2, False)]
+    backend.close()
