@@ -1,43 +1,86 @@
 # nftproxy: the image the Helm chart (charts/nftproxy) runs, one pod per node.
 #   docker build -t REGISTRY/nftproxy:0.1.0 .
-# BASE: any Debian bookworm image with python3.11 as `python` and pip (hack/images.sh builds one
-# locally with mmdebstrap for the test cluster: --build-arg BASE=localhost/nftproxy-base:bookworm).
+# BASE: a Debian bookworm image (default debian:bookworm-slim; hack/images.sh builds an equivalent
+# one locally with mmdebstrap for the test cluster: --build-arg BASE=localhost/nftproxy-base:bookworm).
 # Debian bookworm for its nftables 1.0.6: the nft CLI (debugging: `nft list table ip nftproxy`),
-# libnftables1 and its Python binding (python3-nftables, pure Python over ctypes). No conntrack
-# tool: stale UDP conntrack entries are listed and deleted over ctnetlink in the process
-# (nftproxy/nft/conntrack.py).
-ARG BASE=python:3.11-slim-bookworm
-FROM ${BASE}
+# libnftables1 and its Python binding (python3-nftables, pure Python over ctypes) for Debian's
+# python3 (3.11), the interpreter of the image. Not trixie yet: sets written by its nft 1.1.3 crash
+# the nft <= 1.1.1 of the nodes (bookworm's 1.0.6) when they list the ruleset (docs/image.md).
+# Two stages: pip and the build tools stay in the first; the image is the second, with only what
+# the proxy runs (see "Runtime packages" below). Every new node pulls it before any Service works
+# on it, so it is kept small (README: "The image").
+ARG BASE=debian:bookworm-slim
 
-ENV PYTHONDONTWRITEBYTECODE=1 \
-    PYTHONUNBUFFERED=1 \
-    PIP_NO_CACHE_DIR=1 \
-    PIP_DISABLE_PIP_VERSION_CHECK=1
-
-# netbase: /etc/protocols and /etc/services. Without them nft lists "6" for tcp, so a table read
-# back never equals the desired one and every full sync re-sends every map element.
+# ------------------------------------------------------------------ build: pip install, thrown away
+FROM ${BASE} AS build
 RUN apt-get update \
- && apt-get install -y --no-install-recommends nftables python3-nftables netbase iptables iproute2 \
+ && apt-get install -y --no-install-recommends python3 python3-pip \
  && rm -rf /var/lib/apt/lists/*
-
-# python3-nftables installs only for Debian's /usr/bin/python3; this image runs /usr/local/bin/python
-# (also 3.11). The module is pure Python over libnftables.so.1: link it into our site-packages, as
-# hack/install.sh does for the development virtualenv, and check it loads the library.
-RUN site=$(python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])') \
- && ln -s /usr/lib/python3/dist-packages/nftables "$site/nftables" \
- && python -c 'import nftables; nftables.Nftables().set_dry_run(True)'
-
-# The project, without its dev extras (pinned runtime dependencies from pyproject.toml).
 WORKDIR /src
 COPY pyproject.toml ./
 COPY nftproxy ./nftproxy
-RUN pip install . \
- && rm -rf /src /root/.cache \
- && python -c 'import nftproxy.cli'
-WORKDIR /
+# The project and its pinned runtime dependencies (pyproject.toml, no dev extras) under
+# /staging/usr/local (Debian's pip installs into /usr/local), no bytecode (the image compiles only
+# what the proxy imports, below). kubernetes/aio is the client's asyncio twin (41 MB of its 76):
+# nftproxy uses the synchronous client (nftproxy/operator/kube.py) and kopf its own aiohttp calls.
+RUN PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    pip install --break-system-packages --no-compile --no-warn-script-location --root /staging . \
+ && site=/staging/usr/local/lib/python3.11/dist-packages \
+ && rm -rf "$site/kubernetes/aio" \
+ && find /staging \( -name '*.pyc' -o -name '*.pyi' \) -delete \
+ && test -x /staging/usr/local/bin/nftproxy
+
+# ------------------------------------------------------------------ the image
+FROM ${BASE}
+# Runtime packages, each for something the proxy runs:
+#   nftables, libnftables1, python3-nftables  nft CLI and libnftables (the ruleset; debugging)
+#   python3, python-is-python3                the interpreter (the chart runs `python -m nftproxy`)
+#   iptables        `nftproxy cleanup --kube-proxy` removes kube-proxy's iptables rules
+#   iproute2        `ip link` of the same cleanup (kube-proxy's IPVS interface)
+#   (no conntrack tool: stale UDP conntrack entries go over ctnetlink, nftproxy/nft/conntrack.py)
+#   netbase         /etc/protocols and /etc/services. Without them nft lists "6" for tcp, so a table
+#                   read back never equals the desired one and every full sync re-sends every element.
+# No docs, man pages or locales (dpkg path-exclude, as debian:*-slim has it); no apt lists or caches.
+RUN printf '%s\n' 'path-exclude=/usr/share/doc/*' 'path-include=/usr/share/doc/*/copyright' \
+      'path-exclude=/usr/share/man/*' 'path-exclude=/usr/share/info/*' 'path-exclude=/usr/share/locale/*' \
+      'path-exclude=/usr/share/lintian/*' > /etc/dpkg/dpkg.cfg.d/nftproxy-nodoc \
+ && apt-get update \
+ && apt-get install -y --no-install-recommends \
+      python3 python-is-python3 python3-nftables nftables iptables iproute2 netbase \
+ && apt-get clean \
+ && rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin /var/cache/debconf/*-old /var/lib/dpkg/*-old \
+      /var/log/apt /var/log/dpkg.log /var/log/alternatives.log \
+ && find /usr/lib/python3* -name __pycache__ -prune -exec rm -rf {} + \
+ && rm -rf /usr/lib/python3.*/pydoc_data /usr/lib/python3.*/ensurepip /usr/lib/python3.*/idlelib \
+      /usr/lib/python3.*/turtledemo /usr/lib/python3.*/lib2to3 /usr/lib/python3.*/tkinter
+
+COPY --from=build /staging/usr/local /usr/local
+# Bytecode only for what `nftproxy run` imports (the root filesystem is read-only in the pod: what
+# is not compiled here is compiled at every start). Then: the binding loads libnftables.so.1.
+# `explain` (kubectl exec) also needs the generated API classes: checked without writing bytecode.
+RUN python3 -c 'import nftproxy.cli, nftproxy.migration, nftproxy.operator.main, nftproxy.operator.kube, nftables' \
+ && python3 -B -c 'import nftproxy.cli.explain, nftproxy.cli.trace, nftproxy.cli.verify' \
+ && python3 -B -c 'from kubernetes.client import CoreV1Api, DiscoveryV1Api, CustomObjectsApi' \
+ && python3 -B -c 'import nftables; nftables.Nftables().set_dry_run(True)' \
+ && nft --version && python3 -B -m nftproxy --help >/dev/null
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    LANG=C.UTF-8
+
+# OCI annotations (hack/images.sh passes VERSION from pyproject.toml, SOURCE from the git remote).
+ARG VERSION=0.1.0
+ARG SOURCE=
+ARG LICENSES=NOASSERTION
+LABEL org.opencontainers.image.title="nftproxy" \
+      org.opencontainers.image.description="A kube-proxy replacement that programs nftables with verdict maps in atomic transactions" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.source="${SOURCE}" \
+      org.opencontainers.image.licenses="${LICENSES}" \
+      org.opencontainers.image.base.name="debian:bookworm"
 
 # Root, because programming nftables needs CAP_NET_ADMIN in the host's network namespace; the
 # chart grants that capability alone (all others dropped, read-only root filesystem).
 USER 0
-ENTRYPOINT ["python", "-m", "nftproxy"]
+ENTRYPOINT ["python3", "-m", "nftproxy"]
 CMD ["run"]

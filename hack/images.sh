@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the container images of the local cluster (the real cluster of docs/testing.md) without any registry:
-#   localhost/nftproxy-base:bookworm   Debian bookworm minbase + python3 + pip, made by mmdebstrap
+#   localhost/nftproxy-base:bookworm   Debian bookworm minbase (+ this machine's CAs), made by mmdebstrap (the
+#                                      equivalent of the Dockerfile's default, debian:bookworm-slim)
 #   localhost/nftproxy:<digest>        the repository's Dockerfile, FROM that base (build argument)
 #   localhost/nftproxy-pause:1         busybox-static, a shell that sleeps and reaps orphans (the sandbox image)
 #   localhost/nftproxy-echo:1          busybox-static httpd answering {"pod": HOSTNAME, "peer": REMOTE_ADDR}
@@ -20,7 +21,7 @@ STORE=$OUT/storage
 RUNROOT=$OUT/run
 SUITE=bookworm
 BASE_REF=localhost/nftproxy-base:$SUITE
-BASE_PKGS=python3,python3-pip,python-is-python3,ca-certificates
+BASE_PKGS=ca-certificates
 PAUSE_REF=localhost/nftproxy-pause:1
 ECHO_REF=localhost/nftproxy-echo:1
 
@@ -63,13 +64,12 @@ else
   log "[base] mmdebstrap --variant=minbase $SUITE (+ $BASE_PKGS): ~2 min, downloads ~60 MB from the Debian mirror"
   tmp=$(mktemp -d /var/tmp/nftproxy-rc-base.XXXXXX)
   trap 'rm -rf "$tmp"' EXIT
-  # Like the python:*-slim images: pip may install into the system interpreter, no docs or caches.
+  # Like debian:*-slim: no docs or caches.
   # This machine's own extra CAs (/usr/local/share/ca-certificates: e.g. an egress proxy's) are
   # trusted inside too, so the Dockerfile's apt and pip steps reach their mirrors as the host does.
   unshare --mount --propagation private -- mmdebstrap --quiet --variant=minbase --include="$BASE_PKGS" \
     --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-exclude=/usr/share/man/*' \
     --dpkgopt='path-exclude=/usr/share/locale/*' \
-    --customize-hook='rm -f "$1"/usr/lib/python3*/EXTERNALLY-MANAGED' \
     --customize-hook='copy-in /usr/local/share/ca-certificates /usr/local/share' \
     --customize-hook='chroot "$1" update-ca-certificates >/dev/null' \
     --customize-hook='rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/*.bin' \
@@ -78,8 +78,7 @@ else
   bah rmi -f "$BASE_REF" >/dev/null 2>&1 || true
   c=$(bah from --pull=never scratch)
   bah add "$c" "$tmp/rootfs.tar" / >/dev/null
-  bah config --env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin --env LANG=C.UTF-8 \
-    --cmd python3 "$c"
+  bah config --env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin --cmd bash "$c"
   bah commit -q --rm "$c" "$BASE_REF" >/dev/null
   rm -rf "$tmp"
   trap - EXIT
@@ -88,17 +87,21 @@ else
 fi
 
 # ------------------------------------------------------------------ nftproxy (Dockerfile)
-NFTPROXY_RECIPE=1  # bump when the build steps below change
+NFTPROXY_RECIPE=2  # bump when the build steps below change
 digest=$( { echo "$NFTPROXY_RECIPE"; cat Dockerfile .dockerignore pyproject.toml "$OUT/.base.stamp";
             find nftproxy -type f -name '*.py' -o -type f -name '*.typed' | LC_ALL=C sort | xargs cat; } \
           | sha256sum | cut -c1-12)
 NFTPROXY_REF=localhost/nftproxy:$digest
+# OCI labels: the version of pyproject.toml (in the digest), the repository's remote when it has one.
+VERSION=$(sed -n 's/^version = "\(.*\)"$/\1/p' pyproject.toml | head -1)
+SOURCE=$(git remote get-url origin 2>/dev/null || true)
 if stamp_ok nftproxy "$digest"; then
   log "$NFTPROXY_REF: cached"
 else
-  log "[nftproxy] buildah bud Dockerfile (FROM $BASE_REF): ~1 min, pip installs the runtime dependencies"
+  log "[nftproxy] buildah bud Dockerfile (FROM $BASE_REF): ~2 min, apt and pip install the runtime packages"
   bah bud -q --pull=never --network=host --isolation=oci --layers=false \
-    --build-arg "BASE=$BASE_REF" -t "$NFTPROXY_REF" -f Dockerfile . >/dev/null
+    --build-arg "BASE=$BASE_REF" --build-arg "VERSION=$VERSION" --build-arg "SOURCE=$SOURCE" \
+    -t "$NFTPROXY_REF" -f Dockerfile . >/dev/null
   archive nftproxy "$NFTPROXY_REF"
   # Keep only this build in the storage (earlier digests are unreachable anyway).
   for old in $(bah images --format '{{.Name}}:{{.Tag}}' | grep '^localhost/nftproxy:' | grep -v ":$digest\$" || true); do
