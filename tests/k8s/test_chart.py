@@ -495,25 +495,27 @@ def test_rbac_least_privilege_for_real(
     assert [d for d, ok in zip(DENIED, allowed[n:], strict=True) if ok] == [], "should be denied"
 
     # The whole grant, as the API server computes it (SelfSubjectRulesReview): exactly the rendered
-    # ClusterRole's rules plus what every authenticated identity has (system:basic-user: self reviews).
-    review = {
-        "apiVersion": "authorization.k8s.io/v1",
-        "kind": "SelfSubjectRulesReview",
-        "spec": {"namespace": "default"},
-    }
-    got = json.loads(
-        cp.kubectl(
-            "create", "--validate=false", "-f", "-", "-o", "json", input=json.dumps(review), kubeconfig=kc
+    # ClusterRole's rules plus what every authenticated identity has, i.e. what a ServiceAccount
+    # bound to nothing gets (self reviews; v1.37 adds reading ClusterTrustBundles for everyone).
+    def whole_grant(kubeconfig: Path) -> dict[tuple[str, str], set[str]]:
+        review = {
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SelfSubjectRulesReview",
+            "spec": {"namespace": "default"},
+        }
+        out = cp.kubectl(
+            "create", "--validate=false", "-f", "-", "-o", "json", input=json.dumps(review), kubeconfig=kubeconfig
         ).stdout
+        return _rules(json.loads(out)["status"]["resourceRules"])
+
+    cp.kubectl("create", "serviceaccount", "nobody", "-n", release.namespace)
+    token = cp.kubectl("create", "token", "nobody", "-n", release.namespace, "--duration=10m").stdout.strip()
+    everyone = whole_grant(cp.token_kubeconfig(token, tmp_path / "nobody.kubeconfig"))
+    assert all(k[1].startswith("self") or k == ("certificates.k8s.io", "clustertrustbundles") for k in everyone), (
+        everyone
     )
-    rules = _rules(got["status"]["resourceRules"])
-    self_reviews = {
-        k: v
-        for k, v in rules.items()
-        if k[0] in ("authorization.k8s.io", "authentication.k8s.io") and k[1].startswith("self")
-    }
-    assert all(v == {"create"} for v in self_reviews.values()), self_reviews
-    assert {k: v for k, v in rules.items() if k not in self_reviews} == _rules(
+    rules = whole_grant(kc)
+    assert {k: v for k, v in rules.items() if everyone.get(k) != v} == _rules(
         find(helm.template(), "ClusterRole")["rules"]
     )
 
