@@ -10,13 +10,12 @@ import threading
 from ipaddress import IPv4Address, IPv6Address, ip_address
 
 from nftproxy.nft import netns as netns_mod
+from nftproxy.nft.netlink import NLMSG, NLMSG_DONE, NLMSG_ERROR, error_code, messages
 
 NETLINK_ROUTE = 0
 RTM_NEWADDR, RTM_GETADDR = 20, 22
-NLMSG_ERROR, NLMSG_DONE = 2, 3
 NLM_F_REQUEST, NLM_F_DUMP = 0x1, 0x300
 IFA_ADDRESS, IFA_LOCAL = 1, 2
-_HDR = struct.Struct("=IHHII")  # nlmsghdr
 _IFADDR = struct.Struct("=BBBBI")  # ifaddrmsg
 _RTA = struct.Struct("=HH")
 IPAddress = IPv4Address | IPv6Address
@@ -48,22 +47,17 @@ def _socket(netns: str | None) -> socket.socket:
 def parse(data: bytes) -> tuple[list[IPAddress], bool]:
     """The addresses in a chunk of RTM_NEWADDR messages, and whether the dump ended in it."""
     out: list[IPAddress] = []
-    off = 0
-    while off + _HDR.size <= len(data):
-        length, kind, _flags, _seq, _pid = _HDR.unpack_from(data, off)
-        if length < _HDR.size:
-            break
+    for kind, _seq, off, length in messages(data):
         if kind == NLMSG_DONE:
             return out, True
         if kind == NLMSG_ERROR:
-            (err,) = struct.unpack_from("=i", data, off + _HDR.size)
-            if err:
+            if err := error_code(data, off):
                 raise OSError(-err, f"RTM_GETADDR: {errno.errorcode.get(-err, err)}")
             return out, True
         if kind == RTM_NEWADDR:
-            family = data[off + _HDR.size]
+            family = data[off + NLMSG.size]
             attrs: dict[int, bytes] = {}
-            a = off + _HDR.size + _IFADDR.size
+            a = off + NLMSG.size + _IFADDR.size
             end = off + length
             while a + _RTA.size <= end:
                 alen, atype = _RTA.unpack_from(data, a)
@@ -74,7 +68,6 @@ def parse(data: bytes) -> tuple[list[IPAddress], bool]:
             raw = attrs.get(IFA_LOCAL) or attrs.get(IFA_ADDRESS)  # IFA_LOCAL: the own end of a p-t-p link
             if raw is not None and family in (socket.AF_INET, socket.AF_INET6):
                 out.append(ip_address(raw))
-        off += (length + 3) & ~3
     return out, False
 
 
@@ -90,7 +83,7 @@ class LocalAddresses:
         if self.sock is None:
             self.sock = _socket(self.netns)
         self.seq += 1
-        req = _HDR.pack(_HDR.size + _IFADDR.size, RTM_GETADDR, NLM_F_REQUEST | NLM_F_DUMP, self.seq, 0)
+        req = NLMSG.pack(NLMSG.size + _IFADDR.size, RTM_GETADDR, NLM_F_REQUEST | NLM_F_DUMP, self.seq, 0)
         self.sock.send(req + _IFADDR.pack(socket.AF_UNSPEC, 0, 0, 0, 0))
         out: list[IPAddress] = []
         while True:

@@ -25,12 +25,12 @@ import struct
 from collections.abc import Iterable, Iterator
 from typing import NamedTuple
 
+from nftproxy.nft.netlink import NLMSG, NLMSG_DONE, NLMSG_ERROR, error_code, messages
 from nftproxy.nft.objects import Family, UdpFlow
 
 NETLINK_NETFILTER = 12
 NFNL_SUBSYS_CTNETLINK = 1
 IPCTNL_MSG_CT_NEW, IPCTNL_MSG_CT_GET, IPCTNL_MSG_CT_DELETE = 0, 1, 2
-NLMSG_ERROR, NLMSG_DONE = 2, 3
 NLM_F_REQUEST, NLM_F_MULTI, NLM_F_ACK, NLM_F_DUMP = 0x1, 0x2, 0x4, 0x300
 NLA_F_NESTED, NLA_TYPE_MASK = 0x8000, 0x3FFF
 CTA_TUPLE_ORIG, CTA_TUPLE_REPLY, CTA_STATUS, CTA_ID, CTA_ZONE = 1, 2, 3, 12, 18
@@ -43,10 +43,9 @@ SO_SNDBUFFORCE, SO_RCVBUFFORCE = 32, 33
 PER_SEND = 512  # delete messages per send (~100 bytes each; their acks must fit the receive buffer)
 
 _AF = {Family.IP: socket.AF_INET, Family.IP6: socket.AF_INET6}
-_NLMSG = struct.Struct("=IHHII")
 _NFGEN = struct.Struct("=BBH")
 _NLA = struct.Struct("=HH")
-_HEAD = _NLMSG.size + _NFGEN.size
+_HEAD = NLMSG.size + _NFGEN.size
 
 
 class Tuple(NamedTuple):
@@ -88,7 +87,7 @@ def _nla(kind: int, payload: bytes) -> bytes:
 
 def _message(kind: int, flags: int, seq: int, family: int, body: bytes = b"") -> bytes:
     payload = _NFGEN.pack(family, 0, 0) + body
-    return _NLMSG.pack(_NLMSG.size + len(payload), (NFNL_SUBSYS_CTNETLINK << 8) | kind, flags, seq, 0) + payload
+    return NLMSG.pack(NLMSG.size + len(payload), (NFNL_SUBSYS_CTNETLINK << 8) | kind, flags, seq, 0) + payload
 
 
 def dump_request(family: int, seq: int = 1) -> bytes:
@@ -152,7 +151,7 @@ def _tuple(family: int, raw: memoryview) -> Tuple | None:
 
 def parse_entry(data: bytes, off: int, length: int) -> Entry | None:
     """The entry of one IPCTNL_MSG_CT_NEW message at ``off`` (None: not an IP entry we can read)."""
-    family = data[off + _NLMSG.size]
+    family = data[off + NLMSG.size]
     if family not in (socket.AF_INET, socket.AF_INET6):
         return None
     a = _attrs(data, off + _HEAD, off + length)
@@ -170,34 +169,24 @@ def parse(data: bytes) -> tuple[list[Entry], bool]:
     """The entries in one chunk of a dump, and whether the dump ended in it. A refused dump
     (an NLMSG_ERROR with an error) raises OSError."""
     out: list[Entry] = []
-    off = 0
-    while off + _NLMSG.size <= len(data):
-        length, kind, _flags, _seq, _pid = _NLMSG.unpack_from(data, off)
-        if length < _NLMSG.size:
-            break
+    for kind, _seq, off, length in messages(data):
         if kind == NLMSG_DONE:
             return out, True
         if kind == NLMSG_ERROR:
-            _raise(struct.unpack_from("=i", data, off + _NLMSG.size)[0], "listing conntrack entries")
+            _raise(error_code(data, off), "listing conntrack entries")
             return out, True
         if kind == (NFNL_SUBSYS_CTNETLINK << 8) | IPCTNL_MSG_CT_NEW:
             e = parse_entry(data, off, length)
             if e is not None:
                 out.append(e)
-        off += (length + 3) & ~3
     return out, False
 
 
 def acks(data: bytes) -> Iterator[tuple[int, int]]:
     """(sequence number, error: 0 or a negative errno) of each NLMSG_ERROR in ``data``."""
-    off = 0
-    while off + _NLMSG.size <= len(data):
-        length, kind, _flags, seq, _pid = _NLMSG.unpack_from(data, off)
-        if length < _NLMSG.size:
-            break
+    for kind, seq, off, _length in messages(data):
         if kind == NLMSG_ERROR:
-            yield seq, struct.unpack_from("=i", data, off + _NLMSG.size)[0]
-        off += (length + 3) & ~3
+            yield seq, error_code(data, off)
 
 
 def _raise(err: int, what: str) -> None:

@@ -12,7 +12,7 @@ import functools
 import os
 import socket
 import struct
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from nftproxy.nft.objects import Element, Set
 
@@ -21,7 +21,8 @@ NFNL_SUBSYS_NFTABLES = 10
 NFNL_MSG_BATCH_BEGIN, NFNL_MSG_BATCH_END = 0x10, 0x11
 NFT_MSG_NEWSETELEM, NFT_MSG_DELSETELEM = 12, 14
 NLM_F_REQUEST, NLM_F_ACK, NLM_F_CREATE = 0x1, 0x4, 0x400
-NLMSG_ERROR = 2
+NLMSG_ERROR, NLMSG_DONE = 2, 3
+NLMSG = struct.Struct("=IHHII")  # nlmsghdr: length, type, flags, sequence number, port id
 NLA_F_NESTED = 0x8000
 # Attribute types (linux/netfilter/nf_tables.h)
 NFTA_SET_ELEM_LIST_TABLE, NFTA_SET_ELEM_LIST_SET, NFTA_SET_ELEM_LIST_ELEMENTS = 1, 2, 3
@@ -235,6 +236,23 @@ class Layout:
         return cls([k for k in key if k], [d for d in data if d], False)
 
 
+def messages(data: bytes) -> Iterator[tuple[int, int, int, int]]:
+    """(type, sequence number, offset, length) of each netlink message in one received chunk (the
+    one walk of nlmsghdr chains: this batch's acks, address dumps, conntrack dumps and acks)."""
+    off = 0
+    while off + NLMSG.size <= len(data):
+        length, kind, _flags, seq, _pid = NLMSG.unpack_from(data, off)
+        if length < NLMSG.size:
+            return
+        yield kind, seq, off, length
+        off += (length + 3) & ~3
+
+
+def error_code(data: bytes, off: int) -> int:
+    """The error of the NLMSG_ERROR message at ``off``: 0 (an ack) or a negative errno."""
+    return int(struct.unpack_from("=i", data, off + NLMSG.size)[0])
+
+
 def _nla(kind: int, payload: bytes) -> bytes:
     length = 4 + len(payload)
     return struct.pack("=HH", length, kind) + payload + b"\0" * (-length % 4)
@@ -321,13 +339,9 @@ def send(batch: Batch) -> None:
         seen = 0
         while seen < acks:
             buf = s.recv(1 << 20)
-            off = 0
-            while off + 16 <= len(buf):
-                length, kind = struct.unpack_from("=IH", buf, off)
+            for kind, _seq, off, _length in messages(buf):
                 if kind == NLMSG_ERROR:
-                    err = struct.unpack_from("=i", buf, off + 16)[0]
-                    if err:
+                    if err := error_code(buf, off):
                         # the kernel aborted the whole batch
                         raise OSError(-err, f"netlink batch refused: {os.strerror(-err)}")
                     seen += 1
-                off += (length + 3) & ~3

@@ -41,6 +41,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from types import TracebackType
+from typing import Self
 
 __all__ = ["Change", "ElementWatch", "Generation", "GenerationWatch", "service_key"]
 
@@ -110,8 +111,9 @@ def _set_name(msg: bytes) -> str | None:
     return None
 
 
-class ElementWatch:
-    """Records when each awaited (set, key) first appeared in a NEWSETELEM notification."""
+class _Watch:
+    """A NETLINK_NETFILTER socket in a namespace, subscribed to the nftables group, read by a
+    thread: each chunk received goes to ``_chunk`` (subclasses), with the time it arrived."""
 
     def __init__(self, netns: str | None, rcvbuf: int = 256 << 20) -> None:
         self.sock = _socket_in(netns)
@@ -121,10 +123,49 @@ class ElementWatch:
         self.sock.setsockopt(SOL_NETLINK, NETLINK_ADD_MEMBERSHIP, NFNLGRP_NFTABLES)
         self.sock.settimeout(0.2)
         self.overruns = 0  # ENOBUFS seen: notifications were lost
-        self._wanted: dict[tuple[str, bytes], float | None] = {}
         self._cond = threading.Condition()
         self._stop = False
         self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _chunk(self, data: bytes, now: float) -> None:
+        raise NotImplementedError
+
+    def _run(self) -> None:
+        buf = bytearray(1 << 20)
+        while not self._stop:
+            try:
+                n = self.sock.recv_into(buf)
+            except TimeoutError:
+                continue
+            except OSError as e:
+                if e.errno == errno.ENOBUFS:
+                    self.overruns += 1
+                    continue
+                if self._stop:
+                    return
+                raise
+            self._chunk(bytes(buf[:n]), time.perf_counter())
+
+    def close(self) -> None:
+        self._stop = True
+        self._thread.join(timeout=2)
+        self.sock.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+class ElementWatch(_Watch):
+    """Records when each awaited (set, key) first appeared in a NEWSETELEM notification."""
+
+    def __init__(self, netns: str | None, rcvbuf: int = 256 << 20) -> None:
+        super().__init__(netns, rcvbuf)
+        self._wanted: dict[tuple[str, bytes], float | None] = {}
         self._thread.start()
 
     def expect(self, set_name: str, key: bytes) -> None:
@@ -146,49 +187,21 @@ class ElementWatch:
             assert t is not None
             return t
 
-    def _run(self) -> None:
-        buf = bytearray(1 << 20)
-        while not self._stop:
-            try:
-                n = self.sock.recv_into(buf)
-            except TimeoutError:
+    def _chunk(self, data: bytes, now: float) -> None:
+        with self._cond:
+            pending = [(s, k) for (s, k), t in self._wanted.items() if t is None and k in data]
+        if not pending:
+            return
+        for mtype, msg in _messages(data):
+            if mtype != _NEWSETELEM:
                 continue
-            except OSError as e:
-                if e.errno == errno.ENOBUFS:
-                    self.overruns += 1
-                    continue
-                if self._stop:
-                    return
-                raise
-            now = time.perf_counter()
-            data = bytes(buf[:n])
-            with self._cond:
-                pending = [(s, k) for (s, k), t in self._wanted.items() if t is None and k in data]
-            if not pending:
-                continue
-            for mtype, msg in _messages(data):
-                if mtype != _NEWSETELEM:
-                    continue
-                name = _set_name(msg)
-                for s, k in pending:
-                    if s == name and k in msg:
-                        with self._cond:
-                            if self._wanted.get((s, k), 0.0) is None:
-                                self._wanted[(s, k)] = now
-                                self._cond.notify_all()
-
-    def close(self) -> None:
-        self._stop = True
-        self._thread.join(timeout=2)
-        self.sock.close()
-
-    def __enter__(self) -> ElementWatch:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
+            name = _set_name(msg)
+            for s, k in pending:
+                if s == name and k in msg:
+                    with self._cond:
+                        if self._wanted.get((s, k), 0.0) is None:
+                            self._wanted[(s, k)] = now
+                            self._cond.notify_all()
 
 
 # ---------------------------------------------------------------------------------------------- transactions
@@ -259,22 +272,13 @@ class Generation:
         return f"gen {self.id} by {self.proc}[{self.pid}]: {what}"
 
 
-class GenerationWatch:
+class GenerationWatch(_Watch):
     """Records every transaction committed in a namespace (see the module's docstring)."""
 
     def __init__(self, netns: str | None, rcvbuf: int = 256 << 20) -> None:
-        self.sock = _socket_in(netns)
-        with contextlib.suppress(OSError):
-            self.sock.setsockopt(socket.SOL_SOCKET, 33, rcvbuf)  # SO_RCVBUFFORCE
-        self.sock.bind((0, 0))
-        self.sock.setsockopt(SOL_NETLINK, NETLINK_ADD_MEMBERSHIP, NFNLGRP_NFTABLES)
-        self.sock.settimeout(0.2)
-        self.overruns = 0  # ENOBUFS seen: notifications were lost, the record is incomplete
+        super().__init__(netns, rcvbuf)  # overruns: the record is incomplete
         self._gens: list[Generation] = []
         self._pending: list[Change] = []
-        self._cond = threading.Condition()
-        self._stop = False
-        self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
     def generations(self, table: str | None = None) -> list[Generation]:
@@ -293,24 +297,11 @@ class GenerationWatch:
                 self._cond.wait(0.1)
         return gens
 
-    def _run(self) -> None:
-        buf = bytearray(1 << 20)
-        while not self._stop:
-            try:
-                n = self.sock.recv_into(buf)
-            except TimeoutError:
+    def _chunk(self, data: bytes, now: float) -> None:
+        for mtype, msg in _messages(data):
+            if mtype >> 8 != NFNL_SUBSYS_NFTABLES or len(msg) < _NLMSG.size + 4:
                 continue
-            except OSError as e:
-                if e.errno == errno.ENOBUFS:
-                    self.overruns += 1
-                    continue
-                if self._stop:
-                    return
-                raise
-            for mtype, msg in _messages(bytes(buf[:n])):
-                if mtype >> 8 != NFNL_SUBSYS_NFTABLES or len(msg) < _NLMSG.size + 4:
-                    continue
-                self._message(mtype & 0xFF, msg)
+            self._message(mtype & 0xFF, msg)
 
     def _message(self, kind: int, msg: bytes) -> None:
         attrs = _attrs(msg)
@@ -336,16 +327,3 @@ class GenerationWatch:
         if name == "new-table" and (m := _LAYOUT.search(msg)):
             layout = int(m.group(1))
         self._pending.append(Change(name, family, table, layout))
-
-    def close(self) -> None:
-        self._stop = True
-        self._thread.join(timeout=2)
-        self.sock.close()
-
-    def __enter__(self) -> GenerationWatch:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()

@@ -10,6 +10,7 @@ import struct
 import pytest
 
 from nftproxy.nft import conntrack as ct
+from nftproxy.nft import netlink
 from nftproxy.nft.conntrack import Entry, Tuple
 from nftproxy.nft.objects import Family, UdpFlow
 
@@ -40,9 +41,9 @@ def new_message(family: int, e: Entry, seq: int = 1) -> bytes:
 
 def control(kind: int, seq: int, err: int = 0) -> bytes:
     return (
-        struct.pack("=IHHII", 20 + (16 if kind == ct.NLMSG_ERROR else 0), kind, 0, seq, 0)
+        struct.pack("=IHHII", 20 + (16 if kind == netlink.NLMSG_ERROR else 0), kind, 0, seq, 0)
         + struct.pack("=i", err)
-        + (b"\0" * 16 if kind == ct.NLMSG_ERROR else b"")
+        + (b"\0" * 16 if kind == netlink.NLMSG_ERROR else b"")
     )
 
 
@@ -57,7 +58,7 @@ def test_the_dump_request_is_a_ctnetlink_get_of_one_family() -> None:
 def test_a_dumped_entry_is_parsed_back(family: int, entry: Entry) -> None:
     data = new_message(family, entry) + new_message(family, entry._replace(id=8), 2)
     assert ct.parse(data) == ([entry, entry._replace(id=8)], False)
-    assert ct.parse(data + control(ct.NLMSG_DONE, 3)) == ([entry, entry._replace(id=8)], True)
+    assert ct.parse(data + control(netlink.NLMSG_DONE, 3)) == ([entry, entry._replace(id=8)], True)
     assert entry.dnat
     assert entry.flow == UdpFlow(entry.orig.dst, "53", entry.reply.src)
 
@@ -91,7 +92,7 @@ def test_not_dnated_is_not_a_udp_flow() -> None:
 
 def test_a_refused_dump_raises_with_the_errno() -> None:
     with pytest.raises(OSError, match=r"listing conntrack entries.*EPERM") as e:
-        ct.parse(control(ct.NLMSG_ERROR, 1, -errno.EPERM))
+        ct.parse(control(netlink.NLMSG_ERROR, 1, -errno.EPERM))
     assert e.value.errno == errno.EPERM
 
 
@@ -110,7 +111,7 @@ class FakeSocket:
         while off < len(data):
             length, _kind, _flags, seq, _pid = struct.unpack_from("=IHHII", data, off)
             ident = struct.unpack(">I", bytes(ct._attrs(data, off + 20, off + length)[ct.CTA_ID]))[0]
-            acks.append(control(ct.NLMSG_ERROR, seq, self.errors.get(ident, 0)))
+            acks.append(control(netlink.NLMSG_ERROR, seq, self.errors.get(ident, 0)))
             off += length
         half = len(acks) // 2  # the acks over two reads (each read: whole messages)
         self.pending = [b"".join(acks[:half]), b"".join(acks[half:])]
