@@ -141,12 +141,24 @@ def test_a_changed_timeout_releases_the_entries_of_the_old_one(lab: Lab) -> None
     assert {e.timeout for e in records(lab.dp, timeout=600)} == {600}
 
 
-def test_affinity_expires(lab: Lab) -> None:
-    first: set[str | None] = set()
-    for _ in range(6):  # after each expiry the client may land elsewhere
-        first.add(lab.who(lab.client, count=1)[0])
+def expiries_until_moved(lab: Lab, family: Family, host: str = "10.96.5.10") -> set[str | None]:
+    """Connect once, let the record expire (the kernel's record is gone: checked every round),
+    and again, until the client lands on another endpoint: each round is a fresh 1-in-3 draw,
+    so 16 rounds on one endpoint is (1/3)^15, about 7e-8, not bad luck."""
+    seen: set[str | None] = set()
+    for _ in range(16):
+        seen.add(lab.who(lab.client, host, count=1)[0])
+        assert len(records(lab.dp, family)) == 1
         time.sleep(TIMEOUT + 0.6)
-    assert len(first) > 1, f"never moved after {TIMEOUT}s expiries: {first}"  # (1/3)^5 chance of a false alarm
+        assert records(lab.dp, family) == [], f"the record outlived its {TIMEOUT}s timeout"
+        if len(seen) > 1:
+            break
+    return seen
+
+
+def test_affinity_expires(lab: Lab) -> None:
+    seen = expiries_until_moved(lab, Family.IP)
+    assert len(seen) > 1 and seen <= {"e0", "e1", "e2"}, f"never moved after {TIMEOUT}s expiries: {seen}"
 
 
 @pytest.mark.parametrize("release", [True, False], ids=["released", "not-released (control)"])
@@ -198,11 +210,8 @@ def test_ipv6_affinity_with_real_packets(lab: Lab) -> None:
 
 
 def test_ipv6_affinity_expires(lab: Lab) -> None:
-    first: set[str | None] = set()
-    for _ in range(6):
-        first.add(lab.who(lab.client, CLUSTER_IP6, count=1)[0])
-        time.sleep(TIMEOUT + 0.6)
-    assert len(first) > 1, f"never moved after {TIMEOUT}s expiries: {first}"  # (1/3)^5 chance of a false alarm
+    seen = expiries_until_moved(lab, Family.IP6, CLUSTER_IP6)
+    assert len(seen) > 1 and seen <= {"e0", "e1", "e2"}, f"never moved after {TIMEOUT}s expiries: {seen}"
 
 
 def test_removed_ipv6_endpoint_releases_its_clients(lab: Lab) -> None:
