@@ -1,6 +1,6 @@
 # The two commands of a fresh machine (see README): `make demo` and `make test`.
 # `make check`: the fast tier (lint, types, unit tests, a short fuzz run; no root, apt or Kubernetes).
-.PHONY: check demo demo-down demo-quick demo-quick-down demo-apply images k8s-tools test test-fresh test-e2e-alone bench bench-cluster install lint
+.PHONY: upstream-e2e upstream-e2e-reference check demo demo-down demo-quick demo-quick-down demo-apply images k8s-tools test test-fresh test-e2e-alone bench bench-cluster install lint
 
 # The main job: a real cluster on this machine (kubelet nodes, images built here, helm install).
 demo: install k8s-tools
@@ -27,6 +27,16 @@ k8s-tools:
 
 test:
 	bash hack/test.sh
+
+# Upstream's [sig-network] e2e suite (e2e.test built here) on a real cluster with nftproxy as the
+# Service proxy; hack/e2e-skips.txt says what is skipped and why. Last line:
+# `upstream e2e: N passed, M failed, K skipped`; JUnit in _output/upstream-e2e/nftproxy.
+upstream-e2e: install k8s-tools e2e-tools
+	.venv/bin/python -m testkit.realcluster.upstream --proxy nftproxy --selection full
+
+# The same selection with the real kube-proxy (DaemonSet, image built here): the reference.
+upstream-e2e-reference: install k8s-tools e2e-tools
+	.venv/bin/python -m testkit.realcluster.upstream --proxy kube-proxy --selection full
 
 # The fresh-machine case, checked (docs/testing.md): a clean clone with an empty NFTPROXY_CACHE.
 test-fresh:

@@ -20,6 +20,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from testkit.realcluster import addons as dns
 from testkit.realcluster import workload as w
 from testkit.realcluster.cluster import ClusterError, RealCluster, state_dir
 
@@ -85,6 +86,15 @@ def run(c: RealCluster) -> None:
     show(c.kubectl("get", "proxystatus"))
 
     timed(
+        "kubectl apply: CoreDNS (built here), 2 replicas behind kube-system/kube-dns 10.96.0.10; its API "
+        "client goes through the `kubernetes` Service, that is through nftproxy",
+        dns.install_coredns,
+        c,
+    )
+    show(c.kubectl("get", "pods,services,endpointslices", "-n", "kube-system", "-l", "k8s-app=kube-dns", "-o", "wide"))
+    show(c.kubectl("get", "endpointslices", "-n", "default", "-l", "kubernetes.io/service-name=kubernetes"))
+
+    timed(
         "kubectl apply: Deployment web (echo servers on node-1), Services web (NodePort 30080) and "
         "web-local (externalTrafficPolicy: Local, 30081), a client pod on node-2",
         lambda: (
@@ -100,6 +110,21 @@ def run(c: RealCluster) -> None:
     ip = w.cluster_ip(c, "web")
     say(f"requests: the client pod (node-2) -> ClusterIP {ip}:80")
     show(json.dumps(w.pod_get(c, "client", f"http://{ip}/")))
+    timed(
+        "a pod on node-1 with python3 (nftproxy's image) and in-cluster config",
+        lambda: (
+            c.kubectl("apply", "-f", "-", input=dns.client_pod_manifest("api-client", "node-1", c.images["nftproxy"])),
+            c.kubectl("wait", "--for=condition=Ready", "pod/api-client", "--timeout=120s"),
+        ),
+    )
+    say("it resolves web.default.svc.cluster.local through kube-dns 10.96.0.10 (CoreDNS, via nftproxy)")
+    show(json.dumps(dns.dns_query(c, "api-client", "web.default.svc.cluster.local")))
+    say(
+        "it reaches https://kubernetes.default.svc/version: the name from CoreDNS, then 10.96.0.1:443 "
+        "through nftproxy to the apiserver (TLS checked with the ServiceAccount's CA)"
+    )
+    version = dns.api_get(c, "api-client", "/version")
+    show(json.dumps({k: version[k] for k in ("gitVersion", "platform")}))
     say("requests: the outside client (172.30.0.100) -> NodePort 30080 on node-2 (the pods are on node-1)")
     show(requests(c, "172.30.0.12", w.WEB_NODEPORT, 20))
 

@@ -155,7 +155,7 @@ def _signed_cert(certs: Path, name: str, subject: str, extensions: str) -> None:
     (certs / f"{name}.ext").unlink()
 
 
-def _generate_pki(certs: Path) -> None:
+def _generate_pki(certs: Path, extra_ips: Sequence[str] = ()) -> None:
     certs.mkdir(parents=True, exist_ok=True)
     _ec_key(certs / "ca.key")
     _openssl(
@@ -180,6 +180,7 @@ def _generate_pki(certs: Path) -> None:
     sans = [
         f"IP:{_LOOPBACK}",
         f"IP:{KUBERNETES_SERVICE_IP}",
+        *(f"IP:{ip}" for ip in extra_ips),
         "DNS:localhost",
         "DNS:kubernetes",
         "DNS:kubernetes.default",
@@ -359,7 +360,13 @@ class ControlPlane:
         etcd_data_dir: str | os.PathLike[str] | None = None,
         audit: bool = False,
         apiserver_bin: str | os.PathLike[str] | None = None,
+        advertise_address: str | None = None,
     ) -> None:
+        # advertise_address: the address the `kubernetes` Service's endpoint gets (the lease
+        # reconciler on, the serving certificate carries it): one that pods reach, where something
+        # forwards it to the apiserver on 127.0.0.1 (the real cluster). None: 127.0.0.1 and no
+        # endpoint at all (127.0.0.1 is not a valid endpoint address).
+        self.advertise_address = advertise_address
         self._own_workdir = workdir is None
         self._apiserver_bin_arg = Path(apiserver_bin) if apiserver_bin is not None else None
         self._workdir_arg = Path(workdir).resolve() if workdir is not None else None
@@ -467,7 +474,7 @@ class ControlPlane:
             # fdatasync took seconds and the apiserver's /readyz failed its etcd check.
             self._own_etcd_dir = self.etcd_data_dir = Path(tempfile.mkdtemp(prefix="nftproxy-etcd-", dir="/dev/shm"))
         try:
-            _generate_pki(self.cert_dir)
+            _generate_pki(self.cert_dir, [self.advertise_address] if self.advertise_address else [])
             self.etcd_port, self.etcd_peer_port, self.secure_port = (
                 _free_port(),
                 _free_port(),
@@ -641,7 +648,7 @@ class ControlPlane:
             str(apiserver_bin),
             f"--etcd-servers={self.etcd_url}",
             f"--bind-address={_LOOPBACK}",
-            f"--advertise-address={_LOOPBACK}",
+            f"--advertise-address={self.advertise_address or _LOOPBACK}",
             f"--secure-port={self.secure_port}",
             f"--cert-dir={certs}",
             f"--tls-cert-file={certs / 'apiserver.crt'}",
@@ -656,7 +663,7 @@ class ControlPlane:
             # admission plugin would reject every Pod (as envtest does, turn it off).
             *([] if self.service_accounts else ["--disable-admission-plugins=ServiceAccount"]),
             # 127.0.0.1 is not a valid endpoint address: don't publish one for `kubernetes`.
-            "--endpoint-reconciler-type=none",
+            f"--endpoint-reconciler-type={'lease' if self.advertise_address else 'none'}",
             "--allow-privileged=true",
             "--profiling=false",
             *(self._audit_args() if self.audit else []),

@@ -38,6 +38,7 @@ from testkit.k8s.controlplane import ControlPlane, cache_dir, find_binary, pid_a
 from testkit.realcluster import images as imagelib
 from testkit.realcluster import procs
 from testkit.realcluster.node import (
+    APISERVER_IP,
     CLIENT_IP,
     LAN_GATEWAY,
     NodeSpec,
@@ -51,10 +52,10 @@ ROOT = Path(__file__).resolve().parents[2]
 STATE_BASE = Path("/var/tmp")
 ETCD_BASE = Path("/dev/shm")
 IMAGE_SLOTS = 4  # persistent containerd roots (images imported once), one cluster at a time each
-KCM_CONTROLLERS = (
-    "daemonset,deployment,replicaset,endpointslice,serviceaccount,root-ca-cert-publisher,"
-    "garbagecollector,namespace,nodelifecycle,podgc"
-)
+# What kubeadm runs: every controller on by default (endpoint, endpointslice,
+# endpointslicemirroring, clusterrole-aggregation, job, statefulset, ...); the cloud ones and
+# node-ipam stay off without a cloud provider or --allocate-node-cidrs.
+KCM_CONTROLLERS = "*"
 
 Log = Callable[[str], None]
 
@@ -123,6 +124,7 @@ class RealCluster:
         ]
         self.lan_netns = f"rc-{name}-lan"
         self.client_netns = f"rc-{name}-client"
+        self.cp_netns = f"rc-{name}-cp"  # the apiserver's address on the node segment
         self.etcd_top = ETCD_BASE / f"nftproxy-rc-{name}"
         self.etcd_dir = self.etcd_top / "etcd"
         self.state: dict[str, Any] = {}
@@ -283,7 +285,10 @@ class RealCluster:
         _run(["ip", "-n", self.lan_netns, "link", "add", "lan", "type", "bridge"])
         _run(["ip", "-n", self.lan_netns, "addr", "add", f"{LAN_GATEWAY}/24", "dev", "lan"])
         _run(["ip", "-n", self.lan_netns, "link", "set", "lan", "up"])
-        members = [(n.netns, n.name, n.ip) for n in self.nodes] + [(self.client_netns, "client", CLIENT_IP)]
+        members = [(n.netns, n.name, n.ip) for n in self.nodes] + [
+            (self.client_netns, "client", CLIENT_IP),
+            (self.cp_netns, "cp", APISERVER_IP),
+        ]
         for ns, port, ip in members:
             add_ns(ns)
             # Both ends created where they live: nothing appears in the machine's namespace.
@@ -293,6 +298,8 @@ class RealCluster:
             _run(["ip", "-n", ns, "link", "set", "eth0", "up"])
             _run(["ip", "-n", ns, "route", "add", "default", "via", LAN_GATEWAY])
         for n in self.nodes:
+            # The control plane answers pods (the `kubernetes` endpoint) as a routed node would.
+            _run(["ip", "-n", self.cp_netns, "route", "add", n.pod_cidr, "via", n.ip])
             for other in self.nodes:
                 if other is not n:
                     _run(["ip", "-n", n.netns, "route", "add", other.pod_cidr, "via", other.ip])
@@ -323,6 +330,7 @@ class RealCluster:
             detached=True,
             service_accounts=True,
             etcd_data_dir=self.etcd_dir,
+            advertise_address=APISERVER_IP,
             extra_apiserver_args=[
                 f"--egress-selector-config-file={egress}",
                 f"--kubelet-client-certificate={certs / 'admin.crt'}",
@@ -347,6 +355,8 @@ class RealCluster:
         argv = [sys.executable, "-m", "testkit.realcluster.forward", "--ready-file", str(ready)]
         for n in self.nodes:
             argv += ["--listen", f"/run/netns/{n.netns},{cp.secure_port},{cp.secure_port}"]
+        # The advertised address: `default/kubernetes`'s endpoint, what pods reach through 10.96.0.1.
+        argv += ["--listen", f"/run/netns/{self.cp_netns},{cp.secure_port},{cp.secure_port},{APISERVER_IP}"]
         argv += ["--egress", f"{self.dir / 'egress.sock'},/run/netns/{self.nodes[0].netns}"]
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         log = self.dir / "logs" / "forward.log"

@@ -1,11 +1,12 @@
 """TCP forwarders between the machine's loopback and the cluster's node namespaces (one process).
 
-    python -m testkit.realcluster.forward --listen NETNS_PATH,PORT,TARGET_PORT [...] --egress UDS,NETNS_PATH
+    python -m testkit.realcluster.forward --listen NETNS_PATH,PORT,TARGET_PORT[,ADDRESS] [...] --egress UDS,NETNS_PATH
 
-* ``--listen``: a socket bound to 127.0.0.1:PORT *inside* the network namespace NETNS_PATH (created
-  after setns, then the process returns to its own namespace), each connection forwarded to
-  127.0.0.1:TARGET_PORT where this process runs. Nodes reach the apiserver on loopback this way,
-  with the admin kubeconfig unchanged.
+* ``--listen``: a socket bound to ADDRESS:PORT (default 127.0.0.1) *inside* the network namespace
+  NETNS_PATH (created after setns, then the process returns to its own namespace), each connection
+  forwarded to 127.0.0.1:TARGET_PORT where this process runs. Nodes reach the apiserver on loopback
+  this way, with the admin kubeconfig unchanged; the control-plane namespace's address on the node
+  segment (the apiserver's advertised address, the `kubernetes` Service's endpoint) too.
 * ``--egress``: an HTTP CONNECT proxy on a Unix socket for the apiserver's egress selector
   (``cluster``): ``CONNECT 172.30.0.11:10250`` is dialled from inside NETNS_PATH, so that
   ``kubectl logs/exec`` reach the kubelets in their namespaces.
@@ -71,11 +72,11 @@ async def _splice(
             w.close()
 
 
-def _listener(netns: str, port: int) -> socket.socket:
+def _listener(netns: str, port: int, address: str) -> socket.socket:
     def make() -> socket.socket:
         s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        s.bind(("127.0.0.1", port))
+        s.bind((address, port))
         s.listen(128)
         s.setblocking(False)
         return s
@@ -83,7 +84,7 @@ def _listener(netns: str, port: int) -> socket.socket:
     return in_netns(netns, make)
 
 
-async def _serve_listen(netns: str, port: int, target: int) -> asyncio.Server:
+async def _serve_listen(netns: str, port: int, target: int, address: str) -> asyncio.Server:
     async def handle(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
         try:
             tr, tw = await asyncio.open_connection("127.0.0.1", target)
@@ -92,7 +93,7 @@ async def _serve_listen(netns: str, port: int, target: int) -> asyncio.Server:
             return
         await _splice(r, w, tr, tw)
 
-    return await asyncio.start_server(handle, sock=_listener(netns, port))
+    return await asyncio.start_server(handle, sock=_listener(netns, port, address))
 
 
 async def _serve_egress(uds: str, netns: str) -> asyncio.Server:
@@ -127,8 +128,8 @@ async def _serve_egress(uds: str, netns: str) -> asyncio.Server:
     return await asyncio.start_unix_server(handle, path=uds)
 
 
-async def _main(listens: list[tuple[str, int, int]], egress: tuple[str, str] | None, ready: str | None) -> None:
-    servers = [await _serve_listen(ns, port, target) for ns, port, target in listens]
+async def _main(listens: list[tuple[str, int, int, str]], egress: tuple[str, str] | None, ready: str | None) -> None:
+    servers = [await _serve_listen(*spec) for spec in listens]
     if egress:
         servers.append(await _serve_egress(*egress))
     if ready:
@@ -145,14 +146,14 @@ async def _main(listens: list[tuple[str, int, int]], egress: tuple[str, str] | N
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m testkit.realcluster.forward")
-    p.add_argument("--listen", action="append", default=[], help="NETNS_PATH,PORT,TARGET_PORT")
+    p.add_argument("--listen", action="append", default=[], help="NETNS_PATH,PORT,TARGET_PORT[,ADDRESS]")
     p.add_argument("--egress", help="UDS_PATH,NETNS_PATH")
     p.add_argument("--ready-file", help="written once every socket listens")
     args = p.parse_args(argv)
     listens = []
     for spec in args.listen:
-        ns, port, target = spec.split(",")
-        listens.append((ns, int(port), int(target)))
+        ns, port, target, *address = spec.split(",")
+        listens.append((ns, int(port), int(target), address[0] if address else "127.0.0.1"))
     egress: tuple[str, str] | None = None
     if args.egress:
         uds, netns = args.egress.split(",", 1)

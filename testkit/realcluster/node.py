@@ -11,6 +11,11 @@ from pathlib import Path
 LAN_PREFIX = "172.30.0"
 LAN_GATEWAY = f"{LAN_PREFIX}.1"
 CLIENT_IP = f"{LAN_PREFIX}.100"
+# The control plane's address on the node segment (a namespace of its own, `rc-NAME-cp`): the
+# apiserver advertises it, so `default/kubernetes` has a real endpoint that pods reach.
+APISERVER_IP = f"{LAN_PREFIX}.2"
+CLUSTER_DNS_IP = "10.96.0.10"  # the kube-dns Service (CoreDNS), kubelet's clusterDNS
+CLUSTER_DOMAIN = "cluster.local"
 CLUSTER_CIDR = "10.244.0.0/16"
 CNI_BIN = "/usr/lib/cni"
 
@@ -123,7 +128,9 @@ def cni_conflist(node: NodeSpec) -> str:
                         "routes": [{"dst": "0.0.0.0/0"}],
                         "dataDir": str(node.dir / "cni-ipam"),
                     },
-                }
+                },
+                # hostPort, as every kubeadm-style CNI setup chains it (kube-proxy doesn't do it)
+                {"type": "portmap", "capabilities": {"portMappings": True}},
             ],
         },
         indent=2,
@@ -169,7 +176,8 @@ def kubelet_config(node: NodeSpec, ca_file: Path) -> str:
             "resolvConf": "/etc/resolv.conf",
             "serializeImagePulls": False,
             "maxPods": 60,
-            "clusterDomain": "cluster.local",
+            "clusterDomain": CLUSTER_DOMAIN,
+            "clusterDNS": [CLUSTER_DNS_IP],
             "fileCheckFrequency": "5s",
             "syncFrequency": "10s",
             "nodeStatusUpdateFrequency": "5s",

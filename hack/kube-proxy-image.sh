@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# The reference for upstream's e2e suite (make upstream-e2e-reference): the real kube-proxy as a
+# DaemonSet, from an image built here (no registry):
+#   localhost/kube-proxy:<K8S_VERSION>   hack/images.sh's Debian base + nftables (kube-proxy's
+#                                        nftables mode runs `nft`) + $CACHE/bin/kube-proxy
+# as a docker archive next to hack/images.sh's ($OUT/kube-proxy.tar), listed in
+# $OUT/kube-proxy.json. Cached by a stamp of the binary and this script; needs hack/images.sh
+# (its base) and hack/k8s-tools.sh (the binary) first.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+CACHE=${NFTPROXY_CACHE:-$HOME/.cache/nftproxy}
+OUT=${NFTPROXY_IMAGES:-$CACHE/images}
+BIN=${NFTPROXY_BIN:-$CACHE/bin}
+BASE_REF=localhost/nftproxy-base:bookworm
+START=$SECONDS
+log() { printf '==> [kube-proxy-image %4ss] %s\n' "$((SECONDS - START))" "$*"; }
+
+[ -x "$BIN/kube-proxy" ] || { echo "kube-proxy-image: $BIN/kube-proxy missing (run hack/k8s-tools.sh)" >&2; exit 1; }
+version=$(cat "$BIN/.kube-proxy.version")
+REF=localhost/kube-proxy:$version
+mkdir -p "$OUT" "$OUT/run"
+exec 9>"$OUT/.images.lock"
+flock 9
+bah() {
+  unshare --mount --propagation private -- \
+    buildah --root "$OUT/storage" --runroot "$OUT/run" --storage-driver vfs "$@"
+}
+key="$(sha256sum "$BIN/kube-proxy" hack/kube-proxy-image.sh | sha256sum | cut -c1-16) $(cat "$OUT/.base.stamp" 2>/dev/null)"
+if [ -f "$OUT/kube-proxy.tar" ] && [ "$(cat "$OUT/.kube-proxy.stamp" 2>/dev/null)" = "$key" ]; then
+  log "$REF: cached"
+else
+  bah inspect --type image "$BASE_REF" >/dev/null 2>&1 || { echo "kube-proxy-image: no $BASE_REF (run hack/images.sh)" >&2; exit 1; }
+  log "[kube-proxy] $REF: $BASE_REF + nftables + kube-proxy $version"
+  c=$(bah from --pull=never "$BASE_REF")
+  trap 'bah rm "$c" >/dev/null 2>&1 || true' EXIT
+  bah run --network=host --isolation=chroot "$c" -- sh -c \
+    'apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nftables >/dev/null && rm -rf /var/lib/apt/lists/*'
+  bah copy "$c" "$BIN/kube-proxy" /usr/local/bin/kube-proxy
+  bah config --entrypoint '["/usr/local/bin/kube-proxy"]' --cmd '' "$c"
+  bah rmi -f "$REF" >/dev/null 2>&1 || true
+  bah commit -q --rm "$c" "$REF" >/dev/null
+  trap - EXIT
+  rm -f "$OUT/kube-proxy.tar.tmp"
+  bah push -q "$REF" "docker-archive:$OUT/kube-proxy.tar.tmp:$REF" >/dev/null
+  mv -f "$OUT/kube-proxy.tar.tmp" "$OUT/kube-proxy.tar"
+  echo "$key" > "$OUT/.kube-proxy.stamp"
+  log "[kube-proxy] $REF built ($(du -h "$OUT/kube-proxy.tar" | cut -f1))"
+fi
+printf '{"ref": "%s", "archive": "%s"}\n' "$REF" "$OUT/kube-proxy.tar" > "$OUT/kube-proxy.json"
