@@ -335,17 +335,27 @@ def _hairpin(out: _Out, cat: Categorized, node: str | None, proto: str) -> None:
     out.local.update([t.address for t in cat.local if t.endpoint.ready])  # health check: ready ones only
 
 
-def _udp_serving(out: _Out, p: _Port, found: list[Target]) -> None:
+def _udp_serving(out: _Out, p: _Port, found: list[Target], itp_local: bool, etp_local: bool) -> None:
     """Which endpoint IPs still serve this UDP port, for every frontend of it (see Fragment).
 
     With none serving, the ClusterIP's, externalIPs' and LoadBalancer IPs' flows are all stale
     (kube-proxy v1.37, kubernetes#139629: they were DNATed before the reject rule could see them);
-    a NodePort's are left alone, as upstream: they are matched by port number alone."""
+    a NodePort's are left alone, as upstream: they are matched by port number alone.
+
+    Intentionally unlike kube-proxy (README "Differences from kube-proxy"): under a Cluster policy,
+    while the port has a ready endpoint, a terminating one no longer keeps its UDP flows. A client
+    that reuses one socket (glibc's resolver, to CoreDNS) is moved to a ready endpoint while the
+    terminating one still answers (CoreDNS's lameduck), instead of after it exited: kube-proxy keeps
+    the flow until the endpoint is gone, and the lookups sent in between are lost. Under a Local
+    policy, where new flows may fall back to this node's terminating endpoints, upstream's rule
+    stays (a flushed flow would only be sent to the same endpoint again)."""
     serving = frozenset([t.address for t in found if t.endpoint.serving])
-    for k in (p.cluster, *p.externals):
-        out.udp_serving.append((k, serving))
+    ready = frozenset([t.address for t in found if t.endpoint.ready]) or serving
+    out.udp_serving.append((p.cluster, serving if itp_local else ready))
+    for k in p.externals:
+        out.udp_serving.append((k, serving if etp_local else ready))
     if serving and p.node_port:
-        out.udp_serving.append((p.node_port, serving))
+        out.udp_serving.append((p.node_port, serving if etp_local else ready))
 
 
 def _localhost(out: _Out, p: _Port, svc: Service, port: str, algorithm: str, cat: Categorized,
@@ -385,7 +395,7 @@ def compile_fragment(
         out.claims += [p.cluster, *p.externals, *([p.node_port] if p.node_port else [])]
         found = targets(port, mine, config.node_name)
         if p.proto == "udp":
-            _udp_serving(out, p, found)
+            _udp_serving(out, p, found, fe.itp_local, fe.etp_local)
         cat = categorize(found, config.node_name, config.node_zone)
         if localhost and p.node_port:
             _localhost(out, p, svc, port.name or str(port.port), algorithm, cat, fe.etp_local)

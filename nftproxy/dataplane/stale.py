@@ -3,8 +3,9 @@ allows, worked out from the current state (not from what one delta removed), so 
 after a restart, a failed sync or an `apply` from a new process.
 
 * UDP conntrack entries: as kube-proxy's CleanStaleEntries, an entry DNATed from a UDP frontend
-  to an address that is not one of the port's serving endpoints is deleted (a terminating but
-  still serving endpoint keeps its flows). A port with no serving endpoint loses the flows to its
+  to an address that is not one of the port's serving endpoints is deleted; unlike it, while the
+  port has a ready endpoint a terminating one keeps no flows under a Cluster policy (compiler/
+  fragment.py ``_udp_serving``: the DNS-rollout outage). A port with no serving endpoint loses the flows to its
   ClusterIP, externalIPs and LoadBalancer IPs, but not to its NodePort (kube-proxy v1.37,
   compiler/fragment.py ``_udp_serving``).
 * ClientIP affinity records (one dynamic map per Service port and endpoint list, see

@@ -247,6 +247,7 @@ class DNSLoop:
         assert self.proc.stdin is not None
         self.proc.stdin.write(DNSCLIENT.read_text())
         self.proc.stdin.close()
+        self.proc.stdin = None  # sent: communicate() only reads
 
     def stop(self) -> dict[str, Any]:
         if self.proc.poll() is None:

@@ -8,7 +8,13 @@
   host-local CNI plugins (10.244.N.0/24) and routes to the other nodes' pod CIDRs. An outside
   client namespace ``rc-NAME-client`` (172.30.0.100) sits on the same segment.
 * A forwarder gives each node 127.0.0.1:APISERVER_PORT (the admin kubeconfig works unchanged) and
-  the apiserver an egress proxy into the nodes (``kubectl logs/exec``).
+  the apiserver an egress proxy into the nodes (``kubectl logs/exec``). The control plane also has
+  an address on the segment, 172.30.0.2 in ``rc-NAME-cp`` (forwarded to the apiserver): the
+  apiserver advertises it with the lease reconciler on, so ``default/kubernetes`` has a real
+  endpoint and pods reach the API through 10.96.0.1, that is through the Service proxy.
+* The controllers kubeadm runs (``--controllers=*``), hostPort (portmap in the CNI chain), and
+  kubelet's ``clusterDNS`` 10.96.0.10: CoreDNS itself is an addon (testkit.realcluster.addons),
+  installed once a Service proxy runs.
 * Images from hack/images.sh imported into each node's containerd.
 
 Nothing is configured in the machine's own network namespace, and no sysctl of the machine
@@ -526,6 +532,8 @@ class RealCluster:
                 f"--kubeconfig={kc}",
                 f"--hostname-override={n.name}",
                 f"--node-ip={n.ip}",
+                # one zone per node (zone-a, zone-b, ...): topology-aware routing has zones to use
+                f"--node-labels=topology.kubernetes.io/zone={n.zone}",
                 f"--root-dir={n.kubelet_dir}",
                 f"--cert-dir={n.kubelet_dir / 'pki'}",
                 "--v=1",

@@ -44,6 +44,10 @@ class NodeSpec:
         return f"{LAN_PREFIX}.{10 + self.index}"
 
     @property
+    def zone(self) -> str:
+        return f"zone-{chr(ord('a') + self.index - 1)}"
+
+    @property
     def pod_cidr(self) -> str:
         return f"10.244.{self.index}.0/24"
 

@@ -20,6 +20,13 @@ INTENTIONAL: dict[str, str] = {
         "a restart, so for up to an hour such packets leave the node. Dropping them at once is what "
         "the rule is for."
     ),
+    "udp-endpoint-terminating": (
+        "While a UDP port has a ready endpoint, a terminating endpoint's open flows are deleted "
+        "(under a Cluster policy), so the client's next datagram goes to a ready endpoint while the "
+        "terminating one still answers. kube-proxy keeps them until the endpoint is gone: a client "
+        "that reuses one socket (glibc's resolver to CoreDNS) then sends its lookups to the exited "
+        "pod until the next sync, and loses them (tests/e2e/test_cluster_dns.py, README)."
+    ),
 }
 
 
