@@ -1,6 +1,6 @@
 # The two commands of a fresh machine (see README): `make demo` and `make test`.
 # `make check`: the fast tier (lint, types, unit tests, a short fuzz run; no root, apt or Kubernetes).
-.PHONY: upstream-e2e upstream-e2e-reference check demo demo-down demo-quick demo-quick-down demo-apply images k8s-tools test test-fresh test-e2e-alone bench bench-cluster install lint
+.PHONY: upstream-e2e upstream-e2e-reference check demo demo-down demo-quick demo-quick-down demo-apply images e2e-images k8s-tools e2e-tools test test-fresh test-e2e-alone bench bench-cluster install lint
 
 # The main job: a real cluster on this machine (kubelet nodes, images built here, helm install).
 demo: install k8s-tools
@@ -24,6 +24,14 @@ demo-apply: install
 
 k8s-tools:
 	bash hack/k8s-tools.sh
+
+# Upstream's e2e.test, agnhost and CoreDNS (from the Go module proxy, beside the k8s-tools).
+e2e-tools:
+	bash hack/e2e-tools.sh
+
+# The images e2e.test runs, under the framework's names (e2e-images.json beside images.json).
+e2e-images: install
+	bash hack/e2e-images.sh
 
 test:
 	bash hack/test.sh

@@ -5,6 +5,8 @@
 #   localhost/nftproxy:<digest>        the repository's Dockerfile, FROM that base (build argument)
 #   localhost/nftproxy-pause:1         busybox-static, a shell that sleeps and reaps orphans (the sandbox image)
 #   localhost/nftproxy-echo:1          busybox-static httpd answering {"pod": HOSTNAME, "peer": REMOTE_ADDR}
+#   localhost/nftproxy-coredns:<ver>   busybox-static + /coredns (the cluster DNS; hack/e2e-tools.sh builds the binary
+#                                      from the Go module proxy: COREDNS_VERSION, only the plugins the cluster needs)
 # as docker-archive tarballs in ${NFTPROXY_IMAGES:-${NFTPROXY_CACHE:-~/.cache/nftproxy}/images}
 # (imported into each node's containerd by the cluster that reads it), listed in images.json there.
 # Rebuilt only when their inputs changed: the nftproxy image's tag is a digest of the Dockerfile,
@@ -24,6 +26,7 @@ BASE_REF=localhost/nftproxy-base:$SUITE
 BASE_PKGS=ca-certificates
 PAUSE_REF=localhost/nftproxy-pause:1
 ECHO_REF=localhost/nftproxy-echo:1
+BIN=$CACHE/bin
 
 START=$SECONDS
 log() { printf '==> [images %4ss] %s\n' "$((SECONDS - START))" "$*"; }
@@ -55,6 +58,12 @@ archive() {
   bah push -q "$2" "docker-archive:$OUT/$1.tar.tmp:$2" >/dev/null
   mv -f "$OUT/$1.tar.tmp" "$OUT/$1.tar"
 }
+
+# ------------------------------------------------------------------ the CoreDNS binary (Go, cached)
+# Its own lock; prints "coredns ...: cached" when built. The image's tag is the binary's version.
+E2E_TOOLS=coredns bash "$ROOT/hack/e2e-tools.sh"
+COREDNS_STAMP=$(cat "$BIN/.coredns.version")
+COREDNS_REF=localhost/nftproxy-coredns:${COREDNS_STAMP%% *}
 
 # ------------------------------------------------------------------ base (mmdebstrap)
 base_key="$SUITE $BASE_PKGS v2 $(cat /usr/local/share/ca-certificates/* 2>/dev/null | sha256sum | cut -c1-12)"
@@ -114,9 +123,10 @@ fi
 # ------------------------------------------------------------------ pause + echo (busybox-static)
 small_key="$(sha256sum "$BUSYBOX" | cut -c1-16) $(sha256sum hack/images.sh | cut -c1-16)"
 # small NAME REF SETUP: a busybox rootfs, SETUP adds files to it ($1 = rootfs dir), then config.
+# KEY_EXTRA (optional): more inputs of the image, in its stamp.
 small() {
-  local name=$1 ref=$2 setup=$3; shift 3
-  if stamp_ok "$name" "$small_key"; then log "$ref: cached"; return; fi
+  local name=$1 ref=$2 setup=$3 key="$small_key${KEY_EXTRA:+ $KEY_EXTRA}"; shift 3
+  if stamp_ok "$name" "$key"; then log "$ref: cached"; return; fi
   local tmp; tmp=$(mktemp -d /var/tmp/nftproxy-rc-img.XXXXXX)
   mkdir -p "$tmp/rootfs/bin" "$tmp/rootfs/tmp" "$tmp/rootfs/etc"
   cp "$BUSYBOX" "$tmp/rootfs/bin/busybox"
@@ -136,7 +146,7 @@ small() {
   bah commit -q --rm "$c" "$ref" >/dev/null
   archive "$name" "$ref"
   rm -rf "$tmp"
-  stamp "$name" "$small_key"
+  stamp "$name" "$key"
   log "$ref built"
 }
 pause_setup() { :; }
@@ -157,12 +167,21 @@ wait
 EOF
   chmod 755 "$1/bin/echo-server"
 }
+coredns_setup() {
+  cp "$BIN/coredns" "$1/coredns"
+  mkdir -p "$1/etc/coredns"
+}
 small pause "$PAUSE_REF" pause_setup --entrypoint '["/bin/init"]'
 small echo "$ECHO_REF" echo_setup --entrypoint '["/bin/echo-server"]' --port 8080
+# Runs as root (binds 53); the cluster mounts its Corefile at /etc/coredns/Corefile.
+KEY_EXTRA="$COREDNS_REF $COREDNS_STAMP $(sha256sum "$BIN/coredns" | cut -c1-16)" \
+  small coredns "$COREDNS_REF" coredns_setup --entrypoint '["/coredns"]' --cmd '["-conf", "/etc/coredns/Corefile"]' \
+  --port 53/udp --port 53/tcp
 
 cat > "$OUT/images.json.tmp" <<EOF
-{"nftproxy": "$NFTPROXY_REF", "pause": "$PAUSE_REF", "echo": "$ECHO_REF",
- "archives": {"nftproxy": "$OUT/nftproxy.tar", "pause": "$OUT/pause.tar", "echo": "$OUT/echo.tar"}}
+{"nftproxy": "$NFTPROXY_REF", "pause": "$PAUSE_REF", "echo": "$ECHO_REF", "coredns": "$COREDNS_REF",
+ "archives": {"nftproxy": "$OUT/nftproxy.tar", "pause": "$OUT/pause.tar", "echo": "$OUT/echo.tar",
+              "coredns": "$OUT/coredns.tar"}}
 EOF
 mv -f "$OUT/images.json.tmp" "$OUT/images.json"
 log "ready: $OUT/images.json"

@@ -11,6 +11,11 @@ an images directory of its own (``images_dir()/commits/SHA``: its own buildah st
 images.json), so the current build's images.json and storage stay as they are; the nftproxy
 image's tag (a digest of its inputs) differs from the current one's when its sources do. The
 cluster imports it with ``RealCluster.import_image``.
+
+The CoreDNS image (the cluster DNS) is one of hack/images.sh's: images.json's "coredns" (its binary
+comes from hack/e2e-tools.sh). Upstream's e2e suite: :func:`build_e2e` runs hack/e2e-images.sh (which
+runs hack/e2e-tools.sh: e2e.test, agnhost, ...), whose images carry the e2e framework's exact names
+(``e2e.test --list-images``); :func:`e2e_test` is the test binary.
 """
 
 from __future__ import annotations
@@ -87,6 +92,63 @@ def load(out: Path | None = None) -> dict[str, Any]:
         ) from None
     data: dict[str, Any] = json.loads(text)
     return data
+
+
+# ---------------------------------------------------------------------------------------------- upstream's e2e
+
+
+def e2e_images_json(out: Path | None = None) -> Path:
+    return (out or images_dir()) / "e2e-images.json"
+
+
+def e2e_test() -> Path:
+    """Upstream's e2e.test (hack/e2e-tools.sh; :func:`build_e2e` makes it)."""
+    return cache_dir() / "bin" / "e2e.test"
+
+
+def build_e2e(log: Callable[[str], None], *, out: Path | None = None) -> dict[str, str]:
+    """Run hack/e2e-images.sh (cached: a no-op when nothing changed; the first time it builds e2e.test,
+    agnhost and CoreDNS from the Go module proxy, ~10 min with hack/k8s-tools.sh's Go cache warm, and
+    the images, ~4 min), its progress lines through LOG; return {framework image ref: docker archive}
+    (several refs may share one archive, which carries all their names). OUT: the images directory."""
+    env = dict(os.environ)
+    if out is not None:
+        env["NFTPROXY_IMAGES"] = str(out)
+    proc = subprocess.Popen(
+        ["bash", str(ROOT / "hack" / "e2e-images.sh")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=ROOT,
+        env=env,
+    )
+    assert proc.stdout is not None
+    tail: list[str] = []
+    for line in proc.stdout:
+        line = line.rstrip()
+        tail = [*tail[-40:], line]
+        if line.startswith("==>"):
+            log("    " + line)
+    if proc.wait() != 0:
+        raise RuntimeError(f"{ROOT}/hack/e2e-images.sh failed:\n" + "\n".join(tail))
+    return load_e2e(out)
+
+
+def load_e2e(out: Path | None = None) -> dict[str, str]:
+    """What the last build of hack/e2e-images.sh listed: {ref: archive} (no build: see :func:`build_e2e`)."""
+    path = e2e_images_json(out)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise ImagesMissing(f"no e2e images built: {path} is missing (run hack/e2e-images.sh)") from None
+    data: dict[str, str] = json.loads(text)
+    return data
+
+
+def coredns_ref(images: dict[str, Any] | None = None) -> str:
+    """The CoreDNS image's ref (images.json's "coredns"; IMAGES: a loaded images.json)."""
+    ref: str = (images if images is not None else load())["coredns"]
+    return ref
 
 
 # ---------------------------------------------------------------------------------------------- another commit
