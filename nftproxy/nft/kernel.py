@@ -49,11 +49,6 @@ class Backend(Protocol):
         """Would the kernel take ``txs`` as one transaction? Raise NftError (with the refused
         statement) if not. A dry run: nothing changes in the kernel."""
 
-    def has_table(self, family: Family, table: str) -> bool:
-        """Is there such a table? (In this process: a listing of the family's tables alone.)"""
-        doc = json.loads(self.run(f"list tables {family.value}", json_output=True))
-        return any(item.get("table", {}).get("name") == table for item in doc.get("nftables", []))
-
     def chain_names(self, family: Family, table: str) -> set[str] | None:
         """The table's chain names (cheap: no set elements are fetched); None if it is absent."""
 
