@@ -97,14 +97,18 @@ def cmd_cleanup(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from nftproxy.operator import boot, rest  # noqa: PLC0415
+    from nftproxy.operator import early, rest  # noqa: PLC0415
 
     heap.tune()  # before the first thread (the lists')
     settings = settings_from_args(args)
-    try:  # the first lists start now, with the standard library alone (operator/boot.py)
-        lists = boot.start(rest.load(settings.kubeconfig), settings.node_name)
-    except rest.Unsupported:  # e.g. an exec plugin: the Kubernetes client's lists, as before
-        return _run_with_client(settings)
+    # the first lists, with the standard library alone (operator/boot.py): started by
+    # `python -m nftproxy` before these imports (operator/early.py), or now
+    lists = early.take(settings.kubeconfig, settings.node_name)
+    if lists is None:
+        try:
+            lists = early.lists(rest.load(settings.kubeconfig), settings.node_name)
+        except rest.Unsupported:  # e.g. an exec plugin: the Kubernetes client's lists, as before
+            return _run_with_client(settings)
     from nftproxy.operator.main import run  # noqa: PLC0415  (kopf is imported after the first sync)
 
     return run(settings, lists=lists)

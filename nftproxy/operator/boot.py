@@ -1,7 +1,7 @@
 """`nftproxy run`'s start: the first ruleset before kopf.
 
-The lists of Services and EndpointSlices, this node's Node and the ServiceCIDRs are fetched at
-process start with plain GETs (``rest``: the standard library, no Kubernetes client), parsed into
+The lists of Services and EndpointSlices, this node's Node and the ServiceCIDRs are fetched from
+process start with plain GETs (``early``, ``rest``: the standard library, no Kubernetes client), parsed into
 the Syncer as they arrive, and the first sync is committed. Only then does ``main`` import kopf,
 aiohttp and the Kubernetes client (~0.5 s at every start, more than a 1k-Service first sync) and
 start the watches, each at its list's resourceVersion (``handlers.watch_from_our_lists``): a
@@ -17,52 +17,15 @@ with retries) lists everything as before.
 from __future__ import annotations
 
 import logging
-import threading
 import time
-from collections.abc import Callable
-from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
 from nftproxy import heap
-from nftproxy.operator.rest import Prefetch, Rest
+from nftproxy.operator.early import Lists
 from nftproxy.operator.syncer import Syncer
 
 log = logging.getLogger("nftproxy.boot")
-
-
-def _in_thread(fn: Callable[[], Any]) -> Future[Any]:
-    done: Future[Any] = Future()
-
-    def go() -> None:
-        try:
-            done.set_result(fn())
-        except BaseException as e:
-            done.set_exception(e)
-
-    threading.Thread(target=go, daemon=True, name="first-get").start()
-    return done
-
-
-@dataclass
-class Lists:
-    """The first lists, under way since ``start``."""
-
-    services: Prefetch
-    slices: Prefetch
-    node: Future[dict[str, Any] | None]
-    cidrs: Future[list[dict[str, Any]]]
-
-
-def start(rest: Rest, node_name: str) -> Lists:
-    """Start the four requests now, each in a thread of its own (decoded there)."""
-    slices = "/apis/discovery.k8s.io/v1/endpointslices"
-    return Lists(
-        services=Prefetch(lambda on_version: rest.pages("/api/v1/services", on_version=on_version)),
-        slices=Prefetch(lambda on_version: rest.pages(slices, on_version=on_version)),
-        node=_in_thread(lambda: rest.node(node_name)),
-        cidrs=_in_thread(rest.service_cidrs),
-    )
 
 
 @dataclass

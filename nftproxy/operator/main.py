@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from nftproxy.dataplane.sync import Dataplane
 from nftproxy.nft.kernel import KernelBackend
 from nftproxy.operator import boot
+from nftproxy.operator.early import Lists
 from nftproxy.operator.localhost import LocalhostNodePorts, localhost_rejections, raise_fd_limit
 from nftproxy.operator.metrics import Metrics
 from nftproxy.operator.settings import Settings
@@ -35,9 +36,9 @@ def run(
     settings: Settings,
     api: Any = None,
     prefetched: dict[str, Prefetch] | None = None,
-    lists: boot.Lists | None = None,
+    lists: Lists | None = None,
 ) -> int:
-    """``lists``: the first lists, started at process start (``boot.start``); without them (a
+    """``lists``: the first lists, started at process start (``early``); without them (a
     kubeconfig only the Kubernetes client handles), ``prefetched`` lists through ``api``."""
     logging.basicConfig(
         level=getattr(logging, settings.log_level.upper()),
@@ -58,7 +59,7 @@ async def _main(
     backend: KernelBackend,
     api: Any,
     prefetched: dict[str, Prefetch],
-    lists: boot.Lists | None = None,
+    lists: Lists | None = None,
 ) -> None:
     metrics = Metrics()
     syncer = Syncer(Dataplane(backend, settings.proxy), settings, metrics)

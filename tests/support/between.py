@@ -21,13 +21,14 @@ VARIABLE = "NFTPROXY_TEST_BETWEEN"
 def run_with_writes_between() -> None:
     from nftproxy.cli import entry  # noqa: PLC0415
     from nftproxy.operator import boot  # noqa: PLC0415
+    from nftproxy.operator.early import Lists  # noqa: PLC0415
     from nftproxy.operator.syncer import Syncer  # noqa: PLC0415
 
     spec = json.loads(Path(os.environ[VARIABLE]).read_text())
     kubeconfig = sys.argv[sys.argv.index("--kubeconfig") + 1]
     first_sync = boot.first_sync
 
-    async def first_sync_then_writes(syncer: Syncer, lists: boot.Lists) -> Any:
+    async def first_sync_then_writes(syncer: Syncer, lists: Lists) -> Any:
         loaded = await first_sync(syncer, lists)
         done = {
             "syncs": syncer.status.syncs,

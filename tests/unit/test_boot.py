@@ -22,7 +22,7 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 import yaml
 
-from nftproxy.operator import boot, handlers, kube, main, rest
+from nftproxy.operator import boot, early, handlers, kube, main, rest
 from nftproxy.operator.rest import Prefetch
 from testkit.k8s import objects as k
 from tests.support.syncer import elements, make, settings, svc
@@ -45,7 +45,7 @@ def _versioned(obj: dict[str, Any], version: str) -> dict[str, Any]:
     return obj
 
 
-def _lists(services: list[list[dict[str, Any]]], slices: list[list[dict[str, Any]]], **kw: Any) -> boot.Lists:
+def _lists(services: list[list[dict[str, Any]]], slices: list[list[dict[str, Any]]], **kw: Any) -> early.Lists:
     def pages(version: str, pages: list[list[dict[str, Any]]]) -> Any:
         def go(on_version: Any) -> Iterator[list[dict[str, Any]]]:
             on_version(version)
@@ -55,7 +55,7 @@ def _lists(services: list[list[dict[str, Any]]], slices: list[list[dict[str, Any
 
     node = k.node("n1", {"InternalIP": "192.0.2.1"})
     node["metadata"]["uid"] = "node-uid"
-    return boot.Lists(
+    return early.Lists(
         services=kw.get("services_prefetch") or Prefetch(pages("41", services)),
         slices=Prefetch(pages("44", slices)),
         node=kw.get("node") or _done(node),
@@ -269,5 +269,25 @@ def test_pages_keep_the_first_pages_version_and_follow_continue() -> None:
         ]
         assert r.node("n1") is None  # 404
         assert r.service_cidrs() == []  # 404: an API without ServiceCIDRs
+    finally:
+        server.shutdown()
+
+
+def test_python_m_nftproxy_starts_the_lists_before_the_imports_for_the_same_settings_only(tmp_path: Path) -> None:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Api)
+    server.seen = []  # type: ignore[attr-defined]
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        kubeconfig = _kubeconfig(tmp_path, {"server": f"http://127.0.0.1:{server.server_port}"}, {"token": "t"})
+        early.start(["run", "--kubeconfig", kubeconfig, "--node-name=n1", "--netns", "x"])
+        assert early.take(kubeconfig, "n2") is None  # argparse read another node: dropped
+        early.start(["run", "--kubeconfig", kubeconfig, "--node-name", "n1"])
+        lists = early.take(kubeconfig, "n1")
+        assert lists is not None and early.take(kubeconfig, "n1") is None  # taken once
+        assert [o["metadata"]["name"] for p in lists.services.pages() for o in p] == ["a", "b"]
+        assert lists.node.result() is None  # 404 from this server
+        early.start(["render", "-f", "x"])  # other commands: nothing
+        early.start(["run", "--kubeconfig", str(tmp_path / "missing"), "--node-name", "n1"])  # never raises
+        assert early.take(str(tmp_path / "missing"), "n1") is None
     finally:
         server.shutdown()
