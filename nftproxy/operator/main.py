@@ -20,7 +20,6 @@ from nftproxy.dataplane.sync import Dataplane
 from nftproxy.nft.kernel import KernelBackend
 from nftproxy.operator import boot
 from nftproxy.operator.early import Lists
-from nftproxy.operator.localhost import LocalhostNodePorts, localhost_rejections, raise_fd_limit
 from nftproxy.operator.metrics import Metrics
 from nftproxy.operator.settings import Settings
 from nftproxy.operator.sockets import listening_socket
@@ -72,6 +71,7 @@ async def _main(
 
     from nftproxy.operator import handlers, health, kube  # noqa: PLC0415
     from nftproxy.operator.kubeproxy_watch import KubeProxyWatch  # noqa: PLC0415
+    from nftproxy.operator.localhost import LocalhostNodePorts, localhost_rejections, raise_fd_limit  # noqa: PLC0415
     from nftproxy.operator.status import StatusWriter  # noqa: PLC0415
 
     api = api or kube.api_client(settings.kubeconfig)

@@ -19,8 +19,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-import tenacity
-
 from nftproxy import heap
 from nftproxy.compiler.localhost import LocalhostNodePort
 from nftproxy.dataplane.sync import Dataplane, SyncResult
@@ -193,6 +191,8 @@ class Syncer:
             await self.sync_with_retries()  # sync_once clears the wake-up: its changes are in it
 
     async def sync_with_retries(self) -> None:
+        import tenacity  # noqa: PLC0415  (not before the first sync: boot.py)
+
         retrying = tenacity.AsyncRetrying(
             wait=tenacity.wait_exponential(multiplier=0.5, max=30),
             retry=tenacity.retry_if_exception_type(Exception),
