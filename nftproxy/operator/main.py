@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import signal
 from typing import TYPE_CHECKING, Any
 
 from nftproxy.dataplane.sync import Dataplane
@@ -53,6 +54,24 @@ def run(
     return 0
 
 
+_STOPPED = boot.Loaded({}, None, synced=False)  # a signal came during the first sync
+
+
+async def _first_sync(syncer: Syncer, lists: Lists) -> boot.Loaded | None:
+    """``boot.first_sync``, SIGTERM and SIGINT held until it is done (kopf handles them later):
+    the first load is not cut half-way, and the process then stops without starting kopf."""
+    loop = asyncio.get_running_loop()
+    signals: list[int] = []
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, signals.append, sig)
+    try:
+        loaded = await boot.first_sync(syncer, lists)
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+    return _STOPPED if signals else loaded
+
+
 async def _main(
     settings: Settings,
     backend: KernelBackend,
@@ -64,7 +83,10 @@ async def _main(
     syncer = Syncer(Dataplane(backend, settings.proxy), settings, metrics)
     healthz_sock = listening_socket(*settings.healthz, settings.netns) if settings.healthz else None
     metrics_sock = listening_socket(*settings.metrics, settings.netns) if settings.metrics else None
-    loaded = await boot.first_sync(syncer, lists) if lists is not None else None
+    loaded = await _first_sync(syncer, lists) if lists is not None else None
+    if loaded is _STOPPED:
+        log.info("stopped during the first sync (SIGTERM or SIGINT)")
+        return
 
     # -- the first sync is in (or was tried): now kopf, aiohttp and the Kubernetes client ------
     import kopf  # noqa: PLC0415

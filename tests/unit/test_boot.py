@@ -291,3 +291,30 @@ def test_python_m_nftproxy_starts_the_lists_before_the_imports_for_the_same_sett
         assert early.take(str(tmp_path / "missing"), "n1") is None
     finally:
         server.shutdown()
+
+
+def test_sigterm_during_the_first_sync_waits_for_it_then_stops_without_kopf(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os  # noqa: PLC0415
+    import signal  # noqa: PLC0415
+
+    import kopf  # noqa: PLC0415
+
+    called: list[str] = []
+
+    async def operator(**_: Any) -> None:
+        called.append("kopf")
+
+    first_sync = boot.first_sync
+
+    async def signalled(syncer: Any, lists: early.Lists) -> Any:
+        os.kill(os.getpid(), signal.SIGTERM)  # held: the first sync goes on
+        await asyncio.sleep(0.01)
+        return await first_sync(syncer, lists)
+
+    monkeypatch.setattr(kopf, "operator", operator)
+    monkeypatch.setattr(boot, "first_sync", signalled)
+    _, fake = make()
+    lists = _lists([[svc("a", "10.96.0.1")]], [])
+    asyncio.run(main._main(settings(), cast(Any, fake), api=object(), prefetched={}, lists=lists))
+    assert called == [] and elements(fake, "cluster-ips") == {("10.96.0.1",)}
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
