@@ -214,8 +214,6 @@ class KernelBackend:
         return self._call(lambda _: _run_child(args, stdin))
 
     def read(self, family: Family, table: str) -> Table | None:
-        if not self.has_table(family, table):  # a fresh node: no `nft` child for nothing
-            return None
         try:
             out = self._child(["-j", "list", "table", family.value, table])
         except NftError as e:
@@ -226,11 +224,6 @@ class KernelBackend:
         terse = self.run(f"list table {family.value} {table}", terse=True)
         m = _TABLE_COMMENT.search(terse)
         return table_from_json(json.loads(out), family, table, m.group(1) if m else "")
-
-    def has_table(self, family: Family, table: str) -> bool:
-        """Is there such a table? (In this process: a listing of the family's tables alone.)"""
-        doc = json.loads(self.run(f"list tables {family.value}", json_output=True))
-        return any(item.get("table", {}).get("name") == table for item in doc.get("nftables", []))
 
     def chain_names(self, family: Family, table: str) -> set[str] | None:
         doc = json.loads(self.run(f"list chains {family.value}", json_output=True))
