@@ -66,6 +66,7 @@ async def _first_sync(syncer: Syncer, lists: Lists) -> boot.Loaded | None:
         loop.add_signal_handler(sig, signals.append, sig)
     try:
         loaded = await boot.first_sync(syncer, lists)
+        await asyncio.sleep(0)  # a signal that arrived meanwhile: its handler runs now
     finally:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
