@@ -56,9 +56,15 @@ RUN printf '%s\n' 'path-exclude=/usr/share/doc/*' 'path-include=/usr/share/doc/*
 
 COPY --from=build /staging/usr/local /usr/local
 # Bytecode only for what `nftproxy run` imports (the root filesystem is read-only in the pod: what
-# is not compiled here is compiled at every start). Then: the binding loads libnftables.so.1.
-# `explain` (kubectl exec) also needs the generated API classes: checked without writing bytecode.
+# is not compiled here is compiled at every start), those it imports after its first sync
+# (operator/boot.py: kopf, the handlers, the servers) and the other commands' modules that build
+# its parser (not what they import when they run) included. Then: the binding loads
+# libnftables.so.1. `explain` (kubectl exec) also needs the generated API classes: checked without
+# writing bytecode.
 RUN python3 -c 'import nftproxy.cli, nftproxy.migration, nftproxy.operator.main, nftproxy.operator.kube, nftables' \
+ && python3 -c 'import nftproxy.operator.early, nftproxy.operator.handlers, nftproxy.operator.health' \
+ && python3 -c 'import nftproxy.operator.status, nftproxy.operator.kubeproxy_watch, nftproxy.operator.localhost, tenacity' \
+ && python3 -c 'import nftproxy.cli.explain, nftproxy.cli.trace, nftproxy.cli.selftest' \
  && python3 -B -c 'import nftproxy.cli.explain, nftproxy.cli.trace, nftproxy.cli.verify' \
  && python3 -B -c 'from kubernetes.client import CoreV1Api, DiscoveryV1Api, CustomObjectsApi' \
  && python3 -B -c 'import nftables; nftables.Nftables().set_dry_run(True)' \

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import ctypes.util
+import functools
 import gc
 from collections.abc import Iterator
 
@@ -35,9 +35,16 @@ M_ARENA_MAX = -8
 THRESHOLD = 128 * 1024  # glibc's initial value for both: set, it stays put
 
 
+@functools.cache
 def _libc() -> ctypes.CDLL | None:
+    """glibc by its soname; else whatever ``find_library`` finds (it runs ``ldconfig -p``: a
+    process, ~3 ms, once, not at every start and trim)."""
+    with contextlib.suppress(OSError):
+        return ctypes.CDLL("libc.so.6")
+    from ctypes import util  # noqa: PLC0415
+
     try:
-        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        return ctypes.CDLL(util.find_library("c") or "libc.so.6")
     except OSError:
         return None
 

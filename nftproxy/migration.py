@@ -128,9 +128,10 @@ def restore_script(t: IptablesTable) -> str:
 
 
 def _nft_tables(netns: str | None) -> list[tuple[str, str]]:
-    r = _run(netns, ["nft", "list", "tables"])
-    have = {tuple(line.split()[1:3]) for line in r.stdout.splitlines() if line.startswith("table ")}
-    return [t for t in NFT_TABLES if t in have]
+    """kube-proxy's nftables tables that are here: one terse `nft list table` per candidate (~10 ms
+    when absent). `nft list tables` fetches every table's contents first (nft 1.0.6): with our own
+    table at 10k Services, 2.5 s of CPU at each check (every --kube-proxy-check-period)."""
+    return [t for t in NFT_TABLES if _run(netns, ["nft", "-t", "list", "table", *t]).returncode == 0]
 
 
 def _ipvs_addresses(netns: str | None) -> list[str]:

@@ -7,14 +7,15 @@ import dataclasses
 import json
 import sys
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nftproxy.cli.flags import add_proxy_flags, config_from_args
-from nftproxy.diagnose.api_check import compare
-from nftproxy.diagnose.explain import Explanation, Frontend, explain, render_text
-from nftproxy.diagnose.tableview import TableView, read_view
 from nftproxy.nft.kernel import KernelBackend
 from nftproxy.nft.objects import Family
+
+if TYPE_CHECKING:  # imported when the command runs: every command builds this parser (`run` too)
+    from nftproxy.diagnose.explain import Explanation, Frontend
+    from nftproxy.diagnose.tableview import TableView
 
 
 def add_flags(p: argparse.ArgumentParser) -> None:
@@ -39,6 +40,8 @@ def relabel(f: Frontend, svc: dict[str, Any] | None) -> Frontend:
 
 
 def read_views(netns: str | None, table: str) -> list[TableView | None]:
+    from nftproxy.diagnose.tableview import read_view  # noqa: PLC0415
+
     backend = KernelBackend(netns)
     try:
         return [read_view(backend, f, table) for f in Family]
@@ -47,6 +50,9 @@ def read_views(netns: str | None, table: str) -> list[TableView | None]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from nftproxy.diagnose.api_check import compare  # noqa: PLC0415
+    from nftproxy.diagnose.explain import explain, render_text  # noqa: PLC0415
+
     if "/" not in args.service:
         raise argparse.ArgumentTypeError(f"expected NAMESPACE/NAME, got {args.service!r}")
     views = read_views(args.netns, args.table)

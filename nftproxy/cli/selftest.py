@@ -11,8 +11,8 @@ import urllib.error
 import urllib.request
 from typing import Any
 
-from nftproxy.operator import kube
-from nftproxy.operator.kube import GROUP, PLURAL, VERSION
+# nftproxy.operator.kube (the Kubernetes client, ~0.3 s to import) only when this command runs:
+# every command builds this parser, `nftproxy run` among them
 
 
 def add_flags(p: argparse.ArgumentParser) -> None:
@@ -32,6 +32,9 @@ def _service(target: str) -> tuple[bool, str]:
 
 
 def _in_sync(api: Any) -> tuple[bool, list[str]]:
+    from nftproxy.operator import kube  # noqa: PLC0415
+    from nftproxy.operator.kube import GROUP, PLURAL, VERSION  # noqa: PLC0415
+
     nodes = [n["metadata"]["name"] for page in kube.pages(api, "/api/v1/nodes") for n in page]
     lines, ok = [], bool(nodes)
     for name in sorted(nodes):
@@ -50,6 +53,8 @@ def _in_sync(api: Any) -> tuple[bool, list[str]]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from nftproxy.operator import kube  # noqa: PLC0415
+
     api = kube.api_client(args.kubeconfig)
     deadline = time.monotonic() + args.timeout
     while True:

@@ -8,8 +8,6 @@ import ipaddress
 import json
 import sys
 
-from nftproxy.diagnose.trace import parse_target, render_packet, trace
-
 
 def add_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--to", required=True, metavar="IP:PORT[/PROTO]", help="the Service address to trace")
@@ -23,6 +21,9 @@ def add_flags(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # imported when the command runs: every command builds this parser (`run` too)
+    from nftproxy.diagnose.trace import parse_target, render_packet, trace  # noqa: PLC0415
+
     try:
         target = parse_target(args.to)
         source = str(ipaddress.ip_network(args.source, strict=False)) if args.source else None

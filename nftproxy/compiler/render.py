@@ -3,6 +3,7 @@ ElementStore holds, rendered whole (``table``) or as the change a ChangeLog reco
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from ipaddress import collapse_addresses
 
@@ -171,6 +172,9 @@ class Renderer:
             tx.delete_elements(set_name, keys)
         for set_name, els in adds.items():
             tx.add_elements(set_name, els)
+        for set_name in (*deletes, *adds):
+            with contextlib.suppress(KeyError):
+                tx.sets[set_name] = self.set_named(store, set_name)
         for obj in sorted(removed):
             ss, cs = self.object_parts(obj)
             for c in cs:

@@ -33,6 +33,9 @@ class Transaction:
     family: Family
     table: str
     ops: list[Op] = field(default_factory=list)
+    # the declarations of the sets whose elements it changes, when known (the compiler's delta):
+    # a backend may then send the elements packed, by netlink, instead of as a script
+    sets: dict[str, Set] = field(default_factory=dict, compare=False, repr=False)
 
     # -- building -------------------------------------------------------------------------
     def add_table(self, comment: str) -> None:

@@ -19,6 +19,7 @@ from kopf._core.reactor import inventory  # private (kopf is pinned): see NoMemo
 
 from nftproxy import heap
 from nftproxy.operator import kube
+from nftproxy.operator.rest import Prefetch
 from nftproxy.operator.settings import Settings
 from nftproxy.operator.status import StatusWriter
 from nftproxy.operator.syncer import Syncer
@@ -40,7 +41,7 @@ class Context:
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
     # resourceVersion of our initial list, per resource: kopf's watch starts there (no list of its own)
     list_versions: dict[str, str] = field(default_factory=dict)
-    prefetched: dict[str, kube.Prefetch] = field(default_factory=dict)  # initial lists started early
+    prefetched: dict[str, Prefetch] = field(default_factory=dict)  # initial lists started early
     relist_lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # one list of ours at a time
     relist_queued: bool = False  # a list after kopf's is waiting for the lock
 
@@ -111,7 +112,8 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     # Our own Node only, filtered by the apiserver (as kube-proxy): in a 5,000-node cluster the
     # other Nodes' status updates would be ~500 events/s, every one sent to every proxy.
     settings.watching.field_selectors[NODES] = f"metadata.name={ctx.settings.node_name}"
-    await initial_load(ctx)
+    if not ctx.syncer.loaded.is_set():  # else listed (and synced) before kopf started: boot.py
+        await initial_load(ctx)
     ctx.tasks.append(asyncio.create_task(relist_periodically(ctx), name="relist"))
     # kopf starts its watches when this returns, at our list's resourceVersion (see
     # watch_from_our_lists): nothing to replay, so they start while the first sync runs.

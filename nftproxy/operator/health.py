@@ -6,48 +6,18 @@ import asyncio
 import json
 import logging
 import socket
-import threading
 from datetime import UTC, datetime
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from nftproxy.compiler.config import ProxyConfig
-from nftproxy.nft import netns as netns_mod
 from nftproxy.nft.addresses import LocalAddresses
 from nftproxy.operator.metrics import Metrics
+from nftproxy.operator.sockets import listening_socket
 from nftproxy.operator.syncer import Syncer
 
 log = logging.getLogger("nftproxy.health")
-
-
-def listening_socket(host: str, port: int, netns: str | None, v6only: bool = False) -> socket.socket:
-    """A listening TCP socket created inside ``netns`` (a socket keeps its namespace). On "::",
-    both families unless ``v6only``."""
-    result: list[socket.socket | BaseException] = []
-
-    def make() -> None:
-        try:
-            if netns:
-                netns_mod.enter(netns)  # this throwaway thread only
-            family = socket.AF_INET6 if ":" in host else socket.AF_INET
-            s = socket.socket(family, socket.SOCK_STREAM)
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            if family == socket.AF_INET6:
-                s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, int(v6only))
-            s.bind((host, port))
-            s.listen(64)
-            s.setblocking(False)
-            result.append(s)
-        except BaseException as e:
-            result.append(e)
-
-    t = threading.Thread(target=make, name="netns-socket")
-    t.start()
-    t.join()
-    if isinstance(result[0], BaseException):
-        raise result[0]
-    return result[0]
 
 
 def healthz_app(syncer: Syncer, node: str) -> web.Application:

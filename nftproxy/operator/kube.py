@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import json
 import logging
-import queue
-import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 from urllib.parse import quote
 
 import kubernetes
 from kubernetes.client.exceptions import ApiException
+
+from nftproxy.operator.rest import Prefetch
 
 log = logging.getLogger("nftproxy.kube")
 
@@ -88,34 +88,6 @@ def service_cidrs(api: Any) -> list[dict[str, Any]]:
         if e.status == 404:
             return []
         raise
-
-
-class Prefetch:
-    """A list fetched (and JSON-decoded) by a thread from the start of the process, while the
-    rest of the operator imports and starts (~0.4 s, kopf and aiohttp): the apiserver's work for
-    the initial list overlaps ours. At most ``depth`` pages wait decoded (memory stays bounded)."""
-
-    def __init__(self, pages: Callable[[Callable[[str], None]], Iterator[list[dict[str, Any]]]], depth: int = 4):
-        self.version: str | None = None
-        self._queue: queue.Queue[list[dict[str, Any]] | BaseException | None] = queue.Queue(depth)
-        threading.Thread(target=self._run, args=(pages,), daemon=True, name="prefetch").start()
-
-    def _set_version(self, version: str) -> None:
-        self.version = version
-
-    def _run(self, pages: Callable[[Callable[[str], None]], Iterator[list[dict[str, Any]]]]) -> None:
-        try:
-            for page in pages(self._set_version):
-                self._queue.put(page)
-            self._queue.put(None)
-        except BaseException as e:  # handed to the reader, which retries with a list of its own
-            self._queue.put(e)
-
-    def pages(self) -> Iterator[list[dict[str, Any]]]:
-        while (item := self._queue.get()) is not None:
-            if isinstance(item, BaseException):
-                raise item
-            yield item
 
 
 def prefetch_lists(api: Any) -> dict[str, Prefetch]:

@@ -1,28 +1,45 @@
-"""`nftproxy run`: wire the layers together and run kopf (standalone, cluster-wide)."""
+"""`nftproxy run`: wire the layers together, commit the first sync, then run kopf (standalone,
+cluster-wide).
+
+The start is in two parts (``boot``): first the lists (plain GETs started by the command at
+process start), the Syncer and the first sync, with nothing of kopf, aiohttp or the Kubernetes
+client imported; then those are imported, and the servers, the status writer and kopf's watches
+(at the lists' resourceVersions) start. The /healthz and /metrics sockets are bound before the
+first sync (a taken port fails the start before the kernel is touched, as before); a probe that
+connects meanwhile is answered once the first sync is in.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
-from typing import Any
-
-import kopf
+import signal
+from typing import TYPE_CHECKING, Any
 
 from nftproxy.dataplane.sync import Dataplane
 from nftproxy.nft.kernel import KernelBackend
-from nftproxy.operator import handlers, health, kube
-from nftproxy.operator.kubeproxy_watch import KubeProxyWatch
-from nftproxy.operator.localhost import LocalhostNodePorts, localhost_rejections, raise_fd_limit
+from nftproxy.operator import boot
+from nftproxy.operator.early import Lists
 from nftproxy.operator.metrics import Metrics
 from nftproxy.operator.settings import Settings
-from nftproxy.operator.status import StatusWriter
+from nftproxy.operator.sockets import listening_socket
 from nftproxy.operator.syncer import Status, Syncer
+
+if TYPE_CHECKING:
+    from nftproxy.operator.rest import Prefetch
 
 log = logging.getLogger("nftproxy")
 
 
-def run(settings: Settings, api: Any = None, prefetched: dict[str, kube.Prefetch] | None = None) -> int:
+def run(
+    settings: Settings,
+    api: Any = None,
+    prefetched: dict[str, Prefetch] | None = None,
+    lists: Lists | None = None,
+) -> int:
+    """``lists``: the first lists, started at process start (``early``); without them (a
+    kubeconfig only the Kubernetes client handles), ``prefetched`` lists through ``api``."""
     logging.basicConfig(
         level=getattr(logging, settings.log_level.upper()),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -30,27 +47,68 @@ def run(settings: Settings, api: Any = None, prefetched: dict[str, kube.Prefetch
     logging.getLogger("kopf.objects").setLevel(logging.WARNING)  # one line per event is too much
     backend = KernelBackend(settings.netns)
     try:
-        asyncio.run(_main(settings, backend, api, prefetched or {}))
+        asyncio.run(_main(settings, backend, api, prefetched or {}, lists))
     finally:
         backend.close()
     log.info("stopped; the nftables rules stay in place")
     return 0
 
 
-async def _main(settings: Settings, backend: KernelBackend, api: Any, prefetched: dict[str, kube.Prefetch]) -> None:
+_STOPPED = boot.Loaded({}, None, synced=False)  # a signal came during the first sync
+
+
+async def _first_sync(syncer: Syncer, lists: Lists) -> boot.Loaded | None:
+    """``boot.first_sync``, SIGTERM and SIGINT held until it is done (kopf handles them later):
+    the first load is not cut half-way, and the process then stops without starting kopf."""
+    loop = asyncio.get_running_loop()
+    signals: list[int] = []
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, signals.append, sig)
+    try:
+        loaded = await boot.first_sync(syncer, lists)
+        await asyncio.sleep(0)  # a signal that arrived meanwhile: its handler runs now
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+    return _STOPPED if signals else loaded
+
+
+async def _main(
+    settings: Settings,
+    backend: KernelBackend,
+    api: Any,
+    prefetched: dict[str, Prefetch],
+    lists: Lists | None = None,
+) -> None:
     metrics = Metrics()
-    api = api or kube.api_client(settings.kubeconfig)
     syncer = Syncer(Dataplane(backend, settings.proxy), settings, metrics)
+    healthz_sock = listening_socket(*settings.healthz, settings.netns) if settings.healthz else None
+    metrics_sock = listening_socket(*settings.metrics, settings.netns) if settings.metrics else None
+    loaded = await _first_sync(syncer, lists) if lists is not None else None
+    if loaded is _STOPPED:
+        log.info("stopped during the first sync (SIGTERM or SIGINT)")
+        return
+
+    # -- the first sync is in (or was tried): now kopf, aiohttp and the Kubernetes client ------
+    import kopf  # noqa: PLC0415
+
+    from nftproxy.operator import handlers, health, kube  # noqa: PLC0415
+    from nftproxy.operator.kubeproxy_watch import KubeProxyWatch  # noqa: PLC0415
+    from nftproxy.operator.localhost import LocalhostNodePorts, localhost_rejections, raise_fd_limit  # noqa: PLC0415
+    from nftproxy.operator.status import StatusWriter  # noqa: PLC0415
+
+    api = api or kube.api_client(settings.kubeconfig)
     writer = StatusWriter(api, syncer, settings.node_name, settings.status_period)
     ctx = handlers.Context(settings, syncer, writer, api, prefetched=prefetched)
+    if loaded is not None:  # kopf's watches start at these lists' versions
+        ctx.list_versions.update(loaded.versions)
+        writer.node_uid = loaded.node_uid
 
     runners = []
-    if settings.healthz:
-        sock = health.listening_socket(*settings.healthz, settings.netns)
-        runners.append(await health.serve(health.healthz_app(syncer, settings.node_name), sock))
-    if settings.metrics:
-        sock = health.listening_socket(*settings.metrics, settings.netns)
-        runners.append(await health.serve(health.metrics_app(metrics), sock))
+    if healthz_sock is not None:
+        runners.append(await health.serve(health.healthz_app(syncer, settings.node_name), healthz_sock))
+    if metrics_sock is not None:
+        runners.append(await health.serve(health.metrics_app(metrics), metrics_sock))
     hc = health.HealthCheckServers(settings.netns, settings.node_name)
 
     async def health_checks(status: Status) -> None:
@@ -72,6 +130,9 @@ async def _main(settings: Settings, backend: KernelBackend, api: Any, prefetched
             logging.getLogger("nftproxy.localhost").warning("localhost NodePorts not updated: %s", e)
 
     syncer.on_synced.append(localhost_nodeports)
+    if loaded is not None and loaded.synced:  # what the hooks would have done after the first sync
+        for hook in syncer.on_synced:
+            await hook(syncer.status)
     metrics.count_localhost_rejections(lambda: localhost_rejections(backend, syncer.dp.config))
     tasks = [asyncio.create_task(syncer.run(), name="syncer"), asyncio.create_task(writer.run(), name="status")]
     watch = KubeProxyWatch(settings.netns, settings.kube_proxy_check_period)  # kube-proxy's rules on this node?

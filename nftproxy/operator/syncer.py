@@ -19,8 +19,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-import tenacity
-
 from nftproxy import heap
 from nftproxy.compiler.localhost import LocalhostNodePort
 from nftproxy.dataplane.sync import Dataplane, SyncResult
@@ -184,13 +182,17 @@ class Syncer:
                     self.check_due = True
                     if time.monotonic() - self.last_full >= FULL_SYNC_PERIOD:
                         self.full_due = self.retry_refused_due = True
-            self.wake.clear()
+                if not self.pending and not self.full_due and not self.check_due and not self.dp.sync_due:
+                    self.wake.clear()  # woken by a change that an earlier sync already took
+                    continue
             delay = self.last_start + self.settings.min_sync_period - time.monotonic()
             if delay > 0:
                 await asyncio.sleep(delay)
-            await self.sync_with_retries()
+            await self.sync_with_retries()  # sync_once clears the wake-up: its changes are in it
 
     async def sync_with_retries(self) -> None:
+        import tenacity  # noqa: PLC0415  (not before the first sync: boot.py)
+
         retrying = tenacity.AsyncRetrying(
             wait=tenacity.wait_exponential(multiplier=0.5, max=30),
             retry=tenacity.retry_if_exception_type(Exception),
@@ -209,6 +211,10 @@ class Syncer:
         if self.retry_refused_due:
             self.retry_refused_due = False
             self.dp.retry_refused()
+        # Every change queued so far goes into this sync: the wake-up they set is spent (kept, a
+        # change that arrived while the loop waited out --min-sync-period made an empty sync one
+        # period later, and held back the next real change until then).
+        self.wake.clear()
         triggers = self._apply_pending()
         loop = asyncio.get_running_loop()
         self.top_up_triggers = []

@@ -12,7 +12,7 @@ from typing import Any, cast
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from nftproxy.operator import handlers, kube
+from nftproxy.operator import handlers, kube, rest
 from testkit.k8s import objects as k
 from tests.support.syncer import elements, make, svc
 
@@ -163,7 +163,7 @@ def test_lists_started_at_process_start_are_used_once_with_their_version(monkeyp
     async def go() -> None:
         syncer, fake = make()
         ctx = handlers.Context(syncer.settings, syncer, cast(Any, SimpleNamespace(node_uid=None)), api=None)
-        ctx.prefetched = {"svc": kube.Prefetch(services), "slice": kube.Prefetch(broken)}
+        ctx.prefetched = {"svc": rest.Prefetch(services), "slice": rest.Prefetch(broken)}
         await handlers.initial_load(ctx)
         assert own == ["svc", "slice"], "the retry lists both again"
         assert ctx.prefetched == {} and ctx.list_versions == {"services": "42", "endpointslices": "43"}
@@ -194,7 +194,7 @@ def test_prefetched_lists_alone_make_the_initial_load(monkeypatch: pytest.Monkey
     async def go() -> None:
         syncer, fake = make()
         ctx = handlers.Context(syncer.settings, syncer, cast(Any, SimpleNamespace(node_uid=None)), api=None)
-        ctx.prefetched = {"svc": kube.Prefetch(services), "slice": kube.Prefetch(slices)}
+        ctx.prefetched = {"svc": rest.Prefetch(services), "slice": rest.Prefetch(slices)}
         await handlers.initial_load(ctx)
         assert ctx.list_versions == {"services": "41", "endpointslices": "44"}
         await syncer.sync_once()

@@ -75,6 +75,31 @@ def test_syncs_are_spaced_by_min_sync_period_while_changes_keep_coming(monkeypat
     run_in_virtual_time(go, monkeypatch, syncer_module)
 
 
+def test_a_change_that_waits_out_the_min_sync_period_makes_one_sync_not_two(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A change queued while the loop waits out --min-sync-period goes into the sync that
+    follows; no empty sync comes one period later (it held back the next change until then)."""
+
+    async def go() -> None:
+        syncer, fake = make(min_sync_period=1.0)
+        syncer.mark_loaded()
+        await syncer.sync_once()  # the first sync, before the loop starts (boot.py)
+        task = asyncio.create_task(syncer.run())
+        await asyncio.sleep(0.5)
+        syncer.service_changed("default/a", svc("a", "10.96.0.1"))  # during the wait: synced at +1 s
+        await asyncio.sleep(1.0)
+        assert elements(fake, "cluster-ips") == {("10.96.0.1",)} and syncer.status.syncs == 2
+        await asyncio.sleep(1.7)  # 2.2 s after the change's sync
+        assert syncer.status.syncs == 2, "no empty sync after it"
+        loop = asyncio.get_running_loop()
+        t = loop.time()
+        syncer.service_changed("default/b", svc("b", "10.96.0.2"))
+        await asyncio.sleep(0.01)
+        assert syncer.status.syncs == 3 and loop.time() - t < 0.02, "the next change is not held back"
+        task.cancel()
+
+    run_in_virtual_time(go, monkeypatch, syncer_module)
+
+
 class FlakyBackend(FakeBackend):
     """The kernel refuses the next ``fails`` transactions (then works again)."""
 

@@ -1,0 +1,92 @@
+"""The first lists of ``nftproxy run``, started before anything heavy is imported.
+
+``python -m nftproxy run …`` (what the chart and the benchmarks run) calls ``start`` first: from
+the command line and the environment alone (``--kubeconfig``/``KUBECONFIG``,
+``--node-name``/``NODE_NAME``), with the standard library, it starts the four GETs of the first
+sync (``boot``) in threads, so the apiserver works while the compiler, the dataplane and the rest
+import (~0.1-0.2 s). ``cmd_run`` then takes them with ``take`` only if argparse read the same two
+values (else they are dropped, and listed again): a pure head start, never a different result.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any
+
+from nftproxy import heap
+from nftproxy.operator.rest import Prefetch, Rest, load
+
+SLICES = "/apis/discovery.k8s.io/v1/endpointslices"
+
+
+def _in_thread(fn: Callable[[], Any]) -> Future[Any]:
+    done: Future[Any] = Future()
+
+    def go() -> None:
+        try:
+            done.set_result(fn())
+        except BaseException as e:
+            done.set_exception(e)
+
+    threading.Thread(target=go, daemon=True, name="first-get").start()
+    return done
+
+
+@dataclass
+class Lists:
+    """The first lists, under way (each in a thread of its own, decoded there)."""
+
+    services: Prefetch
+    slices: Prefetch
+    node: Future[dict[str, Any] | None]
+    cidrs: Future[list[dict[str, Any]]]
+
+
+def lists(rest: Rest, node_name: str) -> Lists:
+    """Start the four requests now."""
+    return Lists(
+        services=Prefetch(lambda on_version: rest.pages("/api/v1/services", on_version=on_version)),
+        slices=Prefetch(lambda on_version: rest.pages(SLICES, on_version=on_version)),
+        node=_in_thread(lambda: rest.node(node_name)),
+        cidrs=_in_thread(rest.service_cidrs),
+    )
+
+
+_started: dict[tuple[str | None, str], Lists] = {}  # (kubeconfig, node name) -> lists
+
+
+def _flag(argv: Sequence[str], name: str) -> str | None:
+    """The last ``--name VALUE`` or ``--name=VALUE`` (argparse's last one wins)."""
+    value = None
+    for i, arg in enumerate(argv):
+        if arg == name and i + 1 < len(argv):
+            value = argv[i + 1]
+        elif arg.startswith(name + "="):
+            value = arg.split("=", 1)[1]
+    return value
+
+
+def start(argv: Sequence[str]) -> None:
+    """For ``run`` only; never raises (whatever goes wrong here, ``cmd_run`` does it again)."""
+    if not argv or argv[0] != "run":
+        return
+    try:
+        kubeconfig = _flag(argv, "--kubeconfig") or os.environ.get("KUBECONFIG") or None
+        node = _flag(argv, "--node-name") or os.environ.get("NODE_NAME")
+        if not node:
+            return
+        heap.tune()  # before the first thread
+        _started[kubeconfig, node] = lists(load(kubeconfig), node)
+    except Exception:  # Unsupported or anything else: cmd_run starts them (or fails) as it would
+        return
+
+
+def take(kubeconfig: str | None, node: str) -> Lists | None:
+    """The lists ``start`` began, if for these settings (once)."""
+    found = _started.pop((kubeconfig, node), None)
+    _started.clear()
+    return found
