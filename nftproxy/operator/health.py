@@ -65,8 +65,14 @@ def metrics_app(metrics: Metrics) -> web.Application:
         resp.headers["Content-Type"] = CONTENT_TYPE_LATEST
         return resp
 
+    async def proxy_mode(_: web.Request) -> web.Response:
+        # kube-proxy's metrics server says its mode here (upstream's e2e "should check kube-proxy
+        # urls" and users' scripts ask it): the rules are nftables ones
+        return web.Response(text="nftables")
+
     app = web.Application()
     app.router.add_get("/metrics", serve)
+    app.router.add_get("/proxyMode", proxy_mode)
     return app
 
 
