@@ -335,6 +335,14 @@ def _hairpin(out: _Out, cat: Categorized, node: str | None, proto: str) -> None:
     out.local.update([t.address for t in cat.local if t.endpoint.ready])  # health check: ready ones only
 
 
+def _served(found: list[Target]) -> frozenset[str]:
+    """Each endpoint as its address and as ``address|port``: a flow is judged by its endpoint's
+    address and port (a Service whose targetPort changed leaves its flows to the old port stale,
+    as kube-proxy; upstream e2e "Conntrack should be able to cleanup conntrack entries when UDP
+    service target port changes for a NodePort service")."""
+    return frozenset([t.address for t in found] + [f"{t.address}|{t.port}" for t in found])
+
+
 def _udp_serving(out: _Out, p: _Port, found: list[Target], itp_local: bool, etp_local: bool) -> None:
     """Which endpoint IPs still serve this UDP port, for every frontend of it (see Fragment).
 
@@ -349,8 +357,8 @@ def _udp_serving(out: _Out, p: _Port, found: list[Target], itp_local: bool, etp_
     the flow until the endpoint is gone, and the lookups sent in between are lost. Under a Local
     policy, where new flows may fall back to this node's terminating endpoints, upstream's rule
     stays (a flushed flow would only be sent to the same endpoint again)."""
-    serving = frozenset([t.address for t in found if t.endpoint.serving])
-    ready = frozenset([t.address for t in found if t.endpoint.ready]) or serving
+    serving = _served([t for t in found if t.endpoint.serving])
+    ready = _served([t for t in found if t.endpoint.ready]) or serving
     out.udp_serving.append((p.cluster, serving if itp_local else ready))
     for k in p.externals:
         out.udp_serving.append((k, serving if etp_local else ready))

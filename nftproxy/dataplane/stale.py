@@ -35,7 +35,7 @@ def stale_udp_flows(a: Assembly, flows: Iterable[UdpFlow], frontends: Iterable[K
         ips = serving.get(key)
         if ips is None or (wanted is not None and key not in wanted):
             continue
-        if f.reply_src not in ips:
+        if (f"{f.reply_src}|{f.reply_sport}" if f.reply_sport else f.reply_src) not in ips:
             out.append(f)
     return out
 

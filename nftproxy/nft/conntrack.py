@@ -74,7 +74,7 @@ class Entry(NamedTuple):
 
     @property
     def flow(self) -> UdpFlow:
-        return UdpFlow(self.orig.dst, str(self.orig.dport), self.reply.src)
+        return UdpFlow(self.orig.dst, str(self.orig.dport), self.reply.src, str(self.reply.sport))
 
 
 # ------------------------------------------------------------------------------ packing
@@ -276,9 +276,18 @@ def delete_udp_flows(family: Family, flows: Iterable[UdpFlow], listed: Iterable[
     wanted = set(flows)
     if not wanted:
         return 0
+    loose = {f for f in wanted if not f.reply_sport}  # judged by the endpoint's address alone
+
+    def match(e: Entry) -> UdpFlow | None:
+        f = e.flow
+        if f in wanted:
+            return f
+        f = f._replace(reply_sport="")
+        return f if f in loose else None
+
     with _socket() as s:
         have = None if listed is None else list(listed)
-        if have is None or not wanted <= {e.flow for e in have}:
+        if have is None or not wanted <= {match(e) for e in have}:
             have = udp_entries(family, s)
-        doomed = [e for e in have if e.flow in wanted]
+        doomed = [e for e in have if match(e) is not None]
         return delete_entries(family, doomed, s)[0] if doomed else 0

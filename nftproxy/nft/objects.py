@@ -173,3 +173,4 @@ class UdpFlow(NamedTuple):
     orig_dst: str
     orig_dport: str
     reply_src: str
+    reply_sport: str = ""  # the endpoint's port ("": not known, judged by the address alone)

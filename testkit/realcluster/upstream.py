@@ -250,6 +250,7 @@ def run_e2e(cluster: RealCluster, selection: str, report_dir: Path, log: Log, *,
     """e2e.test against CLUSTER (the proxy and CoreDNS installed): the cases of the selection."""
     focus = extra_focus or SELECTIONS[selection]
     skip = skip_regex(selection, read_skips())
+    report_dir = report_dir.resolve()  # e2e.test runs in it: a relative one would nest
     report_dir.mkdir(parents=True, exist_ok=True)
     argv = [
         str(find_binary("e2e.test")),

@@ -106,16 +106,19 @@ def test_udp_client_moves_when_its_endpoint_is_removed(lab: Lab, clear: bool) ->
     backend.close()
 
 
-def test_a_terminating_endpoint_that_still_serves_keeps_its_flows(lab: Lab) -> None:
-    """kube-proxy deletes only entries whose endpoint is no longer serving: open flows drain."""
+def test_a_terminating_endpoint_keeps_its_flows_only_while_no_endpoint_is_ready(lab: Lab) -> None:
+    """Alone, a terminating endpoint that still serves keeps its open flows (they drain, as
+    kube-proxy). Once a ready endpoint exists, its flows are deleted (intentionally unlike
+    kube-proxy, which waits until it stops serving): the next datagram goes to the ready one while
+    the terminating one still answers, as a DNS client with one socket needs during a rollout."""
     backend = KernelBackend(lab.node.netns)
     dp = start(lab, backend, ep(lab.u1))
     assert both_flows(lab) == ("u1", "u1")
-    dp.set_slice(dns_slice(ep(lab.u1, ready=False, terminating=True), ep(lab.u2)))
-    dp.sync()  # u1 is out of the map (u2 is ready) but still serving: its flows stay
+    dp.set_slice(dns_slice(ep(lab.u1, ready=False, terminating=True)))
+    dp.sync()  # terminating, serving, alone: still used, its flows stay
     assert both_flows(lab) == ("u1", "u1")
-    dp.set_slice(dns_slice(ep(lab.u1, ready=False, serving=False, terminating=True), ep(lab.u2)))
-    dp.sync()  # no longer serving: its flows go
+    dp.set_slice(dns_slice(ep(lab.u1, ready=False, terminating=True), ep(lab.u2)))
+    dp.sync()  # u2 is ready: u1's flows go, though it still serves
     assert both_flows(lab) == ("u2", "u2")
     backend.close()
 
@@ -189,6 +192,24 @@ def test_stale_flows_are_those_of_frontends_to_non_serving_addresses() -> None:
     dp.set_slice(EndpointSlice("default", "dns-1", "dns", "IPv4", _two().ports, _two().endpoints[1:]))
     dp.sync()
     assert sorted(f for _, f in fake.flows_deleted) == [FLOWS[0], FLOWS[2]]
+
+
+def test_a_flow_to_the_old_target_port_of_a_serving_address_is_stale() -> None:
+    """The Service's targetPort changed, the pods (addresses) stayed: a flow DNATed to the old
+    port is deleted, one to the new port kept (upstream e2e: "Conntrack should be able to cleanup
+    conntrack entries when UDP service target port changes for a NodePort service")."""
+    fake = FakeBackend()
+    dp = Dataplane(fake, ProxyConfig(node_name="n"))
+    dp.set_service(SVC)
+    dp.set_slice(_two())
+    dp.sync()
+    old, new = UdpFlow("10.96.4.53", "53", "10.244.1.3", "5353"), UdpFlow("10.96.4.53", "53", "10.244.1.3", "5354")
+    fake.flows[Family.IP] = [old, new]
+    dp.set_slice(
+        EndpointSlice("default", "dns-1", "dns", "IPv4", (EndpointPort("dns", "UDP", 5354),), _two().endpoints)
+    )
+    dp.sync()
+    assert [f for _, f in fake.flows_deleted] == [old]
 
 
 def test_after_a_failed_sync_the_full_one_cleans_up() -> None:

@@ -60,7 +60,7 @@ def test_a_dumped_entry_is_parsed_back(family: int, entry: Entry) -> None:
     assert ct.parse(data) == ([entry, entry._replace(id=8)], False)
     assert ct.parse(data + control(netlink.NLMSG_DONE, 3)) == ([entry, entry._replace(id=8)], True)
     assert entry.dnat
-    assert entry.flow == UdpFlow(entry.orig.dst, "53", entry.reply.src)
+    assert entry.flow == UdpFlow(entry.orig.dst, "53", entry.reply.src, str(entry.reply.sport))
 
 
 def test_the_tuple_attributes_are_nested_and_big_endian() -> None:
