@@ -11,7 +11,7 @@ from urllib.parse import quote
 import kubernetes
 from kubernetes.client.exceptions import ApiException
 
-from nftproxy.operator.rest import Prefetch
+from nftproxy.operator.rest import Prefetch, paged
 
 log = logging.getLogger("nftproxy.kube")
 
@@ -57,19 +57,7 @@ def pages(
     objects of the whole list (~10 KB each decoded) are never all in memory at once.
     ``on_version`` gets the list's resourceVersion (one snapshot for every page): a watch
     started there sees every change made after the list, and nothing before."""
-    token = None
-    while True:
-        query: dict[str, Any] = {"limit": limit}
-        if token:
-            query["continue"] = token
-        page = request(api, "GET", path, query)
-        meta = page.get("metadata") or {}
-        if on_version is not None and not token and meta.get("resourceVersion"):
-            on_version(str(meta["resourceVersion"]))
-        yield page.get("items") or []
-        token = meta.get("continue")
-        if not token:
-            return
+    return paged(lambda query: request(api, "GET", path, query), limit, on_version)
 
 
 def service_pages(api: Any, on_version: Callable[[str], None] | None = None) -> Iterator[list[dict[str, Any]]]:

@@ -98,19 +98,7 @@ class Rest:
         """A consistent list page by page, as ``kube.pages`` (same pages, same resourceVersion)."""
         conn = self.connection()
         try:
-            token = None
-            while True:
-                query: dict[str, Any] = {"limit": limit}
-                if token:
-                    query["continue"] = token
-                page = self.get(conn, path, query)
-                meta = page.get("metadata") or {}
-                if on_version is not None and not token and meta.get("resourceVersion"):
-                    on_version(str(meta["resourceVersion"]))
-                yield page.get("items") or []
-                token = meta.get("continue")
-                if not token:
-                    return
+            yield from paged(lambda query: self.get(conn, path, query), limit, on_version)
         finally:
             conn.close()
 
@@ -151,6 +139,26 @@ class _HTTPS(http.client.HTTPSConnection):
     def connect(self) -> None:
         http.client.HTTPConnection.connect(self)
         self.sock = self.tls_context.wrap_socket(self.sock, server_hostname=self.server_hostname)
+
+
+def paged(
+    get: Callable[[dict[str, Any]], Any], limit: int, on_version: Callable[[str], None] | None
+) -> Iterator[list[dict[str, Any]]]:
+    """The pages of one list, GET(query) each (``limit``/``continue``): one snapshot, whose
+    resourceVersion (from the first page) goes to ``on_version``."""
+    token = None
+    while True:
+        query: dict[str, Any] = {"limit": limit}
+        if token:
+            query["continue"] = token
+        page = get(query)
+        meta = page.get("metadata") or {}
+        if on_version is not None and not token and meta.get("resourceVersion"):
+            on_version(str(meta["resourceVersion"]))
+        yield page.get("items") or []
+        token = meta.get("continue")
+        if not token:
+            return
 
 
 def load(kubeconfig: str | None, environ: dict[str, str] | None = None) -> Rest:

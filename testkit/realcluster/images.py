@@ -49,11 +49,18 @@ def build(log: Callable[[str], None], *, source: Path = ROOT, out: Path | None =
     """Run hack/images.sh (a no-op when nothing changed), its progress lines through LOG. SOURCE: the
     tree whose script and sources to build (another commit's worktree); OUT: the images directory
     (default images_dir())."""
+    _run_script(source, "images.sh", log, out)
+    return load(out)
+
+
+def _run_script(source: Path, script: str, log: Callable[[str], None], out: Path | None) -> None:
+    """SOURCE/hack/SCRIPT (images into OUT, default images_dir()), its ``==>`` lines through LOG;
+    RuntimeError with the output's tail when it fails."""
     env = dict(os.environ)
     if out is not None:
         env["NFTPROXY_IMAGES"] = str(out)
     proc = subprocess.Popen(
-        ["bash", str(source / "hack" / "images.sh")],
+        ["bash", str(source / "hack" / script)],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -68,8 +75,7 @@ def build(log: Callable[[str], None], *, source: Path = ROOT, out: Path | None =
         if line.startswith("==>"):
             log("    " + line)
     if proc.wait() != 0:
-        raise RuntimeError(f"{source}/hack/images.sh failed:\n" + "\n".join(tail))
-    return load(out)
+        raise RuntimeError(f"{source}/hack/{script} failed:\n" + "\n".join(tail))
 
 
 class ImagesMissing(FileNotFoundError):
@@ -111,26 +117,7 @@ def build_e2e(log: Callable[[str], None], *, out: Path | None = None) -> dict[st
     agnhost and CoreDNS from the Go module proxy, ~10 min with hack/k8s-tools.sh's Go cache warm, and
     the images, ~4 min), its progress lines through LOG; return {framework image ref: docker archive}
     (several refs may share one archive, which carries all their names). OUT: the images directory."""
-    env = dict(os.environ)
-    if out is not None:
-        env["NFTPROXY_IMAGES"] = str(out)
-    proc = subprocess.Popen(
-        ["bash", str(ROOT / "hack" / "e2e-images.sh")],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        cwd=ROOT,
-        env=env,
-    )
-    assert proc.stdout is not None
-    tail: list[str] = []
-    for line in proc.stdout:
-        line = line.rstrip()
-        tail = [*tail[-40:], line]
-        if line.startswith("==>"):
-            log("    " + line)
-    if proc.wait() != 0:
-        raise RuntimeError(f"{ROOT}/hack/e2e-images.sh failed:\n" + "\n".join(tail))
+    _run_script(ROOT, "e2e-images.sh", log, out)
     return load_e2e(out)
 
 
