@@ -16,6 +16,7 @@ import re
 from collections.abc import Sequence
 
 from nftproxy.compiler.config import ProxyConfig, nodeport_address
+from nftproxy.dataplane.conntrack_sysctls import DEFAULT_DIR, ConntrackSysctls
 from nftproxy.model.balancing import ALGORITHMS
 from nftproxy.model.types import IPAddress, IPNetwork
 from nftproxy.operator.settings import Settings
@@ -38,18 +39,28 @@ ENV = {
     "kopf_liveness": "NFTPROXY_KOPF_LIVENESS",
     "load_balancing": "NFTPROXY_LOAD_BALANCING",
     "kube_proxy_check_period": "NFTPROXY_KUBE_PROXY_CHECK_PERIOD",
+    "conntrack_tcp_timeout_established": "NFTPROXY_CONNTRACK_TCP_TIMEOUT_ESTABLISHED",
+    "conntrack_tcp_timeout_close_wait": "NFTPROXY_CONNTRACK_TCP_TIMEOUT_CLOSE_WAIT",
+    "conntrack_tcp_be_liberal": "NFTPROXY_CONNTRACK_TCP_BE_LIBERAL",
+    "conntrack_udp_timeout": "NFTPROXY_CONNTRACK_UDP_TIMEOUT",
+    "conntrack_udp_timeout_stream": "NFTPROXY_CONNTRACK_UDP_TIMEOUT_STREAM",
+    "conntrack_sysctl_dir": "NFTPROXY_CONNTRACK_SYSCTL_DIR",
 }
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*$|^\s*((?:\d+(?:\.\d+)?(?:ms|s|m|h))+)\s*$")
+_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 
 def duration(text: str) -> float:
-    """ "1s", "500ms", "2m", "0", "1.5" (seconds) -> seconds."""
+    """ "1s", "500ms", "2m", "0", "1.5" (seconds), and Go's "24h0m0s" (as kube-proxy's flags)
+    -> seconds."""
     m = _DURATION.match(text)
     if not m:
-        raise argparse.ArgumentTypeError(f"invalid duration {text!r} (e.g. 1s, 500ms, 2m)")
-    return float(m.group(1)) * _UNITS[m.group(2)]
+        raise argparse.ArgumentTypeError(f"invalid duration {text!r} (e.g. 1s, 500ms, 2m, 1h0m0s)")
+    if m.group(1) is not None:
+        return float(m.group(1))
+    return sum(float(n) * _UNITS[u] for n, u in _PART.findall(m.group(2)))
 
 
 def bind_address(text: str) -> tuple[str, int]:
@@ -160,6 +171,30 @@ def add_run_flags(p: argparse.ArgumentParser) -> None:
         default=duration(_env("kube_proxy_check_period", "30s") or "30s"),
         help="how often to look for kube-proxy's rules on the node (0: never)",
     )  # fmt: skip
+    # kube-proxy's conntrack flags, names, defaults and meaning (0: leave the sysctl alone)
+    for flag, default, what in (
+        ("established", "24h", "ESTABLISHED"),
+        ("close_wait", "1h", "CLOSE_WAIT"),
+    ):
+        name = f"conntrack_tcp_timeout_{flag}"
+        p.add_argument(
+            "--" + name.replace("_", "-"), type=duration, default=duration(_env(name, default) or default),
+            help=f"the node's conntrack timeout of {what} TCP connections (0: leave it alone)",
+        )  # fmt: skip
+    p.add_argument(
+        "--conntrack-tcp-be-liberal", type=boolean, nargs="?", const=True,
+        default=boolean(_env("conntrack_tcp_be_liberal") or ""),
+        help="accept TCP packets outside the window (nf_conntrack_tcp_be_liberal)",
+    )  # fmt: skip
+    for name, what in (("conntrack_udp_timeout", "UDP"), ("conntrack_udp_timeout_stream", "UDP stream")):
+        p.add_argument(
+            "--" + name.replace("_", "-"), type=duration, default=duration(_env(name, "0") or "0"),
+            help=f"the node's conntrack timeout of {what} flows (0: leave it alone)",
+        )  # fmt: skip
+    p.add_argument(
+        "--conntrack-sysctl-dir", default=_env("conntrack_sysctl_dir", DEFAULT_DIR) or DEFAULT_DIR,
+        help="where the node's net/netfilter sysctls are (the chart mounts them: /proc/sys is read-only in a pod)",
+    )  # fmt: skip
 
 
 def config_from_args(args: argparse.Namespace) -> ProxyConfig:
@@ -193,4 +228,12 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         node_ips_from_flags=bool(base.node_ips),
         kopf_liveness=args.kopf_liveness,
         kube_proxy_check_period=args.kube_proxy_check_period,
+        conntrack=ConntrackSysctls(
+            tcp_established=int(args.conntrack_tcp_timeout_established),
+            tcp_close_wait=int(args.conntrack_tcp_timeout_close_wait),
+            tcp_be_liberal=args.conntrack_tcp_be_liberal,
+            udp=int(args.conntrack_udp_timeout),
+            udp_stream=int(args.conntrack_udp_timeout_stream),
+            directory=args.conntrack_sysctl_dir,
+        ),
     )

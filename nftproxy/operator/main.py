@@ -17,6 +17,7 @@ import logging
 import signal
 from typing import TYPE_CHECKING, Any
 
+from nftproxy.dataplane import conntrack_sysctls
 from nftproxy.dataplane.sync import Dataplane
 from nftproxy.nft.kernel import KernelBackend
 from nftproxy.operator import boot
@@ -45,6 +46,8 @@ def run(
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     logging.getLogger("kopf.objects").setLevel(logging.WARNING)  # one line per event is too much
+    if settings.conntrack is not None:  # as kube-proxy, at start (Settings built in tests: None)
+        conntrack_sysctls.apply(settings.conntrack, settings.netns)
     backend = KernelBackend(settings.netns)
     try:
         asyncio.run(_main(settings, backend, api, prefetched or {}, lists))

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from nftproxy.compiler.config import ProxyConfig
+from nftproxy.dataplane.conntrack_sysctls import ConntrackSysctls
 
 
 @dataclass(frozen=True)
@@ -21,6 +22,9 @@ class Settings:
     node_ips_from_flags: bool
     kopf_liveness: str | None = None  # e.g. http://0.0.0.0:8080/healthz: kopf's own probe endpoint
     kube_proxy_check_period: float = 30.0  # seconds between looks for kube-proxy's rules (0: never)
+    # the node's conntrack sysctls kube-proxy sets (`run`'s flags default to kube-proxy's values;
+    # None, as built by tests: nothing is touched)
+    conntrack: ConntrackSysctls | None = None
 
     @property
     def node_name(self) -> str:

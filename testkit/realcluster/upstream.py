@@ -2,14 +2,16 @@
 cluster, with nftproxy (the chart) or the real kube-proxy (a DaemonSet, the reference) as the only
 Service proxy.
 
-    python -m testkit.realcluster.upstream [--proxy nftproxy|kube-proxy] [--selection conformance|full]
+    python -m testkit.realcluster.upstream [--proxy nftproxy|kube-proxy] [--selection conformance|make-test|full]
+                                           [--focus REGEX] [--localhost-nodeports]
                                            [--report-dir DIR] [--cluster NAME] [--compare A.json B.json]
 
 * The cluster: testkit.realcluster (two kubelet nodes, CoreDNS behind kube-dns, the `kubernetes`
   Service with a real endpoint); its own unless ``--cluster`` names a running one.
 * The images the framework names (``e2e.test --list-images``: agnhost, busybox, ...), built here
   by hack/e2e-tools.sh + hack/images.sh, imported into each node's containerd under those names.
-* The selection: ``conformance`` = every ``[sig-network]`` ``[Conformance]`` test; ``full`` =
+* The selection: ``conformance`` = every ``[sig-network]`` ``[Conformance]`` test; ``make-test``
+  = those and "KubeProxy should set TCP CLOSE_WAIT timeout" (the node's conntrack settings); ``full`` =
   every ``[sig-network]`` test but those in hack/e2e-skips.txt, each skip with its reason (what this
   lab cannot provide: a cloud LoadBalancer, SSH to nodes, ...). Tests run one at a time (``[Serial]``
   ones are then serial too).
@@ -46,8 +48,12 @@ from testkit.realcluster.node import CLUSTER_CIDR
 SKIPS_FILE = ROOT / "hack" / "e2e-skips.txt"
 SELECTIONS = {
     "conformance": r"\[sig-network\].*\[Conformance\]",
+    # make test's: the Conformance tests and kube-proxy's node settings (conntrack sysctls)
+    "make-test": r"\[sig-network\].*\[Conformance\]|\[sig-network\] KubeProxy should set TCP CLOSE_WAIT timeout",
     "full": r"\[sig-network\]",
 }
+# localhost NodePorts on (both proxies): kube-proxy v1.37's gate and nodePortAddresses, nftproxy's flag
+LOCALHOST_NODEPORTS = ["primary", "localhost"]
 Log = Callable[[str], None]
 NODE_NAME = {"fieldPath": "spec.nodeName"}
 
@@ -75,13 +81,13 @@ def read_skips(path: Path = SKIPS_FILE) -> list[tuple[str, str]]:
 
 
 def skip_regex(selection: str, skips: Sequence[tuple[str, str]]) -> str:
-    return "" if selection == "conformance" else "|".join(f"(?:{p})" for p, _ in skips)
+    return "" if selection != "full" else "|".join(f"(?:{p})" for p, _ in skips)
 
 
 # ---------------------------------------------------------------------------------------------- the proxies
 
 
-def kube_proxy_manifests(cluster: RealCluster, image: str) -> str:
+def kube_proxy_manifests(cluster: RealCluster, image: str, *, localhost_nodeports: bool = False) -> str:
     """kubeadm's kube-proxy addon: a ServiceAccount bound to system:node-proxier, the config and a
     kubeconfig (the ServiceAccount's token, the apiserver on the node's 127.0.0.1 forwarder, as
     nftproxy's chart reaches it) in a ConfigMap, a hostNetwork privileged DaemonSet."""
@@ -93,6 +99,8 @@ def kube_proxy_manifests(cluster: RealCluster, image: str) -> str:
         metrics_bind_address="127.0.0.1:10249",
         min_sync_period="1s",  # kube-proxy's defaults
         sync_period="30s",
+        nodeport_addresses=LOCALHOST_NODEPORTS if localhost_nodeports else None,
+        extra={"featureGates": {"KubeProxyNFTablesLocalhostNodePorts": True}} if localhost_nodeports else None,
     )
     sa = "/var/run/secrets/kubernetes.io/serviceaccount"
     kubeconfig = {
@@ -180,13 +188,17 @@ def kube_proxy_image(log: Log) -> tuple[str, str]:
     return str(info["ref"]), str(info["archive"])
 
 
-def install_proxy(cluster: RealCluster, proxy: str, log: Log) -> None:
+def install_proxy(cluster: RealCluster, proxy: str, log: Log, *, localhost_nodeports: bool = False) -> None:
+    """``localhost_nodeports``: both proxies with ``nodePortAddresses: [primary, localhost]``
+    (kube-proxy v1.37 also needs its gate KubeProxyNFTablesLocalhostNodePorts)."""
     if proxy == "nftproxy":
-        w.helm_install(cluster)
+        values = {"nodePortAddresses": "{" + ",".join(LOCALHOST_NODEPORTS) + "}"} if localhost_nodeports else None
+        w.helm_install(cluster, values)
         return
     ref, archive = kube_proxy_image(log)
     cluster.import_image(ref, archive)
-    cluster.kubectl("apply", "-f", "-", input=kube_proxy_manifests(cluster, ref))
+    manifests = kube_proxy_manifests(cluster, ref, localhost_nodeports=localhost_nodeports)
+    cluster.kubectl("apply", "-f", "-", input=manifests)
     cluster.kubectl("rollout", "status", "daemonset/kube-proxy", "-n", "kube-system", "--timeout=180s", timeout=210)
 
 
@@ -283,10 +295,10 @@ def _tail(path: Path, n: int = 40) -> str:
     return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
 
 
-def prepare(cluster: RealCluster, proxy: str, log: Log) -> None:
+def prepare(cluster: RealCluster, proxy: str, log: Log, *, localhost_nodeports: bool = False) -> None:
     """What e2e.test needs of the cluster: its images, the proxy, cluster DNS."""
     import_e2e_images(cluster, log)
-    install_proxy(cluster, proxy, log)
+    install_proxy(cluster, proxy, log, localhost_nodeports=localhost_nodeports)
     addons.install_coredns(cluster)
 
 
@@ -309,6 +321,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--report-dir", type=Path, default=None)
     p.add_argument("--cluster", help="a running cluster (python -m testkit.realcluster up --name NAME), prepared")
     p.add_argument("--compare", nargs=2, type=Path, metavar=("A_RESULTS", "B_RESULTS"))
+    p.add_argument(
+        "--localhost-nodeports", action="store_true",
+        help="both proxies with nodePortAddresses [primary, localhost] (kube-proxy: with its v1.37 gate); "
+        "with --cluster, the proxy is installed (upgraded) so first",
+    )  # fmt: skip
     args = p.parse_args(argv)
     if args.compare:
         print(compare(*args.compare))
@@ -319,13 +336,16 @@ def main(argv: list[str] | None = None) -> int:
 
     report = args.report_dir or ROOT / "_output" / "upstream-e2e" / args.proxy
     if args.cluster:
-        cases = run_e2e(RealCluster.attach(args.cluster, log=log), args.selection, report, log, extra_focus=args.focus)
+        attached = RealCluster.attach(args.cluster, log=log)
+        if args.localhost_nodeports:
+            install_proxy(attached, args.proxy, log, localhost_nodeports=True)
+        cases = run_e2e(attached, args.selection, report, log, extra_focus=args.focus)
     else:
         c = RealCluster(f"ue2e{os.getpid()}", log=log)
         try:
             c.up(build=True)
             log(f"--> {args.proxy}, CoreDNS, the e2e images")
-            prepare(c, args.proxy, log)
+            prepare(c, args.proxy, log, localhost_nodeports=args.localhost_nodeports)
             cases = run_e2e(c, args.selection, report, log, extra_focus=args.focus)
         finally:
             c.down()

@@ -83,6 +83,8 @@ SCHEMA = "values don't meet the specifications of the schema(s)"
 BAD_VALUES: list[tuple[list[str], list[str]]] = [
     (["minSyncPeriod=fast"], [SCHEMA, "at '/minSyncPeriod': 'fast' does not match pattern"]),
     (["syncPeriod=1 minute"], [SCHEMA, "at '/syncPeriod'"]),
+    (["conntrack.tcpTimeoutCloseWait=1 hour"], [SCHEMA, "at '/conntrack/tcpTimeoutCloseWait'"]),
+    (["conntrack.setSysctl=true"], [SCHEMA, "additional properties 'setSysctl' not allowed"]),
     (["healthzPort=70000"], [SCHEMA, "at '/healthzPort': maximum: got 70,000, want 65,535"]),
     (["metricsPort=0"], [SCHEMA, "at '/metricsPort': minimum"]),
     (["logLevel=verbose"], [SCHEMA, "at '/logLevel': value must be one of 'debug', 'info', 'warning'"]),
@@ -137,9 +139,14 @@ def test_daemonset_defaults(helm: Helm) -> None:
     assert sc["capabilities"] == {"drop": ["ALL"], "add": ["NET_ADMIN"]}
     assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
 
-    assert {m["mountPath"]: m["name"] for m in c["volumeMounts"]} == {"/tmp": "tmp"}
-    (vol,) = pod["volumes"]
-    assert vol["name"] == "tmp" and "emptyDir" in vol
+    assert {m["mountPath"]: m["name"] for m in c["volumeMounts"]} == {
+        "/tmp": "tmp",
+        "/host/proc/sys/net/netfilter": "conntrack-sysctls",
+    }
+    vols = {v["name"]: v for v in pod["volumes"]}
+    assert "emptyDir" in vols["tmp"]
+    # the node's conntrack sysctls, writable with NET_ADMIN alone (the container's /proc/sys is read-only)
+    assert vols["conntrack-sysctls"]["hostPath"] == {"path": "/proc/sys/net/netfilter", "type": "Directory"}
 
     env = {e["name"]: e for e in c["env"]}
     assert env["NODE_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
@@ -152,6 +159,13 @@ def test_daemonset_defaults(helm: Helm) -> None:
         "NFTPROXY_METRICS_BIND_ADDRESS": "0.0.0.0:10249",
         "NFTPROXY_LOG_LEVEL": "info",
         "NFTPROXY_LOAD_BALANCING": "random",
+        # kube-proxy's conntrack defaults
+        "NFTPROXY_CONNTRACK_SYSCTL_DIR": "/host/proc/sys/net/netfilter",
+        "NFTPROXY_CONNTRACK_TCP_TIMEOUT_ESTABLISHED": "24h",
+        "NFTPROXY_CONNTRACK_TCP_TIMEOUT_CLOSE_WAIT": "1h",
+        "NFTPROXY_CONNTRACK_TCP_BE_LIBERAL": "false",
+        "NFTPROXY_CONNTRACK_UDP_TIMEOUT": "0",
+        "NFTPROXY_CONNTRACK_UDP_TIMEOUT_STREAM": "0",
     }
 
     assert {p["name"]: p["containerPort"] for p in c["ports"]} == {"healthz": 10256, "metrics": 10249}
@@ -160,6 +174,23 @@ def test_daemonset_defaults(helm: Helm) -> None:
 
     assert not [o for o in objs if o["kind"] == "Service"], "no metrics Service by default"
     assert not [o for o in objs if o["kind"] == "CustomResourceDefinition"], "CRDs come from crds/"
+
+
+def test_conntrack_sysctls_off_mounts_nothing_and_sets_nothing(helm: Helm) -> None:
+    ds = find(helm.template(["conntrack.setSysctls=false"]), "DaemonSet")
+    pod = ds["spec"]["template"]["spec"]
+    (c,) = pod["containers"]
+    assert [v["name"] for v in pod["volumes"]] == ["tmp"]
+    assert [m["name"] for m in c["volumeMounts"]] == ["tmp"]
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    assert {k: v for k, v in env.items() if "CONNTRACK" in k} == {
+        "NFTPROXY_CONNTRACK_TCP_TIMEOUT_ESTABLISHED": "0",
+        "NFTPROXY_CONNTRACK_TCP_TIMEOUT_CLOSE_WAIT": "0",
+    }
+    ds = find(helm.template(["conntrack.tcpTimeoutCloseWait=2h0m0s", "conntrack.tcpBeLiberal=true"]), "DaemonSet")
+    env = {e["name"]: e.get("value") for e in ds["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["NFTPROXY_CONNTRACK_TCP_TIMEOUT_CLOSE_WAIT"] == "2h0m0s"
+    assert env["NFTPROXY_CONNTRACK_TCP_BE_LIBERAL"] == "true"
 
 
 def test_daemonset_values(helm: Helm) -> None:
