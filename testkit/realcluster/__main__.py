@@ -1,4 +1,4 @@
-"""python -m testkit.realcluster up|down|status [--name NAME]"""
+"""python -m testkit.realcluster up|down|status [--name NAME] [--nodes N]"""
 
 from __future__ import annotations
 
@@ -14,10 +14,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("cmd", choices=["up", "down", "status"])
     p.add_argument("--name", default="demo", help="cluster name (state in /var/tmp/nftproxy-rc-NAME)")
     p.add_argument("--no-build", action="store_true", help="use the cached images as they are")
+    p.add_argument("--nodes", type=int, default=2, help="kubelet nodes, one zone each (zone-a, zone-b, ...)")
     args = p.parse_args(argv)
     try:
         if args.cmd == "up":
-            c = RealCluster(args.name, owner=False).up(build=not args.no_build)
+            c = RealCluster(args.name, owner=False, nodes=args.nodes).up(build=not args.no_build)
             print(f"cluster {args.name} up in {c.timings['up']:.1f}s")
             print(f"export KUBECONFIG={c.kubeconfig}")
             for n in c.nodes:

@@ -169,11 +169,13 @@ class RealCluster:
 
     @classmethod
     def attach(cls, name: str, log: Log | None = None) -> RealCluster:
-        c = cls(name, log=log, owner=False)
+        path = state_dir(name) / "state.json"
         try:
-            c.state = json.loads((c.dir / "state.json").read_text())
+            state = json.loads(path.read_text())
         except (OSError, ValueError) as e:
-            raise ClusterError(f"no cluster {name!r} ({c.dir}/state.json: {e})") from e
+            raise ClusterError(f"no cluster {name!r} ({path}: {e})") from e
+        c = cls(name, log=log, owner=False, nodes=len(state.get("nodes") or {}) or 2)
+        c.state = state
         c.images = c.state.get("images", {})
         return c
 

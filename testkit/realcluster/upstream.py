@@ -322,6 +322,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cluster", help="a running cluster (python -m testkit.realcluster up --name NAME), prepared")
     p.add_argument("--compare", nargs=2, type=Path, metavar=("A_RESULTS", "B_RESULTS"))
     p.add_argument(
+        "--nodes", type=int, default=2,
+        help="kubelet nodes of the runner's own cluster, one zone each (3: Traffic Distribution's tests run)",
+    )  # fmt: skip
+    p.add_argument(
         "--localhost-nodeports", action="store_true",
         help="both proxies with nodePortAddresses [primary, localhost] (kube-proxy: with its v1.37 gate); "
         "with --cluster, the proxy is installed (upgraded) so first",
@@ -341,7 +345,7 @@ def main(argv: list[str] | None = None) -> int:
             install_proxy(attached, args.proxy, log, localhost_nodeports=True)
         cases = run_e2e(attached, args.selection, report, log, extra_focus=args.focus)
     else:
-        c = RealCluster(f"ue2e{os.getpid()}", log=log)
+        c = RealCluster(f"ue2e{os.getpid()}", log=log, nodes=args.nodes)
         try:
             c.up(build=True)
             log(f"--> {args.proxy}, CoreDNS, the e2e images")
