@@ -6,6 +6,8 @@ bash hack/install.sh
 bash hack/k8s-tools.sh
 # upstream's e2e.test, agnhost, CoreDNS (the cluster DNS and the e2e images), in k8s-tools' Go cache
 bash hack/e2e-tools.sh
+# prometheus-operator's ServiceMonitor CRD (the chart's optional ServiceMonitor is validated against it)
+bash hack/crds.sh
 # the oldest Kubernetes the chart claims (Chart.yaml kubeVersion): its apiserver, for tests/k8s/test_chart.py
 NFTPROXY_CACHE=${NFTPROXY_CACHE:-$HOME/.cache/nftproxy}/oldest K8S_VERSION=v1.35.4 K8S_TOOLS=kube-apiserver K8S_NO_HELM=1 \
   bash hack/k8s-tools.sh

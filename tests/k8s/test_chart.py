@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import secrets
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -11,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from testkit.k8s.controlplane import ControlPlane, ControlPlaneError
+from testkit.k8s.controlplane import ControlPlane, ControlPlaneError, cache_dir
 from tests.k8s.helmchart import CHART, KUBE_VERSION, Helm, Release, find, install
 
 pytestmark = pytest.mark.k8s
@@ -608,6 +609,53 @@ def test_service_monitor_selects_the_metrics_service(helm: Helm) -> None:
         check=False,
     )
     assert res.returncode != 0 and "needs metricsService.enabled" in res.stderr
+
+
+SERVICE_MONITOR_CRD = cache_dir() / "crds" / "monitoring.coreos.com_servicemonitors.yaml"  # hack/crds.sh
+
+
+def test_service_monitor_is_valid_for_prometheus_operators_crd(helm: Helm, control_plane: ControlPlane) -> None:
+    """The rendered ServiceMonitor against prometheus-operator's own CRD schema (its
+    openAPIV3Schema, enforced by a real apiserver in a strict server-side dry run); a wrong field
+    is refused, so the check can fail."""
+    if not SERVICE_MONITOR_CRD.exists():
+        pytest.fail(f"{SERVICE_MONITOR_CRD} is missing: run hack/crds.sh (hack/test.sh does)", pytrace=False)
+    cp = control_plane
+    cp.kubectl("apply", "--server-side", "-f", str(SERVICE_MONITOR_CRD))
+    cp.kubectl("wait", "--for=condition=Established", "crd/servicemonitors.monitoring.coreos.com", "--timeout=60s")
+    ns = _unique("sm")
+    cp.kubectl("create", "namespace", ns)
+    try:
+        objs = helm.template(
+            {"metricsService.enabled": "true", "serviceMonitor.enabled": "true"}, release="sm", namespace=ns
+        )
+        sm = find(objs, "ServiceMonitor")
+
+        def dry_run(obj: dict[str, Any]) -> subprocess.CompletedProcess[str]:
+            return cp.kubectl(
+                "apply", "--dry-run=server", "--validate=strict", "-f", "-", "-o", "json",
+                input=yaml.safe_dump(obj), check=False,
+            )  # fmt: skip
+
+        res = dry_run(sm)
+        assert res.returncode == 0, res.stderr
+        stored = json.loads(res.stdout)["spec"]["endpoints"]
+        for ours, theirs in zip(sm["spec"]["endpoints"], stored, strict=True):  # nothing pruned (defaults added)
+            assert {k: v for k, v in theirs.items() if k in ours and k != "relabelings"} == {
+                k: v for k, v in ours.items() if k != "relabelings"
+            }
+            for r_ours, r_theirs in zip(ours["relabelings"], theirs["relabelings"], strict=True):
+                assert r_ours.items() <= r_theirs.items()
+        bad = json.loads(json.dumps(sm))
+        bad["spec"]["endpoints"][0]["scrapeInterval"] = "30s"  # not a field of an endpoint (`interval` is)
+        res = dry_run(bad)
+        assert res.returncode != 0 and "scrapeInterval" in res.stderr, res.stderr
+        bad = json.loads(json.dumps(sm))
+        bad["spec"]["endpoints"][0]["relabelings"][0]["action"] = "rename"  # not one of the CRD's actions
+        res = dry_run(bad)
+        assert res.returncode != 0 and "action" in res.stderr, res.stderr
+    finally:
+        cp.kubectl("delete", "namespace", ns, "--wait=false")
 
 
 def test_dashboard_queries_only_metrics_nftproxy_exports(helm: Helm) -> None:
