@@ -245,7 +245,7 @@ def test_a_table_of_an_older_layout_is_replaced_in_one_transaction(netns: str, l
     with GenerationWatch(netns) as watch:
         nft(netns, "-f", "-", stdin=old)
         [loaded] = watch.wait(1, timeout=10)
-        assert loaded.created_tables() == {("ip", "nftproxy"): 2, ("ip6", "nftproxy"): 2}
+        assert loaded.created_tables() == {("ip", "nftproxy"): layout, ("ip6", "nftproxy"): layout}
         dp = Dataplane(backend, config)
         for s in inputs.services:
             dp.set_service(s)
