@@ -21,9 +21,15 @@ TYPES = {
 
 def doc(types: Any, proto: str) -> dict[str, Any]:
     element = {"elem": {"val": {"concat": ["10.96.0.10", proto, 80]}, "comment": "default/web:http"}}
-    service_ips = {"family": "ip", "name": "service-ips", "table": "nftproxy", "type": types, "map": "verdict"}
+    service_ips: dict[str, Any] = {
+        "family": "ip",
+        "name": "service-ips",
+        "table": "nftproxy",
+        "type": types,
+        "map": "verdict",
+    }
     service_ips["elem"] = [[element, {"goto": {"target": "cluster-2"}}]]
-    cluster_ips = {"family": "ip", "name": "cluster-ips", "table": "nftproxy"}
+    cluster_ips: dict[str, Any] = {"family": "ip", "name": "cluster-ips", "table": "nftproxy"}
     cluster_ips["type"] = {"typeof": {"payload": {"protocol": "ip", "field": "daddr"}}}
     cluster_ips["elem"] = ["10.96.0.10"]
     return {"nftables": [{"map": service_ips}, {"set": cluster_ips}]}
