@@ -1,15 +1,16 @@
 # nftproxy: the image the Helm chart (charts/nftproxy) runs, one pod per node.
 #   docker build -t REGISTRY/nftproxy:0.1.0 .
-# BASE: a Debian bookworm image (default debian:bookworm-slim; hack/images.sh builds an equivalent
-# one locally with mmdebstrap for the test cluster: --build-arg BASE=localhost/nftproxy-base:bookworm).
-# Debian bookworm for its nftables 1.0.6: the nft CLI (debugging: `nft list table ip nftproxy`),
-# libnftables1 and its Python binding (python3-nftables, pure Python over ctypes) for Debian's
-# python3 (3.11), the interpreter of the image. Not trixie yet: sets written by its nft 1.1.3 crash
-# the nft <= 1.1.1 of the nodes (bookworm's 1.0.6) when they list the ruleset (docs/image.md).
+# BASE: a Debian trixie image (default debian:trixie-slim; hack/images.sh builds an equivalent one
+# locally with mmdebstrap for the test cluster: --build-arg BASE=localhost/nftproxy-base:trixie).
+# Debian trixie: python3 3.13, nftables 1.1.x: the nft CLI (debugging: `nft list table ip
+# nftproxy`), libnftables1 and its Python binding (python3-nftables, pure Python over ctypes). The
+# node's own nft may be older (bookworm's 1.0.6): the table is declared so that both write and read
+# it alike (every set with typeof; nft >= 1.1.2's `type` declarations crash nft <= 1.1.1 listing
+# the ruleset: docs/image.md, tests/netns/test_nft_versions.py).
 # Two stages: pip and the build tools stay in the first; the image is the second, with only what
 # the proxy runs (see "Runtime packages" below). Every new node pulls it before any Service works
 # on it, so it is kept small (README: "The image").
-ARG BASE=debian:bookworm-slim
+ARG BASE=debian:trixie-slim
 
 # ------------------------------------------------------------------ build: pip install, thrown away
 FROM ${BASE} AS build
@@ -25,8 +26,8 @@ COPY nftproxy ./nftproxy
 # nftproxy uses the synchronous client (nftproxy/operator/kube.py) and kopf its own aiohttp calls.
 RUN PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 \
     pip install --break-system-packages --no-compile --no-warn-script-location --root /staging . \
- && site=/staging/usr/local/lib/python3.11/dist-packages \
- && rm -rf "$site/kubernetes/aio" \
+ && site=$(echo /staging/usr/local/lib/python3.*/dist-packages) \
+ && test -d "$site/kubernetes" && rm -rf "$site/kubernetes/aio" \
  && find /staging \( -name '*.pyc' -o -name '*.pyi' \) -delete \
  && test -x /staging/usr/local/bin/nftproxy
 
@@ -83,7 +84,7 @@ LABEL org.opencontainers.image.title="nftproxy" \
       org.opencontainers.image.version="${VERSION}" \
       org.opencontainers.image.source="${SOURCE}" \
       org.opencontainers.image.licenses="${LICENSES}" \
-      org.opencontainers.image.base.name="debian:bookworm"
+      org.opencontainers.image.base.name="debian:trixie"
 
 # Root, because programming nftables needs CAP_NET_ADMIN in the host's network namespace; the
 # chart grants that capability alone (all others dropped, read-only root filesystem).

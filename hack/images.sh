@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the container images of the local cluster (the real cluster of docs/testing.md) without any registry:
-#   localhost/nftproxy-base:bookworm   Debian bookworm minbase (+ this machine's CAs), made by mmdebstrap (the
-#                                      equivalent of the Dockerfile's default, debian:bookworm-slim)
+#   localhost/nftproxy-base:trixie     Debian trixie minbase (+ this machine's CAs), made by mmdebstrap (the
+#                                      equivalent of the Dockerfile's default, debian:trixie-slim; hack/base-image.sh)
 #   localhost/nftproxy:<digest>        the repository's Dockerfile, FROM that base (build argument)
 #   localhost/nftproxy-pause:1         busybox-static, a shell that sleeps and reaps orphans (the sandbox image)
 #   localhost/nftproxy-echo:1          busybox-static httpd answering {"pod": HOSTNAME, "peer": REMOTE_ADDR}
@@ -21,9 +21,8 @@ CACHE=${NFTPROXY_CACHE:-$HOME/.cache/nftproxy}
 OUT=${NFTPROXY_IMAGES:-$CACHE/images}
 STORE=$OUT/storage
 RUNROOT=$OUT/run
-SUITE=bookworm
+SUITE=trixie  # the nftproxy image's Debian (Dockerfile; docs/image.md)
 BASE_REF=localhost/nftproxy-base:$SUITE
-BASE_PKGS=ca-certificates
 PAUSE_REF=localhost/nftproxy-pause:1
 ECHO_REF=localhost/nftproxy-echo:1
 BIN=$CACHE/bin
@@ -51,7 +50,6 @@ bah() {
 }
 stamp_ok() { [ -f "$OUT/$1.tar" ] && [ "$(cat "$OUT/.$1.stamp" 2>/dev/null)" = "$2" ]; }
 stamp() { echo "$2" > "$OUT/.$1.stamp"; }
-has_image() { bah inspect --type image "$1" >/dev/null 2>&1; }
 # archive NAME REF: REF as a docker-archive at $OUT/NAME.tar (atomically).
 archive() {
   rm -f "$OUT/$1.tar.tmp"
@@ -66,38 +64,13 @@ COREDNS_STAMP=$(cat "$BIN/.coredns.version")
 COREDNS_REF=localhost/nftproxy-coredns:${COREDNS_STAMP%% *}
 
 # ------------------------------------------------------------------ base (mmdebstrap)
-base_key="$SUITE $BASE_PKGS v2 $(cat /usr/local/share/ca-certificates/* 2>/dev/null | sha256sum | cut -c1-12)"
-if [ "$(cat "$OUT/.base.stamp" 2>/dev/null)" = "$base_key" ] && has_image "$BASE_REF"; then
-  log "$BASE_REF: cached"
-else
-  log "[base] mmdebstrap --variant=minbase $SUITE (+ $BASE_PKGS): ~2 min, downloads ~60 MB from the Debian mirror"
-  tmp=$(mktemp -d /var/tmp/nftproxy-rc-base.XXXXXX)
-  trap 'rm -rf "$tmp"' EXIT
-  # Like debian:*-slim: no docs or caches.
-  # This machine's own extra CAs (/usr/local/share/ca-certificates: e.g. an egress proxy's) are
-  # trusted inside too, so the Dockerfile's apt and pip steps reach their mirrors as the host does.
-  unshare --mount --propagation private -- mmdebstrap --quiet --variant=minbase --include="$BASE_PKGS" \
-    --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-exclude=/usr/share/man/*' \
-    --dpkgopt='path-exclude=/usr/share/locale/*' \
-    --customize-hook='copy-in /usr/local/share/ca-certificates /usr/local/share' \
-    --customize-hook='chroot "$1" update-ca-certificates >/dev/null' \
-    --customize-hook='rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/*.bin' \
-    "$SUITE" "$tmp/rootfs.tar"
-  log "[base] rootfs $(du -h "$tmp/rootfs.tar" | cut -f1); importing into buildah"
-  bah rmi -f "$BASE_REF" >/dev/null 2>&1 || true
-  c=$(bah from --pull=never scratch)
-  bah add "$c" "$tmp/rootfs.tar" / >/dev/null
-  bah config --env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin --cmd bash "$c"
-  bah commit -q --rm "$c" "$BASE_REF" >/dev/null
-  rm -rf "$tmp"
-  trap - EXIT
-  stamp base "$base_key"
-  log "[base] $BASE_REF built"
-fi
+# shellcheck source=hack/base-image.sh
+. "$ROOT/hack/base-image.sh"
+base_image "$SUITE"
 
 # ------------------------------------------------------------------ nftproxy (Dockerfile)
-NFTPROXY_RECIPE=2  # bump when the build steps below change
-digest=$( { echo "$NFTPROXY_RECIPE"; cat Dockerfile .dockerignore pyproject.toml "$OUT/.base.stamp";
+NFTPROXY_RECIPE=3  # bump when the build steps below change
+digest=$( { echo "$NFTPROXY_RECIPE"; cat Dockerfile .dockerignore pyproject.toml "$(base_stamp "$SUITE")";
             find nftproxy -type f -name '*.py' -o -type f -name '*.typed' | LC_ALL=C sort | xargs cat; } \
           | sha256sum | cut -c1-12)
 NFTPROXY_REF=localhost/nftproxy:$digest

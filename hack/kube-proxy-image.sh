@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # The reference for upstream's e2e suite (make upstream-e2e-reference): the real kube-proxy as a
 # DaemonSet, from an image built here (no registry):
-#   localhost/kube-proxy:<K8S_VERSION>   hack/images.sh's Debian base + nftables (kube-proxy's
-#                                        nftables mode runs `nft`) + $CACHE/bin/kube-proxy
+#   localhost/kube-proxy:<K8S_VERSION>   a Debian bookworm base (hack/base-image.sh) + nftables
+#                                        (kube-proxy's nftables mode runs `nft`: bookworm's 1.0.6,
+#                                        as the nodes' here) + $CACHE/bin/kube-proxy
 # as a docker archive next to hack/images.sh's ($OUT/kube-proxy.tar), listed in
-# $OUT/kube-proxy.json. Cached by a stamp of the binary and this script; needs hack/images.sh
-# (its base) and hack/k8s-tools.sh (the binary) first.
+# $OUT/kube-proxy.json. Cached by a stamp of the binary and this script; needs hack/k8s-tools.sh
+# (the binary) first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -26,11 +27,13 @@ bah() {
   unshare --mount --propagation private -- \
     buildah --root "$OUT/storage" --runroot "$OUT/run" --storage-driver vfs "$@"
 }
+# shellcheck source=hack/base-image.sh
+. hack/base-image.sh
+base_image bookworm
 key="$(sha256sum "$BIN/kube-proxy" hack/kube-proxy-image.sh | sha256sum | cut -c1-16) $(cat "$OUT/.base.stamp" 2>/dev/null)"
 if [ -f "$OUT/kube-proxy.tar" ] && [ "$(cat "$OUT/.kube-proxy.stamp" 2>/dev/null)" = "$key" ]; then
   log "$REF: cached"
 else
-  bah inspect --type image "$BASE_REF" >/dev/null 2>&1 || { echo "kube-proxy-image: no $BASE_REF (run hack/images.sh)" >&2; exit 1; }
   log "[kube-proxy] $REF: $BASE_REF + nftables + kube-proxy $version"
   c=$(bah from --pull=never "$BASE_REF")
   trap 'bah rm "$c" >/dev/null 2>&1 || true' EXIT

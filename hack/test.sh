@@ -11,6 +11,8 @@ bash hack/crds.sh
 # the oldest Kubernetes the chart claims (Chart.yaml kubeVersion): its apiserver, for tests/k8s/test_chart.py
 NFTPROXY_CACHE=${NFTPROXY_CACHE:-$HOME/.cache/nftproxy}/oldest K8S_VERSION=v1.35.4 K8S_TOOLS=kube-apiserver K8S_NO_HELM=1 \
   bash hack/k8s-tools.sh
+# trixie's nft in a chroot (cached), for tests/netns/test_nft_versions.py: the image's nft and this machine's
+bash hack/trixie-nft.sh
 echo "==> ruff"
 .venv/bin/ruff check nftproxy testkit tests bench demo
 .venv/bin/ruff format --check nftproxy testkit tests bench demo

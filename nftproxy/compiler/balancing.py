@@ -122,15 +122,15 @@ def rr_sticky(map_name: str) -> bool:
 def rr_objects(
     family: Family, kind: str, n: int, masquerade: str | None, pods: bool, sticky_rules: tuple[str, ...]
 ) -> tuple[list[Set], list[Chain]]:
-    ip, a = family.value, family.addr_type
+    ip = family.value
     if kind == RR_ENTRY:
         key, np_key = f"{ip} daddr . meta l4proto . th dport", "meta l4proto . th dport"
         sets = [
-            Set(RR_SERVICES, f"type {a} . inet_proto . inet_service : verdict", (), comment="round-robin frontends"),
-            Set(RR_NODEPORTS, "type inet_proto . inet_service : verdict", (), comment="round-robin NodePorts"),
-            Set(RR_LOCAL_SERVICES, f"type {a} . inet_proto . inet_service : verdict", (),
+            Set(RR_SERVICES, f"typeof {key} : verdict", (), comment="round-robin frontends"),
+            Set(RR_NODEPORTS, f"typeof {np_key} : verdict", (), comment="round-robin NodePorts"),
+            Set(RR_LOCAL_SERVICES, f"typeof {key} : verdict", (),
                 comment="round-robin frontends, Local policy: this node's endpoints"),
-            Set(RR_LOCAL_NODEPORTS, "type inet_proto . inet_service : verdict", (),
+            Set(RR_LOCAL_NODEPORTS, f"typeof {np_key} : verdict", (),
                 comment="round-robin NodePorts, Local policy: this node's endpoints"),
         ]  # fmt: skip
 

@@ -12,7 +12,8 @@ import hashlib
 from nftproxy.compiler import balancing, names
 from nftproxy.nft.objects import Chain, Counter, Family, Hook, Set
 
-LAYOUT = 3  # 3: hairpin keyed by port, service-cidrs, filter-output-post-dnat; 2: ClientIP affinity per Service port
+LAYOUT = 4  # 4: every set declared with typeof (read by nft 1.0.6 and 1.1.x alike); 3: hairpin keyed by
+# port, service-cidrs, filter-output-post-dnat; 2: ClientIP affinity per Service port
 MASQ_MARK = "0x4000"
 
 BASE_CHAINS: tuple[tuple[str, Hook, tuple[str, ...]], ...] = (
@@ -108,71 +109,83 @@ REGULAR_CHAINS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ),
 )
 
+# Every set and map is declared with `typeof` (the expressions that match it), never `type`: nft
+# >= 1.1.2 stores a `type` declaration's key (and a map's data) as a value expression in the set's
+# metadata, which nft <= 1.1.1 (Debian bookworm's 1.0.6) cannot parse: it crashes (SIGSEGV) on any
+# listing of the ruleset (a plain `type ipv4_addr` set, any `type … : verdict` or `type … : ipv4_addr`
+# map; upstream fixed the reading side in nftables be737a1986bf). `typeof` metadata is the same
+# whichever version writes it: the image's nft (trixie, 1.1.x) and the node's (1.0.6) read each
+# other's tables (tests/netns/test_nft_versions.py).
+FRONTEND_KEY = "{ip} daddr . meta l4proto . th dport"  # Service IP . proto . port
+NODEPORT_VMAP = "typeof meta l4proto . th dport : verdict"
+FRONTEND_VMAP = f"typeof {FRONTEND_KEY} : verdict"
+ADDRESSES = "typeof {ip} daddr"
+
 SETS: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
     (
         names.SERVICE_IPS,
-        "type {addr} . inet_proto . inet_service : verdict",
+        FRONTEND_VMAP,
         (),
         "ClusterIPs, externalIPs, LoadBalancer IPs",
     ),
-    (names.SERVICE_NODEPORTS, "type inet_proto . inet_service : verdict", (), "NodePorts"),
+    (names.SERVICE_NODEPORTS, NODEPORT_VMAP, (), "NodePorts"),
     (
         names.NO_ENDPOINT_SERVICES,
-        "type {addr} . inet_proto . inet_service : verdict",
+        FRONTEND_VMAP,
         (),
         "Service IPs without endpoints",
     ),
-    (names.NO_ENDPOINT_NODEPORTS, "type inet_proto . inet_service : verdict", (), "NodePorts without endpoints"),
-    (names.CLUSTER_IPS, "type {addr}", (), "every ClusterIP: other ports are rejected"),
-    (names.NODEPORT_IPS, "type {addr}", ("interval",), "addresses NodePorts answer on"),
-    (names.CLUSTER_CIDRS, "type {addr}", ("interval",), "pod CIDRs: sources not masqueraded"),
-    (names.SERVICE_CIDRS, "type {addr}", ("interval",), "ServiceCIDRs: unallocated addresses are dropped"),
+    (names.NO_ENDPOINT_NODEPORTS, NODEPORT_VMAP, (), "NodePorts without endpoints"),
+    (names.CLUSTER_IPS, ADDRESSES, (), "every ClusterIP: other ports are rejected"),
+    (names.NODEPORT_IPS, ADDRESSES, ("interval",), "addresses NodePorts answer on"),
+    (names.CLUSTER_CIDRS, ADDRESSES, ("interval",), "pod CIDRs: sources not masqueraded"),
+    (names.SERVICE_CIDRS, ADDRESSES, ("interval",), "ServiceCIDRs: unallocated addresses are dropped"),
     (
         names.HAIRPIN_ENDPOINTS,
-        "type {addr} . {addr} . inet_proto . inet_service",
+        "typeof {ip} saddr . {ip} daddr . meta l4proto . th dport",
         (),
         "endpoint . itself . proto . port: hairpin traffic is masqueraded",
     ),
     (
         names.FIREWALL_IPS,
-        "type {addr} . inet_proto . inet_service",
+        f"typeof {FRONTEND_KEY}",
         (),
         "LoadBalancer IPs with loadBalancerSourceRanges",
     ),
     (
         names.FIREWALL_ALLOW,
-        "type {addr} . inet_proto . inet_service . {addr}",
+        f"typeof {FRONTEND_KEY} . {{ip}} saddr",
         ("interval",),
         "LoadBalancer IP . proto . port . allowed source range",
     ),
     (
         names.AFFINITY_SERVICES,
-        "type {addr} . inet_proto . inet_service : verdict",
+        FRONTEND_VMAP,
         (),
         "sessionAffinity ClientIP frontends -> the recording chain of their timeout",
     ),
-    (names.AFFINITY_NODEPORTS, "type inet_proto . inet_service : verdict", (), "sessionAffinity ClientIP NodePorts"),
+    (names.AFFINITY_NODEPORTS, NODEPORT_VMAP, (), "sessionAffinity ClientIP NodePorts"),
     (
         names.STICKY_SERVICES,
-        "type {addr} . inet_proto . inet_service : verdict",
+        FRONTEND_VMAP,
         (),
         "sessionAffinity ClientIP frontends -> the lookup chain of their Service port's record",
     ),
     (
         names.STICKY_NODEPORTS,
-        "type inet_proto . inet_service : verdict",
+        NODEPORT_VMAP,
         (),
         "sessionAffinity ClientIP NodePorts -> the lookup chain of their Service port's record",
     ),
     (
         names.LOCAL_POLICY_SHORT_CIRCUIT,
-        "type {addr} . inet_proto . inet_service : verdict",
+        FRONTEND_VMAP,
         (),
         "externalTrafficPolicy Local: pod and node traffic goes to all endpoints",
     ),
     (
         names.NODEPORT_SHORT_CIRCUIT,
-        "type inet_proto . inet_service : verdict",
+        NODEPORT_VMAP,
         (),
         "externalTrafficPolicy Local NodePorts: pod and node traffic goes to all endpoints",
     ),
@@ -202,7 +215,7 @@ def base_sets(family: Family, localhost: bool = False) -> list[Set]:
         sets.append(
             Set(
                 names.LOCALHOST_NODEPORT_REJECT_PORTS,
-                "type inet_proto . inet_service : verdict",
+                NODEPORT_VMAP,
                 comment="localhost NodePorts of protocols the userspace proxy does not serve: rejected",
             )
         )
@@ -367,8 +380,10 @@ def affinity_objects(family: Family, tag: str, timeout: int) -> tuple[list[Set],
     the client address alone as kube-proxy's per-endpoint sets, its lookup chain and its
     recording chain. The timeout is in the names: a new timeout is a new record (kube-proxy
     forgets its clients then too). IPv6 keeps the endpoint's address and port in two maps:
-    nft 1.0.6 aborts on `update` with data ``ipv6_addr . inet_service``."""
-    ip, a = family.value, family.addr_type
+    nft 1.0.6 aborts on `update` with data ``ipv6_addr . inet_service``. Declared with typeof
+    (see SETS); the record writes ``th dport`` (after ``meta l4proto P``), the type of the
+    data's port: with ``tcp dport`` nft lists the rule with "conflicting protocols" errors."""
+    ip = family.value
     record, lookup = names.affinity_map(tag, timeout), names.sticky_chain(tag, timeout)
     what = f"sessionAffinity ClientIP ({timeout}s): client -> endpoint"
 
@@ -376,25 +391,22 @@ def affinity_objects(family: Family, tag: str, timeout: int) -> tuple[list[Set],
         return Set(name, spec, ("dynamic", "timeout"), f"{timeout}s", comment, dynamic=True)
 
     if family is Family.IP:
-        sets = [dyn(record, f"type {a} : {a} . inet_service", what)]
+        sets = [dyn(record, f"typeof {ip} saddr : {ip} daddr . th dport", what)]
         dnat = f"dnat {ip} to {ip} saddr map @{record}"
-        updates = [f"update @{record} {{ {ip} saddr : {ip} daddr . {p} dport }}" for p in PROTOS]
+        update = f"update @{record} {{ {ip} saddr : {ip} daddr . th dport }}"
     else:
         port = names.affinity_port_map(tag, timeout)
         sets = [
-            dyn(record, f"type {a} : {a}", what),
-            dyn(port, f"type {a} : inet_service", f"{what} port"),
+            dyn(record, f"typeof {ip} saddr : {ip} daddr", what),
+            dyn(port, f"typeof {ip} saddr : th dport", f"{what} port"),
         ]
         dnat = f"dnat {ip} to {ip} saddr map @{record} : {ip} saddr map @{port}"
-        updates = [
-            f"update @{record} {{ {ip} saddr : {ip} daddr }} update @{port} {{ {ip} saddr : {p} dport }}"
-            for p in PROTOS
-        ]
+        update = f"update @{record} {{ {ip} saddr : {ip} daddr }} update @{port} {{ {ip} saddr : th dport }}"
     chains = [
         Chain(lookup, (f"meta l4proto {{ tcp, udp, sctp }} {dnat}",)),
         Chain(
             names.affinity_record_chain(tag, timeout),
-            tuple(f"meta l4proto {p} {u}" for p, u in zip(PROTOS, updates, strict=True)),
+            tuple(f"meta l4proto {p} {update}" for p in PROTOS),
         ),
     ]
     return sets, chains

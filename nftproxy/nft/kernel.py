@@ -413,6 +413,12 @@ _PROTO_NAMES = {"6": "tcp", "17": "udp", "132": "sctp", "1": "icmp", "58": "ipv6
 
 
 def _proto_fields(types: Any) -> tuple[int, ...]:
+    """The key's protocol fields, from the set's JSON "type": datatype names (nft 1.0.6, also for
+    typeof sets), or ``{"typeof": expression}`` (nft >= 1.1 for typeof sets: ``meta l4proto``)."""
+    if isinstance(types, dict) and "typeof" in types:
+        expr = types["typeof"]
+        parts = expr["concat"] if isinstance(expr, dict) and "concat" in expr else [expr]
+        return tuple(i for i, p in enumerate(parts) if p == {"meta": {"key": "l4proto"}})
     types = [types] if isinstance(types, str) else types or []
     return tuple(i for i, t in enumerate(types) if t == "inet_proto")
 

@@ -33,7 +33,9 @@ from typing import Any
 from testkit.k8s.controlplane import cache_dir
 
 ROOT = Path(__file__).resolve().parents[2]
-BASE_REF = "localhost/nftproxy-base:bookworm"  # hack/images.sh's Debian base
+# hack/base-image.sh's Debian bases and their stamps: trixie (the nftproxy image's, hack/images.sh),
+# bookworm (kube-proxy's image, and the nftproxy image's before the move to trixie).
+BASES = (("localhost/nftproxy-base:trixie", ".base-trixie.stamp"), ("localhost/nftproxy-base:bookworm", ".base.stamp"))
 
 
 def images_dir() -> Path:
@@ -190,23 +192,24 @@ def build_commit(source: Path, log: Callable[[str], None]) -> dict[str, Any]:
 
 
 def _seed_base(out: Path, log: Callable[[str], None]) -> None:
-    """Copy the current images directory's Debian base into OUT's buildah storage, with its stamp,
-    when OUT has none: hack/images.sh would otherwise make the same base again with mmdebstrap
-    (~3 min, a Debian download). Only a cache: an images.sh whose base key differs from the
-    copied stamp's rebuilds the base anyway, and a failed copy leaves the build to images.sh."""
+    """Copy the current images directory's Debian bases into OUT's buildah storage, with their
+    stamps, when OUT has none: hack/images.sh would otherwise make the same base again with
+    mmdebstrap (~3 min, a Debian download). Only a cache: an images.sh whose base key differs from
+    the copied stamp's rebuilds the base anyway, and a failed copy leaves the build to images.sh."""
     src = images_dir()
-    stamp = src / ".base.stamp"
-    if (out / ".base.stamp").exists() or not stamp.exists():
-        return
-    bah = ["unshare", "--mount", "--propagation", "private", "--", "buildah", "--storage-driver", "vfs"]
-    dest = f"containers-storage:[vfs@{out / 'storage'}+{out / 'run'}]{BASE_REF}"
-    with open(src / ".images.lock", "a") as lock:  # held while its storage is read
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        argv = [*bah, "--root", str(src / "storage"), "--runroot", str(src / "run"), "push", "-q", BASE_REF, dest]
-        p = subprocess.run(argv, capture_output=True, text=True, check=False)
-        key = stamp.read_text()
-    if p.returncode != 0:
-        log(f"    (the base could not be copied from {src}, images.sh makes it: {p.stderr.strip()[-300:]})")
-        return
-    (out / ".base.stamp").write_text(key)
-    log(f"    {BASE_REF}: copied from {src}")
+    for ref, stamp_name in BASES:
+        stamp = src / stamp_name
+        if (out / stamp_name).exists() or not stamp.exists():
+            continue
+        bah = ["unshare", "--mount", "--propagation", "private", "--", "buildah", "--storage-driver", "vfs"]
+        dest = f"containers-storage:[vfs@{out / 'storage'}+{out / 'run'}]{ref}"
+        with open(src / ".images.lock", "a") as lock:  # held while its storage is read
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            argv = [*bah, "--root", str(src / "storage"), "--runroot", str(src / "run"), "push", "-q", ref, dest]
+            p = subprocess.run(argv, capture_output=True, text=True, check=False)
+            key = stamp.read_text()
+        if p.returncode != 0:
+            log(f"    (the base could not be copied from {src}, images.sh makes it: {p.stderr.strip()[-300:]})")
+            continue
+        (out / stamp_name).write_text(key)
+        log(f"    {ref}: copied from {src}")

@@ -4,9 +4,10 @@ The previous release (conftest's ``previous_release``: commit 882ad58, table lay
 built by its own hack/images.sh and imported into each node) is installed with ITS chart, as a
 user of that release has it, on nodes without any nftproxy table; then, under continuous new
 connections from a pod, a node and the outside client, ``helm upgrade`` to this commit's chart and
-image (layout 3), and ``helm rollback`` to the first revision (the previous chart and image) under
-the same traffic. The two charts take the same values (this one adds the ServiceCIDR RBAC the new
-code needs and a kubeVersion range), so both revisions are installed with the same ones.
+image (its LAYOUT: 4 since every set is declared with typeof), and ``helm rollback`` to the first
+revision (the previous chart and image) under the same traffic. The two charts take the same
+values (this one adds the ServiceCIDR RBAC the new code needs and a kubeVersion range), so both
+revisions are installed with the same ones.
 
 Expected: no failed request; on each node the old table replaced by the other layout in ONE
 transaction. A netlink listener in each node's network namespace (testkit.lab.nftwatch

@@ -230,12 +230,14 @@ def test_restart_adopts_the_table_without_rewriting_it(netns: str) -> None:
     backend.close()
 
 
-def test_a_table_of_an_older_layout_is_replaced_in_one_transaction(netns: str) -> None:
+@pytest.mark.parametrize("layout", [2, 3])
+def test_a_table_of_an_older_layout_is_replaced_in_one_transaction(netns: str, layout: int) -> None:
     """An upgrade: the table an older nftproxy left (layout 2: the demo's golden table as 882ad58
-    wrote it) is replaced by the first sync of the new one, deleted and created again in ONE
-    transaction (the kernel's generations, seen by a netlink listener): never absent, never half."""
-    old = (GOLDEN / "layout-2" / "demo-default.nft").read_text()
-    assert 'comment "nftproxy layout 2 ' in old and LAYOUT != 2
+    wrote it; layout 3: with `type` declarations, before every set was declared with typeof) is
+    replaced by the first sync of the new one, deleted and created again in ONE transaction (the
+    kernel's generations, seen by a netlink listener): never absent, never half."""
+    old = (GOLDEN / f"layout-{layout}" / "demo-default.nft").read_text()
+    assert f'comment "nftproxy layout {layout} ' in old and layout != LAYOUT
     source, config = CASES["demo-default"]
     assert source == EXAMPLE
     inputs = load([str(source)])
@@ -243,7 +245,7 @@ def test_a_table_of_an_older_layout_is_replaced_in_one_transaction(netns: str) -
     with GenerationWatch(netns) as watch:
         nft(netns, "-f", "-", stdin=old)
         [loaded] = watch.wait(1, timeout=10)
-        assert loaded.created_tables() == {("ip", "nftproxy"): 2, ("ip6", "nftproxy"): 2}
+        assert loaded.created_tables() == {("ip", "nftproxy"): layout, ("ip6", "nftproxy"): layout}
         dp = Dataplane(backend, config)
         for s in inputs.services:
             dp.set_service(s)

@@ -67,13 +67,13 @@ def test_every_frontend_of_a_port_shares_one_record() -> None:
 def test_the_record_is_keyed_by_the_client_alone() -> None:
     t = tables(objects())
     v4 = t[Family.IP].sets[names.affinity_map(TAG, 60)]
-    assert v4.spec == "type ipv4_addr : ipv4_addr . inet_service" and v4.timeout == "60s"
+    assert v4.spec == "typeof ip saddr : ip daddr . th dport" and v4.timeout == "60s"
     assert t[Family.IP].chains[names.sticky_chain(TAG, 60)].rules == (
         f"meta l4proto {{ tcp, udp, sctp }} dnat ip to ip saddr map @{names.affinity_map(TAG, 60)}",
     )
     # IPv6: nft 1.0.6 aborts on `update` with data ipv6_addr . inet_service: address and port apart
-    assert t[Family.IP6].sets[names.affinity_map(TAG, 60)].spec == "type ipv6_addr : ipv6_addr"
-    assert t[Family.IP6].sets[names.affinity_port_map(TAG, 60)].spec == "type ipv6_addr : inet_service"
+    assert t[Family.IP6].sets[names.affinity_map(TAG, 60)].spec == "typeof ip6 saddr : ip6 daddr"
+    assert t[Family.IP6].sets[names.affinity_port_map(TAG, 60)].spec == "typeof ip6 saddr : th dport"
     for rule in t[Family.IP6].chains[names.affinity_record_chain(TAG, 60)].rules:
         assert "ip6 daddr . " not in rule, rule
 
