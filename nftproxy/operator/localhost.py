@@ -290,13 +290,42 @@ class _Side(asyncio.BufferedProtocol):
 
 
 class _ClientSide(_Side):
-    """The accepted side: not read until an endpoint answered (its bytes wait in the kernel)."""
+    """The accepted side: not read until an endpoint answered (its bytes wait in the kernel).
+
+    Pausing in ``connection_made`` does not hold on every Python: 3.11.2's transport (Debian
+    bookworm's) adds its reader after ``connection_made`` whatever it did, so a client that speaks
+    first (an HTTP request) could be read before its endpoint was linked, and those bytes were
+    lost (the client then waited for ever). What is read early is kept, reading pauses again, and
+    ``link`` sends it first (an early half-close too)."""
+
+    def __init__(self, conn: _Conn) -> None:
+        super().__init__(conn)
+        self.early = bytearray()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
         assert self.transport is not None
         self.transport.pause_reading()
         self.conn.start()
+
+    def buffer_updated(self, nbytes: int) -> None:
+        if self.peer is None:  # read before the endpoint is linked: kept for it
+            assert self.buffer is not None and self.transport is not None
+            self.early += memoryview(self.buffer)[:nbytes]
+            self.transport.pause_reading()
+            return
+        super().buffer_updated(nbytes)
+
+    def link(self, backend: _Side) -> None:
+        """The endpoint answered: what the client sent so far goes first, then the rest."""
+        assert self.transport is not None and backend.transport is not None
+        self.peer = backend
+        if self.early:
+            backend.transport.write(bytes(self.early))
+            self.early.clear()
+        if self.eof:  # the client half-closed before the endpoint was linked
+            backend.transport.write_eof()
+        self.transport.resume_reading()
 
 
 def reset(side: _Side | None) -> None:
@@ -359,8 +388,7 @@ class _Conn:
         if client.gone:  # it went away meanwhile
             reset(backend)
             return
-        client.peer = backend
-        client.transport.resume_reading()
+        client.link(backend)
 
     def close(self) -> None:
         """Both directions ended: close both (each sends what it still buffers first)."""

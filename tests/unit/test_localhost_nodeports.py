@@ -277,6 +277,19 @@ class Endpoints:
         self.names[ep] = name
         return ep
 
+    async def echoing(self) -> Slot:
+        """Reads one line (a request), answers it, then closes: the client speaks first."""
+
+        async def echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            line = await reader.readline()
+            writer.write(b"echo " + line)
+            await writer.drain()
+            writer.close()
+
+        server = await asyncio.start_server(echo, "127.0.0.1", 0)
+        self.servers.append(server)
+        return ("127.0.0.1", str(server.sockets[0].getsockname()[1]))
+
     async def counting(self) -> Slot:
         """Reads until EOF, then answers how many bytes and their sum, then closes."""
 
@@ -454,6 +467,43 @@ def test_bulk_both_ways_and_half_close() -> None:
         writer.close()
         await asyncio.sleep(0.05)
         assert proxy.conns == set()  # both connections forgotten once closed
+
+    run(scenario)
+
+
+def test_a_client_that_speaks_first_is_served_where_pausing_at_accept_does_not_hold(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Python 3.11.2 (Debian bookworm's, the image's before trixie) adds an accepted socket's
+    reader after ``connection_made`` even when it paused reading there; the proxy then read a
+    client's request before the endpoint was linked and lost it: half of upstream's
+    LocalhostNodePorts e2e requests (curl) hung. Here with that transport behaviour put back: a
+    request line, and bytes with an immediate half-close, each reach the endpoint."""
+    from asyncio import selector_events  # noqa: PLC0415
+
+    def add_reader_as_in_3_11_2(self: Any, fd: int, callback: Callable[..., object], *args: object) -> None:
+        if self._closing:
+            return
+        self._loop._add_reader(fd, callback, *args)
+
+    monkeypatch.setattr(selector_events._SelectorTransport, "_add_reader", add_reader_as_in_3_11_2)
+    port, port2 = free_port(), free_port()
+
+    async def scenario(proxy: LocalhostNodePorts, eps: Endpoints, metrics: Metrics) -> None:
+        await proxy.update(
+            {4: {port: spec((await eps.echoing(),), port=port), port2: spec((await eps.counting(),), port=port2)}}
+        )
+        for i in range(20):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(f"GET /{i}\n".encode())
+            assert await asyncio.wait_for(reader.readline(), 5) == f"echo GET /{i}\n".encode()
+            writer.close()
+        for i in range(5):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port2)
+            writer.write(b"x" * (i + 1))
+            writer.write_eof()
+            assert await asyncio.wait_for(reader.readline(), 5) == f"{i + 1} {120 * (i + 1)}\n".encode()
+            writer.close()
 
     run(scenario)
 
