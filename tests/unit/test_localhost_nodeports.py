@@ -486,7 +486,7 @@ def test_a_client_that_speaks_first_is_served_where_pausing_at_accept_does_not_h
             return
         self._loop._add_reader(fd, callback, *args)
 
-    monkeypatch.setattr(selector_events._SelectorTransport, "_add_reader", add_reader_as_in_3_11_2)
+    monkeypatch.setattr(selector_events._SelectorTransport, "_add_reader", add_reader_as_in_3_11_2)  # type: ignore[attr-defined]
     port, port2 = free_port(), free_port()
 
     async def scenario(proxy: LocalhostNodePorts, eps: Endpoints, metrics: Metrics) -> None:
