@@ -50,6 +50,7 @@ import base64
 import compileall
 import contextlib
 import http.client
+import itertools
 import json
 import os
 import queue
@@ -640,6 +641,28 @@ def measure(
     return run
 
 
+def object_sizes(cp: ControlPlane, index: int) -> dict[str, int]:
+    """The bytes of one EndpointSlice as the apiserver sends it as JSON and as protobuf (what
+    nftproxy and kube-proxy ask for), and the JSON without its managedFields."""
+    url = urlsplit(cp.server)
+    path = f"/apis/discovery.k8s.io/v1/namespaces/{NS}/endpointslices/s{index}-x"
+    out = {}
+    for name, accept in (("json", "application/json"), ("protobuf", "application/vnd.kubernetes.protobuf")):
+        conn = http.client.HTTPSConnection(url.hostname or "", url.port, context=cp.ssl_context())
+        try:
+            conn.request("GET", path, headers={"Accept": accept})
+            resp = conn.getresponse()
+            body = resp.read()
+        finally:
+            conn.close()
+        out[name] = len(body)
+        if name == "json":
+            obj = json.loads(body)
+            obj["metadata"].pop("managedFields", None)
+            out["json without managedFields"] = len(json.dumps(obj, separators=(",", ":")))
+    return out
+
+
 def _f(x: float | None, fmt: str = ".1f") -> str:
     return "-" if x is None else format(x, fmt)
 
@@ -728,6 +751,11 @@ def main() -> int:
                     print_profile(prof, r)
                     continue
                 runs.append(r)
+                if len(runs) == 1:
+                    last = next(itertools.islice(stream(args.services, max(1, round(rate)), args.seed), 30, None))
+                    sizes = object_sizes(cp, last.index)
+                    print(f"  one churned EndpointSlice (s{last.index}-x) as the apiserver sends it: "
+                          + ", ".join(f"{k} {v:,} B" for k, v in sizes.items()), flush=True)  # fmt: skip
                 print(f"  {proxy} at {rate:g}/s: CPU user {r.per_min(r.user_s):.2f} + system "
                       f"{r.per_min(r.system_s):.2f} s/min, RSS {r.rss_start:.0f} -> {r.rss_end:.0f} MB, p50/p99 "
                       f"{_f(pct(r.latencies, .5))}/{_f(pct(r.latencies, .99))} s, {r.syncs:.0f} syncs, "
