@@ -237,9 +237,13 @@ def pct(values: list[float], p: float) -> float | None:
     return s[min(len(s) - 1, max(0, round(p * (len(s) - 1))))]
 
 
-def metric_sum(metrics: dict[str, float], name: str) -> float:
-    """The sum of a metric's samples over its labels."""
-    return sum(v for k, v in metrics.items() if k == name or k.startswith(name + "{"))
+def metric_sum(metrics: dict[str, float], name: str, family: str | None = None) -> float:
+    """The sum of a metric's samples over its labels (only those of ``ip_family`` FAMILY, if given)."""
+    return sum(
+        v
+        for k, v in metrics.items()
+        if (k == name or k.startswith(name + "{")) and (family is None or f'ip_family="{family}"' in k)
+    )
 
 
 CATEGORIES = (
@@ -350,6 +354,8 @@ class CountingForwarder:
 
     def close(self) -> None:
         self._stop = True
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)  # wakes the accept: until it returns the port stays bound
         self.sock.close()
         with self._lock:
             for s in self._open:
@@ -497,7 +503,9 @@ class Run:
     latencies: list[float] = field(default_factory=list)
     awaited: int = 0
     missed: int = 0
-    syncs: float = 0.0
+    syncs: float = 0.0  # IPv4 (nftproxy counts one sync in each family; kube-proxy's IPv6 proxier has no change)
+    syncs_all: float = 0.0  # all families
+    sync_seconds: float = 0.0  # IPv4 syncs' summed duration
     npd_sum: float = 0.0  # the proxy's own network programming histogram over the churn: sum, count
     npd_count: float = 0.0
     bytes_down: int = 0
@@ -561,12 +569,13 @@ def measure(
     args: argparse.Namespace,
     seed: int,
     profile: Path | None = None,
+    run_number: int = 0,
 ) -> Run:
     run = Run(proxy, rate)
     cls: type[Runner] = KubeProxyRunner if proxy == "kube-proxy" else NftproxyRunner
     wd = work / f"{proxy}-{rate:g}{'-profile' if profile else ''}"
     wd.mkdir()
-    fwd = CountingForwarder(args.forward_port, ("127.0.0.1", urlsplit(cp.server).port or 443))
+    fwd = CountingForwarder(args.forward_port + run_number, ("127.0.0.1", urlsplit(cp.server).port or 443))
     shim = argparse.Namespace(kubeconfig=kubeconfig_via(cp.kubeconfig, fwd.port, wd / "via-counter.kubeconfig"))
     try:
         with bare_netns(args.netns_prefix) as netns:
@@ -618,8 +627,10 @@ def measure(
                 run.writes, run.failures, run.late = writer.writes, writer.failures, writer.late
                 run.user_s, run.system_s = u1 - u0, s1 - s0
                 run.bytes_down, run.bytes_up = b1[0] - b0[0], b1[1] - b0[1]
-                name = "kubeproxy_sync_proxy_rules_duration_seconds_count"
-                run.syncs = metric_sum(m1, name) - metric_sum(m0, name)
+                name = "kubeproxy_sync_proxy_rules_duration_seconds"
+                run.syncs = metric_sum(m1, name + "_count", "IPv4") - metric_sum(m0, name + "_count", "IPv4")
+                run.syncs_all = metric_sum(m1, name + "_count") - metric_sum(m0, name + "_count")
+                run.sync_seconds = metric_sum(m1, name + "_sum", "IPv4") - metric_sum(m0, name + "_sum", "IPv4")
                 npd = "kubeproxy_network_programming_duration_seconds"
                 run.npd_sum = metric_sum(m1, npd + "_sum") - metric_sum(m0, npd + "_sum")
                 run.npd_count = metric_sum(m1, npd + "_count") - metric_sum(m0, npd + "_count")
@@ -674,8 +685,8 @@ def report(runs: list[Run], services: int, version: str) -> None:
     print()
     print("| writes/s (achieved) | proxy | CPU s/min user | CPU s/min system | CPU s/min total | CPU ratio "
           "nftproxy/kube-proxy | RSS start → end (peak) | latency p50 / p99 | syncs (per min) | "
-          "MB/min from apiserver | load 1-min start / end |")  # fmt: skip
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+          "mean sync | MB/min from apiserver | load 1-min start / end |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     by = {(r.rate, r.proxy): r for r in runs}
     for r in runs:
         total = r.per_min(r.user_s + r.system_s)
@@ -691,6 +702,7 @@ def report(runs: list[Run], services: int, version: str) -> None:
             f"{r.per_min(r.system_s):.2f} | {total:.2f} | {ratio} | {r.rss_start:.0f} → {r.rss_end:.0f} MB "
             f"({r.rss_change:+.1f} %, peak {r.rss_peak:.0f}) | {_f(p50 and p50 * 1000, '.0f')} / "
             f"{_f(p99 and p99 * 1000, '.0f')} ms | {r.syncs:.0f} ({r.per_min(r.syncs):.0f}) | "
+            f"{_f(r.sync_seconds / r.syncs * 1000 if r.syncs else None, '.0f')} ms | "
             f"{r.per_min(r.bytes_down) / 1e6:.2f} | {r.load[0]:.2f} / {r.load[1]:.2f} |"
         )
     print()
@@ -699,7 +711,8 @@ def report(runs: list[Run], services: int, version: str) -> None:
         print(
             f"  {r.proxy} at {r.rate:g}/s: {r.writes} writes in {r.seconds:.1f} s ({r.failures} failed, "
             f"{r.late} dispatched late), first sync {r.first_sync:.2f} s; latency samples {len(r.latencies)} of "
-            f"{r.awaited} ({r.missed} never seen); its own network-programming histogram: {own}; "
+            f"{r.awaited} ({r.missed} never seen); syncs IPv4 {r.syncs:.0f}, all families {r.syncs_all:.0f}; "
+            f"its own network-programming histogram: {own}; "
             f"bytes from / to the apiserver {r.bytes_down:,} / {r.bytes_up:,}"
             + (f"; netlink overruns {r.overruns}" if r.overruns else "")
         )
@@ -740,13 +753,13 @@ def main() -> int:
             plan: list[tuple[float, str, Path | None]] = [(rate, proxy, None) for rate in rates for proxy in proxies]
             if args.profile_seconds:
                 plan.append((max(rates), "nftproxy", work / "nftproxy.pyspy"))
-            for rate, proxy, prof in plan:
+            for k, (rate, proxy, prof) in enumerate(plan):
                 if dirty:
                     reset_slices(cp, dirty)
                     time.sleep(2)
                 seconds = args.profile_seconds if prof else args.duration
                 dirty = touched(args.services, rate, seconds, args.seed)
-                r = measure(cp, proxy, rate, args.services, seconds, work, args, args.seed, prof)
+                r = measure(cp, proxy, rate, args.services, seconds, work, args, args.seed, prof, k)
                 if prof is not None:
                     print_profile(prof, r)
                     continue

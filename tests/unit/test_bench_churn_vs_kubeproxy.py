@@ -101,3 +101,8 @@ def test_profile_categories_by_innermost_known_frame() -> None:
     rows = profile_table(f"{stack} 3\na (nftproxy/nft/netlink.py:1) 1\nnot a line\n")
     assert [(k, n) for k, n, _ in rows] == [("JSON decode", 3), ("netlink / kernel", 1)]
     assert abs(sum(s for _, _, s in rows) - 1.0) < 1e-9
+
+
+def test_metric_sum_of_one_family() -> None:
+    m = {'s_count{ip_family="IPv4"}': 5.0, 's_count{ip_family="IPv6"}': 5.0, "t": 1.0}
+    assert metric_sum(m, "s_count", "IPv4") == 5.0 and metric_sum(m, "s_count") == 10.0
