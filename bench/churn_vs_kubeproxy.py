@@ -283,6 +283,36 @@ def profile_table(collapsed: str) -> list[tuple[str, int, float]]:
     return [(k, v, v / total) for k, v in counts.most_common()]
 
 
+INCLUSIVE = (
+    # (what, substrings of any frame of the stack): share of the samples whose stack has one
+    ("kopf (its watch stream, queues, workers, and our handlers below it)", ("kopf/",)),
+    ("  our kopf handlers (parse + queue)", ("nftproxy/operator/handlers.py",)),
+    ("  aiohttp + SSL reads", ("aiohttp/", "ssl.py", "sslproto.py")),
+    ("JSON decode (anywhere)", ("json/decoder.py", "json/__init__.py")),
+    ("parse (nftproxy/model)", ("nftproxy/model/",)),
+    ("the syncer's sync (nftproxy/operator/syncer.py)", ("nftproxy/operator/syncer.py",)),
+    ("  compile (nftproxy/compiler)", ("nftproxy/compiler/",)),
+    ("  dataplane (nftproxy/dataplane)", ("nftproxy/dataplane/",)),
+    ("  netlink / kernel (nftproxy/nft)", ("nftproxy/nft/",)),
+    ("epoll (the event loop waiting or polling)", ("selectors.py",)),
+)
+
+
+def inclusive_table(collapsed: str) -> list[tuple[str, float]]:
+    """(what, share of the samples whose stack holds one of its frames), in INCLUSIVE's order."""
+    counts: Counter[str] = Counter()
+    total = 0
+    for line in collapsed.splitlines():
+        stack, _, n = line.rpartition(" ")
+        if not (stack and n.isdigit()):
+            continue
+        total += int(n)
+        for what, needles in INCLUSIVE:
+            if any(x in stack for x in needles):
+                counts[what] += int(n)
+    return [(what, counts[what] / (total or 1)) for what, _ in INCLUSIVE]
+
+
 def self_frames(collapsed: str, top: int = 15) -> list[tuple[str, int]]:
     """The innermost frames with the most samples."""
     counts: Counter[str] = Counter()
@@ -806,6 +836,9 @@ def print_profile(path: Path, r: Run) -> None:
           "while profiled; share of the samples, by innermost known frame):")  # fmt: skip
     for name, n, share in profile_table(collapsed):
         print(f"  {name:<20} {share * 100:5.1f} %  ({n} samples)")
+    print("  inclusive (a sample counts for each of these its stack passes through):")
+    for what, share in inclusive_table(collapsed):
+        print(f"    {share * 100:5.1f} %  {what}")
     print("  top frames:")
     for frame, n in self_frames(collapsed):
         print(f"    {n:6d}  {frame[:150]}")

@@ -11,6 +11,7 @@ from bench.churn_vs_kubeproxy import (
     TRIGGER,
     categorize,
     cpu_times,
+    inclusive_table,
     initial_pods,
     metric_sum,
     pct,
@@ -106,3 +107,15 @@ def test_profile_categories_by_innermost_known_frame() -> None:
 def test_metric_sum_of_one_family() -> None:
     m = {'s_count{ip_family="IPv4"}': 5.0, 's_count{ip_family="IPv6"}': 5.0, "t": 1.0}
     assert metric_sum(m, "s_count", "IPv4") == 5.0 and metric_sum(m, "s_count") == 10.0
+
+
+def test_inclusive_shares_count_a_sample_in_each_layer_it_passes() -> None:
+    text = (
+        "w (kopf/_core/reactor/watching.py:1);h (nftproxy/operator/handlers.py:9);p (nftproxy/model/parse.py:3) 2\n"
+        "s (nftproxy/operator/syncer.py:1);c (nftproxy/compiler/render.py:1) 1\n"
+        "select (selectors.py:468) 1\n"
+    )
+    shares = dict(inclusive_table(text))
+    assert shares["kopf (its watch stream, queues, workers, and our handlers below it)"] == 0.5
+    assert shares["parse (nftproxy/model)"] == 0.5 and shares["  compile (nftproxy/compiler)"] == 0.25
+    assert shares["epoll (the event loop waiting or polling)"] == 0.25
