@@ -616,7 +616,14 @@ def measure(
                     key = service_key(cluster_ip(services - 1), "tcp", 80)
                     ew.expect("service-ips", key)
                     t0, wall0 = time.perf_counter(), time.time()
-                    runner.start()
+                    env = os.environ.copy()
+                    if proxy.startswith("nftproxy@"):  # e.g. nftproxy@0s: another --min-sync-period (from its env)
+                        os.environ["NFTPROXY_MIN_SYNC_PERIOD"] = proxy.partition("@")[2]
+                    try:
+                        runner.start()
+                    finally:
+                        os.environ.clear()
+                        os.environ.update(env)
                     run.first_sync = ew.wait("service-ips", key, args.timeout) - t0
                 wait_synced(netns, *METRICS, runner.prefix, since=wall0, timeout=args.timeout, quiet=3.0)
                 time.sleep(2)
@@ -717,13 +724,13 @@ def report(runs: list[Run], services: int, version: str) -> None:
           "nftproxy/kube-proxy | RSS start → end (peak) | latency p50 / p99 | syncs (per min) | "
           "mean sync | MB/min from apiserver | load 1-min start / end |")  # fmt: skip
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
-    by = {(r.rate, r.proxy): r for r in runs}
+    by: dict[tuple[float, str], Run] = {(r.rate, r.proxy): r for r in runs}
     for r in runs:
         total = r.per_min(r.user_s + r.system_s)
         other = by.get((r.rate, "kube-proxy"))
         ratio = (
             f"{total / other.per_min(other.user_s + other.system_s):.3f}x"
-            if r.proxy == "nftproxy" and other and other.user_s + other.system_s
+            if r.proxy.startswith("nftproxy") and other and other.user_s + other.system_s
             else ""
         )
         p50, p99 = pct(r.latencies, 0.5), pct(r.latencies, 0.99)
@@ -753,7 +760,9 @@ def main() -> int:
     p.add_argument("--services", type=int, default=10_000)
     p.add_argument("--rates", default="20,100")
     p.add_argument("--duration", type=float, default=300.0)
-    p.add_argument("--proxies", default="kube-proxy,nftproxy")
+    p.add_argument(
+        "--proxies", default="kube-proxy,nftproxy", help="also nftproxy@PERIOD: nftproxy with --min-sync-period PERIOD"
+    )
     p.add_argument("--timeout", type=float, default=900.0)
     p.add_argument("--profile-seconds", type=float, default=0.0)
     p.add_argument("--netns-prefix", default="chb")
