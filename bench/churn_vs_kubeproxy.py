@@ -718,7 +718,7 @@ def _f(x: float | None, fmt: str = ".1f") -> str:
 def report(runs: list[Run], services: int, version: str) -> None:
     print()
     print(f"kube-proxy {version} vs nftproxy, {services:,} Services x {ENDPOINTS} endpoints, EndpointSlice churn "
-          "(rolling Deployments), min sync period 1 s; per minute of churn")  # fmt: skip
+          "(rolling Deployments), min sync period 1 s (nftproxy@P: P); per minute of churn")  # fmt: skip
     print()
     print("| writes/s (achieved) | proxy | CPU s/min user | CPU s/min system | CPU s/min total | CPU ratio "
           "nftproxy/kube-proxy | RSS start → end (peak) | latency p50 / p99 | syncs (per min) | "
