@@ -28,8 +28,8 @@ from typing import TextIO
 from bench.figures import FIGURES
 
 BENCHES = (
-    "apply", "churn", "datapath", "dataplane", "fuzz", "localhost_proxy", "operator", "realcluster", "startup",
-    "udp_rollout",
+    "apply", "churn", "churn_vs_kubeproxy", "datapath", "dataplane", "fuzz", "localhost_proxy", "operator",
+    "realcluster", "startup", "udp_rollout",
     "vs_kubeproxy",
 )  # fmt: skip
 RESULTS = Path(os.environ.get("NFTPROXY_BENCH_RESULTS") or Path(__file__).with_name("results"))
