@@ -38,13 +38,14 @@ test:
 
 # Upstream's [sig-network] e2e suite (e2e.test built here) on a real cluster with nftproxy as the
 # Service proxy; hack/e2e-skips.txt says what is skipped and why. Last line:
-# `upstream e2e: N passed, M failed, K skipped`; JUnit in _output/upstream-e2e/nftproxy.
+# `upstream e2e: N passed, M failed, K skipped`; JUnit in _output/upstream-e2e/nftproxy. Three nodes
+# (one zone each: Traffic Distribution runs) and localhost NodePorts on (both proxies).
 upstream-e2e: install k8s-tools e2e-tools
-	.venv/bin/python -m testkit.realcluster.upstream --proxy nftproxy --selection full
+	.venv/bin/python -m testkit.realcluster.upstream --proxy nftproxy --selection full --nodes 3 --localhost-nodeports
 
 # The same selection with the real kube-proxy (DaemonSet, image built here): the reference.
 upstream-e2e-reference: install k8s-tools e2e-tools
-	.venv/bin/python -m testkit.realcluster.upstream --proxy kube-proxy --selection full
+	.venv/bin/python -m testkit.realcluster.upstream --proxy kube-proxy --selection full --nodes 3 --localhost-nodeports
 
 # The fresh-machine case, checked (docs/testing.md): a clean clone with an empty NFTPROXY_CACHE.
 test-fresh:
