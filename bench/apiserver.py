@@ -32,6 +32,16 @@ PROBE_ENDPOINTS = 3
 CRD = Path(__file__).resolve().parents[1] / "charts" / "nftproxy" / "crds" / "proxystatus.yaml"
 
 
+def prepare(cp: ControlPlane, node: str) -> None:
+    """What every bench's control plane holds first: the ProxyStatus CRD, the namespace, and the
+    proxies' Node (its InternalIP 198.18.0.1)."""
+    cp.kubectl("apply", "-f", str(CRD))
+    cp.kubectl("create", "namespace", NS)
+    obj = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node},
+           "status": {"addresses": [{"type": "InternalIP", "address": "198.18.0.1"}]}}  # fmt: skip
+    cp.kubectl("apply", "-f", "-", input=json.dumps(obj))
+
+
 PROBE_BASE = 1_000_000  # indexes of probed Services
 
 

@@ -75,7 +75,7 @@ from urllib.parse import urlsplit
 import yaml
 
 import nftproxy
-from bench.apiserver import CRD, NS, cluster_ip, import_many, stored
+from bench.apiserver import NS, cluster_ip, import_many, prepare, stored
 from bench.figures import figure
 from bench.runners import METRICS, NODE, KubeProxyRunner, NftproxyRunner, Runner, kube_proxy_version, rss_mb
 from testkit.k8s import objects
@@ -780,11 +780,7 @@ def main() -> int:
     runs: list[Run] = []
     try:
         with ControlPlane() as cp:
-            cp.kubectl("apply", "-f", str(CRD))
-            cp.kubectl("create", "namespace", NS)
-            node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE},
-                    "status": {"addresses": [{"type": "InternalIP", "address": "198.18.0.1"}]}}  # fmt: skip
-            cp.kubectl("apply", "-f", "-", input=json.dumps(node))
+            prepare(cp, NODE)
             t0 = time.perf_counter()
             import_many(cp, 0, args.services, ENDPOINTS)
             print(f"  (imported {args.services} Services + slices in {time.perf_counter() - t0:.0f} s)", flush=True)

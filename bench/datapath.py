@@ -34,7 +34,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, cast
 
-from bench.apiserver import CRD, NS, create_many
+from bench.apiserver import NS, create_many, prepare
 from bench.figures import figure
 from bench.runners import METRICS, NODE, KubeProxyRunner, NftproxyRunner, Runner
 from nftproxy.operator import kube
@@ -138,11 +138,7 @@ def main() -> int:
     print("connections per figure, client in the node namespace; sys = client + server system CPU per connection")
     rows: dict[tuple[int, str], dict[str, float]] = {}
     with ControlPlane() as cp:
-        cp.kubectl("apply", "-f", str(CRD))
-        cp.kubectl("create", "namespace", NS)
-        node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE},
-                "status": {"addresses": [{"type": "InternalIP", "address": "198.18.0.1"}]}}  # fmt: skip
-        cp.kubectl("apply", "-f", "-", input=json.dumps(node))
+        prepare(cp, NODE)
         for obj in probed_objects():
             cp.kubectl("apply", "-f", "-", input=json.dumps(obj))
         api = kube.api_client(str(cp.kubeconfig))

@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import argparse
 import compileall
-import json
 import shutil
 import statistics
 import subprocess
@@ -52,7 +51,7 @@ from pathlib import Path
 from typing import Any, cast
 
 import nftproxy
-from bench.apiserver import CRD, NS, PROBE_BASE, cluster_ip, create_many, endpoint_slice, import_many, service
+from bench.apiserver import NS, PROBE_BASE, cluster_ip, create_many, endpoint_slice, import_many, prepare, service
 from bench.figures import figure
 from bench.runners import METRICS, NODE, KubeProxyRunner, NftproxyRunner, Runner, cpu_s, kube_proxy_version, rss_mb
 from nftproxy.operator import kube
@@ -145,11 +144,7 @@ def main() -> int:
     results: dict[tuple[int, str], Measured] = {}
     try:
         with ControlPlane() as cp:
-            cp.kubectl("apply", "-f", str(CRD))
-            cp.kubectl("create", "namespace", NS)
-            node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE},
-                    "status": {"addresses": [{"type": "InternalIP", "address": "198.18.0.1"}]}}  # fmt: skip
-            cp.kubectl("apply", "-f", "-", input=json.dumps(node))
+            prepare(cp, NODE)
             api = kube.api_client(str(cp.kubeconfig))
             have = 0
             for si, n in enumerate(sizes):

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 from dataclasses import dataclass
 
 from nftproxy.nft import netns as netns_mod
@@ -90,25 +89,14 @@ def apply(cfg: ConntrackSysctls, netns: str | None) -> list[Outcome]:
     each failure; never raises for a sysctl that cannot be set."""
     if not cfg.wanted():
         return []
-    result: list[list[Outcome] | BaseException] = []
-
-    def work() -> None:
-        try:
-            if netns:
-                netns_mod.enter(netns)  # this thread only: /proc/sys/net follows the thread's namespace
-            result.append(_apply_here(cfg))
-        except BaseException as e:
-            result.append(e)
-
-    t = threading.Thread(target=work, name="conntrack-sysctls")
-    t.start()
-    t.join()
-    if isinstance(result[0], BaseException):
-        log.warning("conntrack settings not applied: %s", result[0])
+    try:
+        outcomes = netns_mod.call_in(netns, lambda: _apply_here(cfg), "conntrack-sysctls")
+    except OSError as e:  # e.g. the namespace is gone
+        log.warning("conntrack settings not applied: %s", e)
         return []
-    for o in result[0]:
+    for o in outcomes:
         if o.error:
             log.warning("conntrack: %s not set to %d: %s", o.name, o.after, o.error)
         elif o.changed:
             log.info("conntrack: set %s %s -> %d", o.name, o.before, o.after)
-    return result[0]
+    return outcomes

@@ -6,7 +6,6 @@ from __future__ import annotations
 import errno
 import socket
 import struct
-import threading
 from ipaddress import IPv4Address, IPv6Address, ip_address
 
 from nftproxy.nft import netns as netns_mod
@@ -23,25 +22,9 @@ IPAddress = IPv4Address | IPv6Address
 
 def _socket(netns: str | None) -> socket.socket:
     """A rtnetlink socket opened inside ``netns`` (a socket keeps the namespace it was made in)."""
-    result: list[socket.socket | BaseException] = []
-
-    def make() -> None:
-        try:
-            if netns:
-                netns_mod.enter(netns)  # this throwaway thread only
-            result.append(socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_ROUTE))
-        except BaseException as e:
-            result.append(e)
-
-    if not netns:
-        make()
-    else:
-        t = threading.Thread(target=make, name="netns-rtnetlink")
-        t.start()
-        t.join()
-    if isinstance(result[0], BaseException):
-        raise result[0]
-    return result[0]
+    return netns_mod.call_in(
+        netns, lambda: socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_ROUTE), "netns-rtnetlink"
+    )
 
 
 def parse(data: bytes) -> tuple[list[IPAddress], bool]:

@@ -4,7 +4,6 @@ at start, before the first sync: ``boot``)."""
 from __future__ import annotations
 
 import socket
-import threading
 
 from nftproxy.nft import netns as netns_mod
 
@@ -12,27 +11,20 @@ from nftproxy.nft import netns as netns_mod
 def listening_socket(host: str, port: int, netns: str | None, v6only: bool = False) -> socket.socket:
     """A listening TCP socket created inside ``netns`` (a socket keeps its namespace). On "::",
     both families unless ``v6only``."""
-    result: list[socket.socket | BaseException] = []
 
-    def make() -> None:
+    def make() -> socket.socket:
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        s = socket.socket(family, socket.SOCK_STREAM)
         try:
-            if netns:
-                netns_mod.enter(netns)  # this throwaway thread only
-            family = socket.AF_INET6 if ":" in host else socket.AF_INET
-            s = socket.socket(family, socket.SOCK_STREAM)
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             if family == socket.AF_INET6:
                 s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, int(v6only))
             s.bind((host, port))
             s.listen(64)
             s.setblocking(False)
-            result.append(s)
-        except BaseException as e:
-            result.append(e)
+        except BaseException:
+            s.close()
+            raise
+        return s
 
-    t = threading.Thread(target=make, name="netns-socket")
-    t.start()
-    t.join()
-    if isinstance(result[0], BaseException):
-        raise result[0]
-    return result[0]
+    return netns_mod.call_in(netns, make, "netns-socket")

@@ -177,6 +177,13 @@ def test_daemonset_defaults(helm: Helm) -> None:
     assert not [o for o in objs if o["kind"] == "CustomResourceDefinition"], "CRDs come from crds/"
 
 
+def test_nodeport_addresses_take_kube_proxys_keywords(helm: Helm) -> None:
+    """primary, localhost and all, mixed with CIDRs, as kube-proxy v1.37's nodePortAddresses."""
+    ds = find(helm.template(["nodePortAddresses={primary,localhost,10.0.0.0/8}"]), "DaemonSet")
+    env = {e["name"]: e.get("value") for e in ds["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["NFTPROXY_NODEPORT_ADDRESSES"] == "primary,localhost,10.0.0.0/8"
+
+
 def test_conntrack_sysctls_off_mounts_nothing_and_sets_nothing(helm: Helm) -> None:
     ds = find(helm.template(["conntrack.setSysctls=false"]), "DaemonSet")
     pod = ds["spec"]["template"]["spec"]
