@@ -208,3 +208,18 @@ def live_trace_chains(names: Iterable[str], now: float | None = None) -> set[str
         if m and int(m.group(1)) > now:
             out.add(n)
     return out
+
+
+# -- the handover table of a table replacement -----------------------------------------------
+# A table replaced in one transaction (a layout change: an upgrade, a rollback; a re-declared set)
+# has its NEW sets looked up empty for a moment after the kernel commits it (measured: a NodePort
+# SYN then goes un-DNATed and is refused; tests/netns/test_replacement_window.py). So the new
+# table's contents are loaded first, whole, under this name (its own transaction: once it returns,
+# every element is live), the table is replaced, and the handover table is deleted: during the
+# replacement the handover table's rules answer. A crash in between leaves it; a full sync deletes it.
+HANDOVER_SUFFIX = "-handover"
+HANDOVER_COMMENT = "nftproxy handover: the new rules while the table is replaced; deleted right after"
+
+
+def handover_table(table: str) -> str:
+    return f"{table}{HANDOVER_SUFFIX}"

@@ -32,7 +32,9 @@ class Renderer:
             self.masquerade = None
         self.pods = bool(mine)  # pod sources are known: Local-policy short-circuits apply to them
         self.localhost = config.localhost_nodeports(f.version)  # the loopback NodePort checks
-        self.base_sets = {s.name: s for s in skeleton.base_sets(f, self.localhost)}
+        nodeport_ips = config.nodeport_ip_elements(f.version)
+        self.nodeport_hosts = all("/" not in t and "-" not in t for t in nodeport_ips)  # skeleton.base_sets
+        self.base_sets = {s.name: s for s in skeleton.base_sets(f, self.localhost, self.nodeport_hosts)}
         self.base_chains = {c.name: c for c in skeleton.base_chains(f, self.localhost)}
         self.counters = {c.name: c for c in skeleton.base_counters(self.localhost)}
         self._parts: dict[Obj, tuple[list[Set], list[Chain]]] = {}
@@ -40,7 +42,7 @@ class Renderer:
         self.static: dict[str, dict[Key, Element]] = {n: {} for n in names.CONFIG_SETS}
         for net in collapse_addresses(mine):  # type: ignore[type-var]
             self.static[names.CLUSTER_CIDRS][(prefix(net),)] = Element((prefix(net),))
-        for text in config.nodeport_ip_elements(f.version):
+        for text in nodeport_ips:
             self.static[names.NODEPORT_IPS][(text,)] = Element((text,))
         for net in collapse_addresses([n for n in config.service_cidrs if n.version == f.version]):  # type: ignore[type-var]
             self.static[names.SERVICE_CIDRS][(prefix(net),)] = Element((prefix(net),))
@@ -60,7 +62,7 @@ class Renderer:
         return parts
 
     def comment(self) -> str:
-        return skeleton.layout_comment(self.family, self.masquerade, self.pods, self.localhost)
+        return skeleton.layout_comment(self.family, self.masquerade, self.pods, self.localhost, self.nodeport_hosts)
 
     def chain_names(self, store: ElementStore) -> set[str]:
         """The chains of the table (base and per-count), without building the whole table."""

@@ -12,8 +12,9 @@ import hashlib
 from nftproxy.compiler import balancing, names
 from nftproxy.nft.objects import Chain, Counter, Family, Hook, Set
 
-LAYOUT = 4  # 4: every set declared with typeof (read by nft 1.0.6 and 1.1.x alike); 3: hairpin keyed by
-# port, service-cidrs, filter-output-post-dnat; 2: ClientIP affinity per Service port
+LAYOUT = 5  # 5: nodeport-ips a plain set when it holds host addresses (see base_sets); 4: every set
+# declared with typeof (read by nft 1.0.6 and 1.1.x alike); 3: hairpin keyed by port, service-cidrs,
+# filter-output-post-dnat; 2: ClientIP affinity per Service port
 MASQ_MARK = "0x4000"
 
 BASE_CHAINS: tuple[tuple[str, Hook, tuple[str, ...]], ...] = (
@@ -209,8 +210,24 @@ def fill(text: str, family: Family) -> str:
     return text.format(ip=family.value, addr=family.addr_type, loopback=LOOPBACK_DADDR[family])
 
 
-def base_sets(family: Family, localhost: bool = False) -> list[Set]:
-    sets = [Set(name, fill(spec, family), flags, comment=comment) for name, spec, flags, comment in SETS]
+def base_sets(family: Family, localhost: bool = False, nodeport_hosts: bool = True) -> list[Set]:
+    """The fixed sets. ``nodeport_hosts``: NodePorts are accepted on host addresses only (the
+    default, the node's primary IPs), so ``nodeport-ips`` is a plain (hash) set, as kube-proxy's.
+
+    Why not an interval set always: the kernel makes a NEW interval set's elements visible only
+    after a transaction's generation has flipped (its backend's commit step, nft_set_rbtree and
+    pipapo), so a table replaced in one transaction (a layout change: an upgrade, a rollback)
+    briefly has the new NodePort rules with an empty ``nodeport-ips``: a SYN to a NodePort in
+    that window is not DNATed and the node refuses it. A hash set's elements turn active with the
+    generation itself. Measured (tests/netns/test_replacement_window.py, docs/performance.md):
+    1 to 12 refused connections in 300 replacements with the interval set, none with the plain
+    one. With CIDRs or ``all`` in --nodeport-addresses the set stays an interval set (its
+    elements are ranges), and that window stays."""
+    sets = []
+    for name, spec, flags, comment in SETS:
+        if name == names.NODEPORT_IPS and nodeport_hosts:
+            flags = ()
+        sets.append(Set(name, fill(spec, family), flags, comment=comment))
     if localhost:
         sets.append(
             Set(
@@ -450,7 +467,9 @@ def count_objects(
 KINDS = ("lb", "nodeport", "local", "nodeport-local", f"{names.AFFINITY_KIND}:0000000000")
 
 
-def layout_comment(family: Family, masquerade: str | None, pods: bool, localhost: bool = False) -> str:
+def layout_comment(
+    family: Family, masquerade: str | None, pods: bool, localhost: bool = False, nodeport_hosts: bool = True
+) -> str:
     """The table comment: layout version and a digest of every rule template this config yields.
 
     Same comment means same rules for every chain name, so a restarted proxy can adopt the table.
@@ -463,7 +482,7 @@ def layout_comment(family: Family, masquerade: str | None, pods: bool, localhost
         count_objects(family, kind, 2, masquerade, pods)
         for kind in (balancing.RR_ENTRY, "rr:0000000000s", "rr:0000000000")
     ]
-    fixed: list[object] = [base_chains(family, localhost), base_sets(family, localhost)]
+    fixed: list[object] = [base_chains(family, localhost), base_sets(family, localhost, nodeport_hosts)]
     if localhost:  # (without, the digest is the one tables already hold)
         fixed.append(base_counters(localhost))
     text = repr((*fixed, parts))

@@ -339,9 +339,35 @@ class Dataplane:
             txs, self.batched = load.run(self._chunked(), self.stream_chunks, top_up)
             return txs
         self.compile()
-        txs = [plan(applied[a.family], a.table()) for a in self.assemblies.values()]
-        self.backend.apply(*txs)
+        targets = {a.family: a.table() for a in self.assemblies.values()}
+        txs = [plan(applied[f], t) for f, t in targets.items()]
+        handover = names.handover_table(table)
+        stale_handover = [f for f in targets if self.backend.chain_names(f, handover) is not None]
+        if any(op.what == "table" and op.verb == "delete" for tx in txs for op in tx.ops):
+            self._replace_with_handover(txs, targets, handover, stale_handover)
+        else:
+            self.backend.apply(*txs, *(_delete_table(f, handover) for f in stale_handover))
         return txs
+
+    def _replace_with_handover(
+        self, txs: list[Transaction], targets: dict[Family, Table], handover: str, stale: list[Family]
+    ) -> None:
+        """Replace the table (``txs`` delete and re-create it) with no moment in which its new
+        sets are not yet live (names.HANDOVER_SUFFIX): the new contents first as the handover
+        table, then the replacement, then the handover table deleted. If the replacement fails,
+        the handover table is deleted too: the old table stays as it was."""
+        if stale:
+            self.backend.apply(*(_delete_table(f, handover) for f in stale))
+        first = []
+        for f, target in targets.items():
+            tx = Transaction(f, handover)
+            create(tx, replace(target, name=handover, comment=names.HANDOVER_COMMENT))
+            first.append(tx)
+        self.backend.apply(*first)
+        try:
+            self.backend.apply(*txs)
+        finally:
+            self.backend.apply(*(_delete_table(f, handover) for f in targets))
 
     def _wants_bulk(self) -> bool:
         if self._chunked():
@@ -409,8 +435,10 @@ class Dataplane:
                         self.backend.apply(one)
 
     def cleanup(self) -> list[Family]:
-        """Remove nftproxy's own tables (and nothing else)."""
+        """Remove nftproxy's own tables (and nothing else): a handover table a crash left too."""
         self.in_sync = False
+        for f in Family:
+            self.backend.delete(f, names.handover_table(self.config.table))
         return [f for f in Family if self.backend.delete(f, self.config.table)]
 
 
@@ -461,3 +489,9 @@ class _Checker:
             if len(part) == 1 or self(part) is not None:
                 out += self.bisect(part)
         return out
+
+
+def _delete_table(family: Family, table: str) -> Transaction:
+    tx = Transaction(family, table)
+    tx.delete_table()
+    return tx

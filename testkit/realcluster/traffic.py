@@ -3,7 +3,8 @@
     python -m testkit.realcluster.traffic URL [URL...] [--interval 0.02] [--timeout 2] [--duration S]
 
 Runs until SIGTERM/SIGINT (or ``--duration``), then prints one JSON object: ``ok``, ``failed``,
-``pods`` (answers per pod name) and the first ``errors`` (time, URL, error). Started inside a
+``pods`` (answers per pod name) and the first ``errors`` (time since start ``t``, time.monotonic()
+``at``, URL, error). Started inside a
 namespace (``nsenter --net=…``) by the tests and the demo; prints ``READY`` first. Standard library.
 """
 
@@ -67,7 +68,8 @@ def main(argv: list[str] | None = None) -> int:
         except (OSError, ValueError, KeyError) as e:
             failed += 1
             if len(errors) < 20:
-                errors.append({"t": round(time.monotonic() - t0, 3), "url": url, "error": f"{type(e).__name__}: {e}"})
+                now = time.monotonic()  # CLOCK_MONOTONIC: comparable with other processes' (GenerationWatch)
+                errors.append({"t": round(now - t0, 3), "at": now, "url": url, "error": f"{type(e).__name__}: {e}"})
         time.sleep(args.interval)
     json.dump(
         {"ok": ok, "failed": failed, "pods": pods, "errors": errors, "seconds": round(time.monotonic() - t0, 2)},

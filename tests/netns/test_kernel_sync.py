@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 import time
@@ -91,7 +92,41 @@ def test_a_refused_element_batch_gives_nfts_error_and_changes_nothing(netns: str
     with pytest.raises(NftError, match="No such file or directory"):
         backend.apply(tx)
     assert nft(netns, "list", "ruleset") == before
+    # the next batch is not confused by what the refused one left on the kept socket
+    ok = Transaction(Family.IP, "nftproxy")
+    ok.add_elements("cluster-ips", [Element(("10.96.9.9",))])
+    ok.sets["cluster-ips"] = table.sets["cluster-ips"]
+    assert backend._element_batch([ok]) is not None
+    backend.apply(ok)
+    assert "10.96.9.9" in nft(netns, "list", "set", "ip", "nftproxy", "cluster-ips")
     backend.close()
+
+
+def test_element_batches_share_one_netlink_socket(netns: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Partial syncs send their batches on one kept socket: closing one after a transaction that
+    deleted elements waits for an RCU grace period in the kernel (~8-16 ms on 6.18)."""
+    from nftproxy.nft import netlink  # noqa: PLC0415
+
+    opened: list[socket.socket] = []
+    open_socket = netlink.open_socket
+
+    def counted() -> socket.socket:
+        opened.append(open_socket())
+        return opened[-1]
+
+    monkeypatch.setattr(netlink, "open_socket", counted)
+    backend = KernelBackend(netns)
+    dp = Dataplane(backend, CFG)
+    for i in range(3):
+        dp.set_service(svc(i))
+        dp.set_slice(eps(i, 3))
+    dp.sync()
+    for step in range(4):
+        dp.set_slice(eps(step % 3, 3, gen=step + 1))
+        assert not dp.sync().full
+    assert len(opened) == 1
+    backend.close()
+    assert opened[0].fileno() == -1  # closed with the backend
 
 
 def test_element_only_partial_syncs_go_by_netlink_and_read_back_as_by_nft(
@@ -104,9 +139,9 @@ def test_element_only_partial_syncs_go_by_netlink_and_read_back_as_by_nft(
     sent: list[int] = []
     send = netlink.send
 
-    def counted(batch: netlink.Batch) -> None:
+    def counted(batch: netlink.Batch, sock: socket.socket | None = None) -> None:
         sent.append(batch.count)
-        send(batch)
+        send(batch, sock)
 
     monkeypatch.setattr(netlink, "send", counted)
     reads: dict[bool, list[dict[str, dict[tuple[str, ...], object]]]] = {}
@@ -230,12 +265,13 @@ def test_restart_adopts_the_table_without_rewriting_it(netns: str) -> None:
     backend.close()
 
 
-@pytest.mark.parametrize("layout", [2, 3])
+@pytest.mark.parametrize("layout", [2, 3, 4])
 def test_a_table_of_an_older_layout_is_replaced_in_one_transaction(netns: str, layout: int) -> None:
     """An upgrade: the table an older nftproxy left (layout 2: the demo's golden table as 882ad58
     wrote it; layout 3: with `type` declarations, before every set was declared with typeof) is
     replaced by the first sync of the new one, deleted and created again in ONE transaction (the
-    kernel's generations, seen by a netlink listener): never absent, never half."""
+    kernel's generations, seen by a netlink listener): never absent, never half; the handover table
+    answers meanwhile (tests/netns/test_replacement_window.py)."""
     old = (GOLDEN / f"layout-{layout}" / "demo-default.nft").read_text()
     assert f'comment "nftproxy layout {layout} ' in old and layout != LAYOUT
     source, config = CASES["demo-default"]
@@ -253,13 +289,17 @@ def test_a_table_of_an_older_layout_is_replaced_in_one_transaction(netns: str, l
             dp.set_slice(sl)
         r = dp.sync()
         assert r.full and r.operations > 0
-        gens = watch.wait(2, timeout=10)
+        gens = watch.wait(4, timeout=10)
         assert dp.sync().operations == 0
         time.sleep(0.3)  # a stray transaction would have been seen by now
         gens = watch.generations()
         assert watch.overruns == 0
-    assert len(gens) == 2, [g.summary() for g in gens]  # the load, then the one sync
-    replaced = gens[1]
+    # the load, then the sync: the handover table loaded, the table replaced, the handover deleted
+    assert len(gens) == 4, [g.summary() for g in gens]
+    handover = {("ip", "nftproxy-handover"), ("ip6", "nftproxy-handover")}
+    assert set(gens[1].created_tables()) == handover and not gens[1].deleted_tables(), gens[1].summary()
+    assert gens[3].deleted_tables() == handover and not gens[3].created_tables(), gens[3].summary()
+    replaced = gens[2]
     assert replaced.deleted_tables() == {("ip", "nftproxy"), ("ip6", "nftproxy")}, replaced.summary()
     assert replaced.created_tables() == {("ip", "nftproxy"): LAYOUT, ("ip6", "nftproxy"): LAYOUT}
     # nothing of the old layout is left: a restarted proxy adopts the table as it is
