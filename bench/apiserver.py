@@ -45,6 +45,14 @@ def prepare(cp: ControlPlane, node: str) -> None:
 PROBE_BASE = 1_000_000  # indexes of probed Services
 
 
+# The control plane's Service range for the benches: 10.96.0.0/15, room for 100k Services and more
+# (the tests' /16 holds 65,534); see cluster_ip.
+SERVICE_RANGE = "10.96.0.0/15,fd00:10:96::/112"
+
+
+BULK_LOW = 249 * 256  # bulk Services in 10.96.1.0-10.96.249.255; the next ones in 10.97.0.0/16
+
+
 AT_START_BASE = PROBE_BASE + 100  # indexes of the Services created 1 s after a start
 
 
@@ -52,10 +60,12 @@ AT_START_ENDPOINTS = 5  # their own endpoint count: their own map, cheap to poll
 
 
 def cluster_ip(i: int) -> str:
-    """10.96.1.0 on for the bulk (63,744 of them fit below the probes' 10.96.250.0, inside the
-    control plane's 10.96.0.0/16: 50k Services included), 10.96.250.0 on for the probes."""
-    assert i < 249 * 256 or i >= PROBE_BASE, i
-    return str(IPv4Address("10.96.250.0") + i - PROBE_BASE if i >= PROBE_BASE else IPv4Address("10.96.1.0") + i)
+    """10.96.1.0 on for the bulk (63,744 of them fit below the probes' 10.96.250.0: 50k Services
+    included), then 10.97.0.0 on (SERVICE_RANGE: 100k included); 10.96.250.0 on for the probes."""
+    assert i < BULK_LOW + 65536 or i >= PROBE_BASE, i
+    if i >= PROBE_BASE:
+        return str(IPv4Address("10.96.250.0") + i - PROBE_BASE)
+    return str(IPv4Address("10.96.1.0") + i if i < BULK_LOW else IPv4Address("10.97.0.0") + i - BULK_LOW)
 
 
 def service(i: int) -> dict[str, Any]:

@@ -3,8 +3,9 @@ modes), side by side in one run.
 
 Run: ``flock /tmp/nftproxy-heavy.lock .venv/bin/python -m bench.datapath [--sizes 10,1000,10000,30000]``.
 
-One kube-apiserver on loopback holds N Services (one endpoint each, addresses nothing answers
-on) plus one probed Service whose endpoint is a real TCP server in a pod namespace. For each size
+One kube-apiserver on loopback holds N Services (``--endpoints`` each, 1 by default, addresses
+nothing answers on; written into etcd as bench.operator does, ``--via-api``: created through the
+API) plus one probed Service whose endpoint is a real TCP server in a pod namespace. For each size
 and each proxy in turn (a FRESH node namespace each, nothing left from the other):
 
 * the proxy starts and syncs everything (its own sync metrics, then one connection answered);
@@ -34,7 +35,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, cast
 
-from bench.apiserver import NS, create_many, prepare
+from bench.apiserver import NS, SERVICE_RANGE, create_many, import_many, prepare, warm_up
 from bench.figures import figure
 from bench.runners import METRICS, NODE, KubeProxyRunner, NftproxyRunner, Runner
 from nftproxy.operator import kube
@@ -43,7 +44,7 @@ from testkit.k8s.controlplane import ControlPlane
 from testkit.k8s.kubeproxy import wait_synced
 from testkit.lab.netlab import bare_netns
 
-PROBE_VIP, PROBE_PORT = "10.96.200.1", 80
+PROBE_VIP, PROBE_PORT = "10.96.251.1", 80  # among the probes' addresses (bench.apiserver.cluster_ip), not the bulk's
 POD_IP, POD_PORT = "10.200.0.2", 8080
 CLIENT = Path(__file__).with_name("datapath_client.py")
 
@@ -59,9 +60,10 @@ def ip(netns: str, *args: str) -> None:
 
 
 @contextmanager
-def node_with_pod() -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
-    """A node namespace and a pod namespace behind a veth pair, the pod running an echo server."""
-    with bare_netns("dpn") as node, bare_netns("dpp") as pod:
+def node_with_pod(prefix: str = "dp") -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """A node namespace and a pod namespace behind a veth pair, the pod running an echo server
+    (named PREFIXn-<random> and PREFIXp-<random>)."""
+    with bare_netns(f"{prefix}n") as node, bare_netns(f"{prefix}p") as pod:
         ip(node, "link", "set", "lo", "up")
         ip(pod, "link", "set", "lo", "up")
         ip(node, "link", "add", "veth0", "type", "veth", "peer", "name", "eth0", "netns", pod)
@@ -95,8 +97,8 @@ def run_client(node: str, count: int) -> dict[str, Any]:
     return cast(dict[str, Any], json.loads(out))
 
 
-def measure(make: Callable[[str], Runner], connections: int, timeout: float) -> dict[str, float]:
-    with node_with_pod() as (node, server):
+def measure(make: Callable[[str], Runner], connections: int, timeout: float, prefix: str = "dp") -> dict[str, float]:
+    with node_with_pod(prefix) as (node, server):
         runner = make(node)
         since = time.time()
         runner.start()
@@ -130,14 +132,20 @@ def main() -> int:
     p.add_argument("--connections", type=int, default=3000)
     p.add_argument("--timeout", type=float, default=1800.0)
     p.add_argument("--proxies", default="nftproxy,kube-proxy-nftables,kube-proxy-iptables")
+    p.add_argument("--endpoints", type=int, default=1, help="endpoints of each bulk Service (default 1)")
+    p.add_argument("--via-api", action="store_true", help="create the bulk through the API (default: into etcd)")
+    p.add_argument("--netns-prefix", default="dp", help="name the namespaces PREFIXn-/PREFIXp-<random> (default dp)")
     args = p.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     proxies = args.proxies.split(",")
     work = Path(tempfile.mkdtemp(prefix="datapath-bench-"))
-    print(f"data plane: new TCP connections to one ClusterIP among N Services (1 endpoint each); {args.connections}")
+    print(
+        f"data plane: new TCP connections to one ClusterIP among N Services ({args.endpoints} endpoint(s) each); "
+        f"{args.connections}"
+    )
     print("connections per figure, client in the node namespace; sys = client + server system CPU per connection")
     rows: dict[tuple[int, str], dict[str, float]] = {}
-    with ControlPlane() as cp:
+    with ControlPlane(service_cluster_ip_range=SERVICE_RANGE) as cp:
         prepare(cp, NODE)
         for obj in probed_objects():
             cp.kubectl("apply", "-f", "-", input=json.dumps(obj))
@@ -145,7 +153,11 @@ def main() -> int:
         have = 0
         print(f"{'Services':>9} {'proxy':<22}{'p50 µs':>9}{'p99 µs':>9}{'sys µs/conn':>13}", flush=True)
         for n in sizes:
-            create_many(api, have, n - 1, 1)  # + the probed one
+            if args.via_api:
+                create_many(api, have, n - 1, args.endpoints)  # + the probed one
+            elif n - 1 > have:
+                import_many(cp, have, n - 1, args.endpoints)  # as bench.operator: straight into etcd, then listed once
+                warm_up(api)
             have = max(have, n - 1)
             for name in proxies:
                 wd = work / f"{name}-{n}"
@@ -156,7 +168,7 @@ def main() -> int:
                         return NftproxyRunner(netns, cp, wd)
                     return KubeProxyRunner(netns, cp, wd, name.rsplit("-", 1)[1])
 
-                r = rows[(n, name)] = measure(make, args.connections, args.timeout)
+                r = rows[(n, name)] = measure(make, args.connections, args.timeout, args.netns_prefix)
                 for what in ("p50_us", "p99_us", "sys_us_per_conn"):
                     figure(what, r[what], "µs", services=n, proxy=name)
                 figures = f"{r['p50_us']:>9.0f}{r['p99_us']:>9.0f}{r['sys_us_per_conn']:>13.1f}"

@@ -42,8 +42,11 @@ def feed(dp: Dataplane, svcs: list[Service], slices: list[EndpointSlice]) -> Non
         dp.set_slice(sl)
 
 
+NETNS_PREFIX = ["ntb"]  # --netns-prefix: the namespaces are named PREFIX-<random>
+
+
 def fresh_netns() -> AbstractContextManager[str]:
-    return bare_netns("ntb")
+    return bare_netns(NETNS_PREFIX[0])
 
 
 def full_sync(services: int, endpoints: int, nodeports: int, mix: bool = False, lb: bool = False) -> dict[str, float]:
@@ -113,6 +116,7 @@ def one(kind: str, services: int, endpoints: int, repeat: int) -> dict[str, Any]
 
 def run_child(kind: str, services: int, endpoints: int, repeat: int) -> dict[str, Any]:
     cmd = [sys.executable, "-m", "bench.dataplane", "--one", kind, str(services), str(endpoints), str(repeat)]
+    cmd += ["--netns-prefix", NETNS_PREFIX[0]]
     res = subprocess.run(cmd, capture_output=True, text=True, check=True)
     return dict(json.loads(res.stdout.strip().splitlines()[-1]))
 
@@ -128,7 +132,14 @@ def main() -> int:
     p.add_argument("--one", nargs=4, metavar=("KIND", "SERVICES", "ENDPOINTS", "REPEAT"))
     p.add_argument("--quick", action="store_true", help="smaller sizes, fewer repeats (smoke run)")
     p.add_argument("--balancing", action="store_true", help="only: plain vs 10%% round-robin + 10%% source-hash")
+    p.add_argument(
+        "--sizes", help="Services, comma-separated: full and one-Service syncs at these sizes only (no policy mix)"
+    )
+    p.add_argument("--repeat", type=int, help="full syncs per size (default 5, 3 from 30k on)")
+    p.add_argument("--rounds", type=int, default=50, help="one-Service syncs per size (default 50)")
+    p.add_argument("--netns-prefix", default="ntb", help="name the network namespaces PREFIX-<random> (default ntb)")
     args = p.parse_args()
+    NETNS_PREFIX[0] = args.netns_prefix
     if args.one:
         kind, s, e, r = args.one
         print(json.dumps(one(kind, int(s), int(e), int(r))))
@@ -136,29 +147,36 @@ def main() -> int:
     if args.balancing:
         return balancing(3000 if args.quick else 10000, 1 if args.quick else 5)
     sizes = [1000, 3000] if args.quick else [1000, 10000, 30000, 50000]
+    inc_sizes = [3000] if args.quick else [10000, 50000]
+    if args.sizes:
+        sizes = inc_sizes = [int(n) for n in args.sizes.split(",")]
     repeat = 1 if args.quick else 5  # this host is noisy: medians of 5 (3 at 30k and more)
     print("nftproxy dataplane benchmark (Services x 10 endpoints, 20% NodePorts; medians)")
     print(f"{'layout':<34}{'Services':>9}{'compile s':>11}{'total s':>10}{'peak RSS MB':>13}")
     full: dict[int, float] = {}
     for n in sizes:
-        r = run_child("full", n, 10, repeat if n < 30000 else max(1, repeat - 2))
+        r = run_child("full", n, 10, args.repeat or (repeat if n < 30000 else max(1, repeat - 2)))
         full[n] = r["total"]
         row("nftproxy full sync", n, r)
     mix_n = 3000 if args.quick else 10000
-    r = run_child("mix", mix_n, 10, repeat)
-    mix_total = r["total"]
-    row("nftproxy full sync, policy mix (*)", mix_n, r)
+    if not args.sizes:
+        r = run_child("mix", mix_n, 10, repeat)
+        mix_total = r["total"]
+        row("nftproxy full sync, policy mix (*)", mix_n, r)
     print()
-    for inc_n in [3000] if args.quick else [10000, 50000]:
-        r = run_child("incremental", inc_n, 10, 50)
+    for inc_n in inc_sizes:
+        r = run_child("incremental", inc_n, 10, args.rounds)
+        for what in ("median", "p99"):
+            figure(f"one-Service sync {what}", r[what], "s", services=inc_n)
         print(
             f"incremental: one Service's endpoint replaced at {inc_n} Services: "
-            f"median {r['median'] * 1000:.2f} ms, p99 {r['p99'] * 1000:.2f} ms (50 rounds), "
+            f"median {r['median'] * 1000:.2f} ms, p99 {r['p99'] * 1000:.2f} ms ({args.rounds} rounds), "
             f"peak RSS {r['peak_rss_mb']:.0f} MB"
         )
-    print("(*) 10% sessionAffinity ClientIP, 10% externalTrafficPolicy Local LoadBalancers, 5% with source ranges")
+    if not args.sizes:
+        print("(*) 10% sessionAffinity ClientIP, 10% externalTrafficPolicy Local LoadBalancers, 5% with source ranges")
     print("\nratios (same run):")
-    if mix_n in full:
+    if not args.sizes and mix_n in full:
         print(f"  policy mix / plain at {mix_n} Services: {mix_total / full[mix_n]:.2f}x")
     if 1000 in full and 10000 in full:
         print(f"  nftproxy 10k / 1k: {full[10000] / full[1000]:.1f}x (linear would be 10x)")
@@ -166,6 +184,8 @@ def main() -> int:
         print(f"  nftproxy 30k / 10k: {full[30000] / full[10000]:.1f}x (linear would be 3x)")
     if 10000 in full and 50000 in full:
         print(f"  nftproxy 50k / 10k: {full[50000] / full[10000]:.1f}x (linear would be 5x)")
+    if 10000 in full and 100000 in full:
+        print(f"  nftproxy 100k / 10k: {full[100000] / full[10000]:.1f}x (linear would be 10x)")
     return 0
 
 

@@ -43,6 +43,7 @@ from bench.apiserver import (
     NS,
     PROBE_BASE,
     PROBE_ENDPOINTS,
+    SERVICE_RANGE,
     cluster_ip,
     create_many,
     endpoint_slice,
@@ -58,9 +59,9 @@ from testkit.lab.nftwatch import ElementWatch
 
 
 class Node:
-    def __init__(self, cp: ControlPlane, workdir: Path) -> None:
+    def __init__(self, cp: ControlPlane, workdir: Path, netns_prefix: str = "ntbop") -> None:
         self.cp = cp
-        self.netns = f"ntbop-{uuid.uuid4().hex[:6]}"
+        self.netns = f"{netns_prefix}-{uuid.uuid4().hex[:6]}"
         subprocess.run(["ip", "netns", "add", self.netns], check=True)
         subprocess.run(["ip", "-n", self.netns, "link", "set", "lo", "up"], check=True)
         self.nft = KernelBackend(self.netns)
@@ -192,6 +193,7 @@ def main() -> int:
     p.add_argument("--settle", type=float, default=20.0, help="seconds from the last start to steady-state rounds")
     p.add_argument("--period-1s", action="store_true", help="also measure with --min-sync-period 1s")
     p.add_argument("--via-api", action="store_true", help="create the bulk through the API (default: into etcd)")
+    p.add_argument("--netns-prefix", default="ntbop", help="name the node's namespace PREFIX-<random> (default ntbop)")
     args = p.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     work = Path(tempfile.mkdtemp(prefix="nftproxy-bench-"))
@@ -200,11 +202,11 @@ def main() -> int:
     head += ("p99 ms", "RSS MB", "peak MB")
     widths = (9, 9, 16, 12, 12, 8, 8, 7, 8)
     print(" ".join(f"{h:>{w}}" for h, w in zip(head, widths, strict=True)))
-    with ControlPlane() as cp:
+    with ControlPlane(service_cluster_ip_range=SERVICE_RANGE) as cp:
         cp.kubectl("apply", "-f", str(CRD))
         cp.kubectl("create", "namespace", NS)
         api = kube.api_client(str(cp.kubeconfig))
-        node = Node(cp, work)
+        node = Node(cp, work, args.netns_prefix)
         at_index = AT_START_BASE
         try:
             have = 0

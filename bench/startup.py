@@ -100,9 +100,10 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--services", default="10000,50000")
     p.add_argument("--one", type=int, help=argparse.SUPPRESS)
+    p.add_argument("--netns-prefix", default="ntbst", help="name the namespace PREFIX-<random> (default ntbst)")
     args = p.parse_args()
     if args.one:
-        netns = f"ntbst-{uuid.uuid4().hex[:6]}"
+        netns = f"{args.netns_prefix}-{uuid.uuid4().hex[:6]}"
         subprocess.run(["ip", "netns", "add", netns], check=True)
         try:
             one(args.one, netns)
@@ -110,7 +111,8 @@ def main() -> int:
             subprocess.run(["ip", "netns", "del", netns], check=False)
         return 0
     for n in (int(x) for x in args.services.split(",")):
-        subprocess.run([sys.executable, "-m", "bench.startup", "--one", str(n)], check=True)
+        argv = [sys.executable, "-m", "bench.startup", "--one", str(n), "--netns-prefix", args.netns_prefix]
+        subprocess.run(argv, check=True)
     return 0
 
 

@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 import logging
 import re
+import socket
 import subprocess
 import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Protocol, TypeVar
+from contextlib import suppress
+from typing import Any, Protocol, TypeVar, cast
 
 from nftproxy.nft import bulk, conntrack, netlink
 from nftproxy.nft import netns as netns_mod
@@ -101,7 +103,31 @@ class KernelBackend:
         self._layouts: dict[tuple[Family, str, Set], Layout | None] = {}  # how each set's elements pack
 
     def close(self) -> None:
+        with suppress(RuntimeError):  # already shut down
+            self._pool.submit(self._drop_socket)  # in the worker thread, whose socket it is
         self._pool.shutdown(wait=True)
+
+    def _socket(self) -> socket.socket:
+        """The worker thread's netlink socket for element batches, kept open (netlink.open_socket)."""
+        sock = getattr(self._local, "sock", None)
+        if sock is None:
+            sock = self._local.sock = netlink.open_socket()
+        return cast(socket.socket, sock)
+
+    def _drop_socket(self) -> None:
+        sock = getattr(self._local, "sock", None)
+        self._local.sock = None
+        if sock is not None:
+            sock.close()
+
+    def _send(self, batch: Batch) -> None:
+        """netlink.send on the kept socket; after a failure the socket is dropped (it may hold the
+        rest of the refused batch's answers): the next batch opens a new one."""
+        try:
+            netlink.send(batch, self._socket())
+        except OSError:
+            self._drop_socket()
+            raise
 
     def _call(self, fn: Callable[[Any], T]) -> T:
         return self._submit(fn).result()
@@ -154,7 +180,7 @@ class KernelBackend:
         def go(ctx: Any) -> None:
             if batch is not None:
                 try:
-                    netlink.send(batch)
+                    self._send(batch)
                     return
                 except OSError as e:
                     log.debug("element batch refused (%s): sending the script for nft's error", e)
@@ -309,7 +335,7 @@ class KernelBackend:
     def send_batch_async(self, batch: Batch) -> Future[None]:
         def go(_: Any) -> None:
             try:
-                netlink.send(batch)
+                self._send(batch)
             except OSError as e:
                 raise NftError(f"Error: {e.strerror or e}") from None
 

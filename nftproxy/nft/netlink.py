@@ -327,21 +327,39 @@ class Batch:
         return b"".join(parts), len(self.messages)
 
 
-def send(batch: Batch) -> None:
-    """Commit ``batch`` (from the calling thread's network namespace); raise OSError on refusal."""
-    data, acks = batch.encode()
-    with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_NETFILTER) as s:
-        s.setsockopt(socket.SOL_SOCKET, SO_SNDBUFFORCE, max(len(data) * 2, 1 << 20))
+def open_socket() -> socket.socket:
+    """A netfilter netlink socket for batches, in the calling thread's network namespace. Keep it
+    for the next batch: closing one after a transaction that deleted elements waits for the
+    kernel's deferred destroy work (``nft_rcv_nl_event`` flushes it), an RCU grace period:
+    ~8-16 ms on this machine's kernel (6.18), and every partial sync deletes elements."""
+    s = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_NETFILTER)
+    try:
         s.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, 16 << 20)
         s.bind((0, 0))
         s.settimeout(30)
-        s.send(data)
-        seen = 0
-        while seen < acks:
-            buf = s.recv(1 << 20)
-            for kind, _seq, off, _length in messages(buf):
-                if kind == NLMSG_ERROR:
-                    if err := error_code(buf, off):
-                        # the kernel aborted the whole batch
-                        raise OSError(-err, f"netlink batch refused: {os.strerror(-err)}")
-                    seen += 1
+    except OSError:
+        s.close()
+        raise
+    return s
+
+
+def send(batch: Batch, sock: socket.socket | None = None) -> None:
+    """Commit ``batch`` on ``sock`` (open_socket; None: a socket of its own, from the calling
+    thread's network namespace, closed after); raise OSError on refusal. After an OSError,
+    ``sock`` may hold the rest of the kernel's answers: close it."""
+    if sock is None:
+        with open_socket() as s:
+            send(batch, s)
+        return
+    data, acks = batch.encode()
+    sock.setsockopt(socket.SOL_SOCKET, SO_SNDBUFFORCE, max(len(data) * 2, 1 << 20))
+    sock.send(data)
+    seen = 0
+    while seen < acks:
+        buf = sock.recv(1 << 20)
+        for kind, _seq, off, _length in messages(buf):
+            if kind == NLMSG_ERROR:
+                if err := error_code(buf, off):
+                    # the kernel aborted the whole batch
+                    raise OSError(-err, f"netlink batch refused: {os.strerror(-err)}")
+                seen += 1

@@ -361,12 +361,16 @@ class ControlPlane:
         audit: bool = False,
         apiserver_bin: str | os.PathLike[str] | None = None,
         advertise_address: str | None = None,
+        service_cluster_ip_range: str = SERVICE_CLUSTER_IP_RANGE,
     ) -> None:
         # advertise_address: the address the `kubernetes` Service's endpoint gets (the lease
         # reconciler on, the serving certificate carries it): one that pods reach, where something
         # forwards it to the apiserver on 127.0.0.1 (the real cluster). None: 127.0.0.1 and no
         # endpoint at all (127.0.0.1 is not a valid endpoint address).
         self.advertise_address = advertise_address
+        # service_cluster_ip_range: the default ServiceCIDR (a benchmark of more than the /16's
+        # 65,534 Services asks for a bigger one).
+        self.service_cluster_ip_range = service_cluster_ip_range
         self._own_workdir = workdir is None
         self._apiserver_bin_arg = Path(apiserver_bin) if apiserver_bin is not None else None
         self._workdir_arg = Path(workdir).resolve() if workdir is not None else None
@@ -658,7 +662,7 @@ class ControlPlane:
             f"--service-account-issuer={SERVICE_ACCOUNT_ISSUER}",
             f"--service-account-key-file={certs / 'sa.pub'}",
             f"--service-account-signing-key-file={certs / 'sa.key'}",
-            f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
+            f"--service-cluster-ip-range={self.service_cluster_ip_range}",
             # Without a controller-manager nothing creates the `default` ServiceAccount, so the
             # admission plugin would reject every Pod (as envtest does, turn it off).
             *([] if self.service_accounts else ["--disable-admission-plugins=ServiceAccount"]),
