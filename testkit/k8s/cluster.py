@@ -137,6 +137,12 @@ class LocalCluster:
         r = self.cp.kubectl("get", "proxystatus", node.name, "-o", "json", check=False)
         return dict(json.loads(r.stdout)) if r.returncode == 0 else {}
 
+    def proxy_events(self, namespace: str) -> list[dict[str, Any]]:
+        """The Events nftproxy wrote in a namespace. Only ours: the apiserver's ClusterIP repair
+        loop may report on the same Services (ClusterIPNotAllocated, seen in CI)."""
+        items = json.loads(self.cp.kubectl("get", "events", "-n", namespace, "-o", "json").stdout)["items"]
+        return [e for e in items if e.get("reportingComponent") == "nftproxy"]
+
     def http_get(self, node: Node, port: int, path: str) -> tuple[int, str]:
         """GET from inside the node's namespace (where the operator serves)."""
         code = (

@@ -123,8 +123,13 @@ def _nftproxy_takes_over(env: Env) -> None:
     env.cl.start_proxy(env.node, *FLAGS)
     try:
         eventually(lambda: env.answers() == EXPECTED or None, timeout=60, what="nftproxy serves the Services")
-        status = eventually(lambda: env.cl.proxy_status(env.node).get("status"), what="ProxyStatus")
-        cond = {c["type"]: c for c in status.get("conditions", [])}
+
+        def conditions() -> dict[str, Any] | None:  # the condition once the proxy has written it
+            status = env.cl.proxy_status(env.node).get("status") or {}
+            cond = {c["type"]: c for c in status.get("conditions", [])}
+            return cond if "KubeProxyDetected" in cond else None
+
+        cond = eventually(conditions, what="ProxyStatus with its KubeProxyDetected condition")
         assert cond["KubeProxyDetected"]["status"] == "False", cond
     finally:
         env.cl.stop_proxy(env.node)

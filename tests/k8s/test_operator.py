@@ -185,8 +185,7 @@ def test_conflicts_and_orphans_are_reported_others_keep_working(env: Env) -> Non
     ]
 
     def events() -> str | None:
-        out = env.cl.cp.kubectl("get", "events", "-n", ns, "-o", "json").stdout
-        msgs = [f"{e['involvedObject']['name']} {e['reason']}" for e in json.loads(out)["items"]]
+        msgs = [f"{e['involvedObject']['name']} {e['reason']}" for e in env.cl.proxy_events(ns)]
         return " ".join(sorted(msgs)) if len(msgs) >= 2 else None
 
     assert eventually(events, what="Events") == "ghost-abc InvalidObject second PortConflict"

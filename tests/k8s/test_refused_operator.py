@@ -5,7 +5,6 @@ its object brings it back. The refusal is injected (tests/support/poison.py: a S
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -79,8 +78,7 @@ def test_the_refused_service_is_named_and_the_others_are_served(env: Env) -> Non
     assert env.answers("10.96.4.11", POISON_PORT) == {"timeout"}  # not programmed at all
 
     def event() -> str | None:
-        out = env.cl.cp.kubectl("get", "events", "-n", NS, "-o", "json").stdout
-        found = [e for e in json.loads(out)["items"] if e["involvedObject"]["name"] == "bad"]
+        found = [e for e in env.cl.proxy_events(NS) if e["involvedObject"]["name"] == "bad"]
         return f"{found[0]['reason']}: {found[0]['message']}" if found else None
 
     assert eventually(event, what="an Event on the bad Service") == (
