@@ -26,11 +26,15 @@ DNS_NAMESPACE = "kube-system"
 DNS_DEPLOYMENT = "coredns"
 DNS_LABELS = {"k8s-app": "kube-dns"}
 
+# kubeadm's: how long a terminating CoreDNS keeps answering, the time every node's proxy has to
+# take it out of the Service (install_coredns's ``lameduck``)
+KUBEADM_LAMEDUCK = "5s"
+
 COREFILE = f"""\
 .:53 {{
     errors
     health {{
-        lameduck 5s
+        lameduck {KUBEADM_LAMEDUCK}
     }}
     ready
     kubernetes {CLUSTER_DOMAIN} in-addr.arpa ip6.arpa {{
@@ -43,9 +47,10 @@ COREFILE = f"""\
 """
 
 
-def coredns_manifests(image: str, replicas: int = 2, roll: str = "1") -> str:
+def coredns_manifests(image: str, replicas: int = 2, roll: str = "1", lameduck: str = KUBEADM_LAMEDUCK) -> str:
     """kubeadm's CoreDNS addon, with IMAGE (built here); ROLL: a pod-template annotation (a new
-    value rolls the Deployment)."""
+    value rolls the Deployment); LAMEDUCK: the health plugin's (kubeadm's 5 s by default)."""
+    corefile = COREFILE.replace(f"lameduck {KUBEADM_LAMEDUCK}", f"lameduck {lameduck}")
     meta = {"namespace": DNS_NAMESPACE}
     rules = [
         {"apiGroups": [""], "resources": ["endpoints", "services", "pods", "namespaces"], "verbs": ["list", "watch"]},
@@ -71,7 +76,7 @@ def coredns_manifests(image: str, replicas: int = 2, roll: str = "1") -> str:
             "apiVersion": "v1",
             "kind": "ConfigMap",
             "metadata": {"name": "coredns", **meta},
-            "data": {"Corefile": COREFILE},
+            "data": {"Corefile": corefile},
         },
         {
             "apiVersion": "apps/v1",
@@ -146,13 +151,13 @@ def coredns_manifests(image: str, replicas: int = 2, roll: str = "1") -> str:
     return json.dumps({"apiVersion": "v1", "kind": "List", "items": items})
 
 
-def install_coredns(cluster: RealCluster, *, timeout: float = 180.0) -> None:
+def install_coredns(cluster: RealCluster, *, timeout: float = 180.0, lameduck: str = KUBEADM_LAMEDUCK) -> None:
     """Apply the CoreDNS addon and wait until both replicas are Ready (they reach the API through
     10.96.0.1, so the Service proxy must run first)."""
     image = cluster.images.get("coredns")
     if not image:
         raise ClusterError("no CoreDNS image in images.json: run hack/e2e-tools.sh and hack/images.sh")
-    cluster.kubectl("apply", "-f", "-", input=coredns_manifests(image))
+    cluster.kubectl("apply", "-f", "-", input=coredns_manifests(image, lameduck=lameduck))
     wait_coredns(cluster, timeout=timeout)
 
 

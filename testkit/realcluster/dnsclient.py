@@ -17,6 +17,7 @@ a query that got no answer is sent once more on the same socket, as glibc's reso
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import random
@@ -24,6 +25,7 @@ import socket
 import struct
 import sys
 import time
+from typing import Any
 
 TIMEOUT = 2.0
 INTERVAL = 0.02
@@ -88,23 +90,32 @@ def parse(msg: bytes) -> tuple[int, int, list[tuple[str, str]]]:
 
 def ask(sock: socket.socket, name: str, qtype: int) -> tuple[str, list[tuple[str, str]]]:
     """One lookup on a connected socket: ("ok" | "failed" | "timeout", answers)."""
+    result, answers, _ = ask_why(sock, name, qtype)
+    return result, answers
+
+
+def ask_why(sock: socket.socket, name: str, qtype: int) -> tuple[str, list[tuple[str, str]], str]:
+    """ask(), and why a lookup failed: "rcode N" (the server answered with an error or nothing),
+    "icmp ERRNO" (the kernel reported an ICMP error: no server there) or "timeout"."""
     qid = random.randrange(1 << 16)
     sock.send(build_query(qid, name, qtype))
     deadline = time.monotonic() + TIMEOUT
     while True:
         left = deadline - time.monotonic()
         if left <= 0:
-            return "timeout", []
+            return "timeout", [], "timeout"
         sock.settimeout(left)
         try:
             got, rcode, answers = parse(sock.recv(4096))
         except TimeoutError:
-            return "timeout", []
-        except OSError:  # ICMP port/host unreachable on a connected socket
-            return "failed", []
+            return "timeout", [], "timeout"
+        except OSError as e:  # ICMP port/host unreachable on a connected socket
+            return "failed", [], f"icmp {errno.errorcode.get(e.errno or 0, e.errno)}"
         if got != qid:  # a late answer to an earlier query: not ours
             continue
-        return ("ok" if rcode == 0 and answers else "failed"), answers
+        if rcode == 0 and answers:
+            return "ok", answers, ""
+        return "failed", answers, f"rcode {rcode}"
 
 
 def connected(server: str) -> socket.socket:
@@ -113,23 +124,33 @@ def connected(server: str) -> socket.socket:
     return s
 
 
-def loop(server: str, name: str, mode: str, stop: str) -> dict[str, int]:
+def loop(server: str, name: str, mode: str, stop: str) -> dict[str, Any]:
+    """Counts, and each lookup that did not end "ok" the first time: [the wall-clock time
+    (the pods share the machine's clock: it lines up with the logs), local port, why], the
+    first 50, so that a failure says whether the server answered."""
     counts = {"ok": 0, "failed": 0, "timeout": 0, "retried": 0}
+    events: list[list[Any]] = []
     sock = connected(server) if mode == "reuse" else None
     ports: set[int] = set()
+    start = time.monotonic()
     while not os.path.exists(stop):
         s = sock or connected(server)
-        ports.add(s.getsockname()[1])
-        result, _ = ask(s, name, TYPES["A"])
+        port = s.getsockname()[1]
+        ports.add(port)
+        result, _, why = ask_why(s, name, TYPES["A"])
+        if result != "ok" and len(events) < 50:
+            events.append([round(time.time(), 3), port, why])
         if result == "timeout":  # once more on the same socket, as glibc's resolver (attempts:2)
             counts["retried"] += 1
-            result, _ = ask(s, name, TYPES["A"])
+            result, _, why = ask_why(s, name, TYPES["A"])
+            if result != "ok" and len(events) < 50:
+                events.append([round(time.time(), 3), port, f"retry: {why}"])
         counts[result] += 1
         if sock is None:
             s.close()
         time.sleep(INTERVAL)
     os.unlink(stop)
-    return {**counts, "source_ports": len(ports)}
+    return {**counts, "source_ports": len(ports), "seconds": round(time.monotonic() - start, 3), "events": events}
 
 
 def main(argv: list[str]) -> int:
