@@ -601,6 +601,23 @@ class ControlPlane:
             raise KubectlError(proc.returncode, argv, proc.stdout, proc.stderr)
         return proc
 
+    def wait_default_service_cidr(self, timeout: float = 60.0) -> dict[str, Any]:
+        """Wait until the apiserver's default ServiceCIDR ``kubernetes`` exists and is Ready (its
+        own controller creates it a moment after the apiserver answers, later on a busy machine).
+        A kube-proxy started before reads no ServiceCIDR and applies one only at its hourly full
+        sync: it then rejects what it should drop (a CI run of the conformance suite, 2026-12-03)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            r = self.kubectl("get", "servicecidr", "kubernetes", "-o", "json", check=False)
+            if r.returncode == 0:
+                obj: dict[str, Any] = json.loads(r.stdout)
+                conds = {c["type"]: c["status"] for c in obj.get("status", {}).get("conditions", [])}
+                if conds.get("Ready") == "True":
+                    return obj
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the default ServiceCIDR is not Ready after {timeout:.0f} s: {r.stdout}{r.stderr}")
+            time.sleep(0.2)
+
     def client_kubeconfig(self, path: str | os.PathLike[str], common_name: str, organization: str = "") -> Path:
         """Write a kubeconfig at PATH with a new client certificate (CN, O) signed by the CA."""
         name = "client-" + "".join(c if c.isalnum() else "-" for c in common_name)

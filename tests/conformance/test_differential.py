@@ -17,6 +17,7 @@ import json
 import os
 import re
 import shutil
+import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
@@ -95,6 +96,7 @@ def duo(conformance_control_plane: ControlPlane) -> Iterator[Duo]:
         b = Side("nftproxy", lab_b, build_lab(lab_b))
         duo = Duo(cp, a, b, cases, flows, changes)
         try:
+            cp.wait_default_service_cidr()  # kube-proxy reads the ServiceCIDRs once, at its start
             cp.kubectl("apply", "-f", str(CRD))
             cp.kubectl("wait", "--for=condition=Established", "crd/proxystatuses.nftproxy.io", "--timeout=30s")
             objects: list[c.Obj] = [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": c.NS}}]
@@ -119,12 +121,25 @@ def duo(conformance_control_plane: ControlPlane) -> Iterator[Duo]:
             # 0.5 s of quiet, a make test on a fresh machine caught it before that resync, without
             # topology hints (every topo-* case differed). Quiet for longer than one sync period.
             settle(duo.sides, since, quiet=2.5)
+            _reference_drops_unallocated(a)
             yield duo
         finally:
             for s in (a, b):
                 if s.proxy is not None:
                     s.proxy.stop()
             shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _reference_drops_unallocated(a: Side) -> None:
+    """The reference programmed the ServiceCIDRs (its drop of their unallocated addresses): a
+    kube-proxy that read none at its start adds them only at its hourly full sync, and every
+    case that meets that drop would differ for that reason alone."""
+    out = subprocess.run(
+        ["ip", "netns", "exec", a.node.netns, "nft", "list", "table", "ip", "kube-proxy"],
+        capture_output=True, text=True, check=False,
+    ).stdout  # fmt: skip
+    if "10.96.0.0/16" not in out:
+        pytest.fail(f"kube-proxy did not program the ServiceCIDR 10.96.0.0/16 at its start:\n{out[-3000:]}")
 
 
 def _check(rows: list[Row]) -> None:
