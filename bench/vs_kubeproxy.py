@@ -14,7 +14,8 @@ measured:
 * start -> first sync committed: from starting the process until the kernel notifies the
   ``service-ips`` element of the last Service (kube-proxy commits its first sync in one
   transaction; nftproxy's first load makes every Service reachable in its last commit);
-* one Service created -> its rule in the kernel: its EndpointSlice is written first and synced,
+* one Service created -> its rule in the kernel (and, printed beside it, how long the create call
+  itself took: the kube-apiserver's part): its EndpointSlice is written first and synced,
   1.5 s later (past the 1 s min sync period) the Service is created; until the kernel notifies
   its ``service-ips`` element. Median of ``--rounds`` (5);
 * RSS of the proxy process right after its first sync (VmRSS; nftproxy's short-lived ``nft``
@@ -73,6 +74,12 @@ class Measured:
     cpu_first: float  # CPU s from start to the first sync committed
     cpu_all: float  # CPU s from start to the end of the rounds
     wall_all: float  # wall s from start to the end of the rounds
+    api: list[float]  # the create call alone (the kube-apiserver's part of ``lat``), s, one per round
+
+    def after_api(self) -> float:
+        """Median of new Service -> kernel minus its create call: the proxy's part (the watch
+        event leaves the apiserver about when the call returns)."""
+        return statistics.median(t - a for t, a in zip(self.lat, self.api, strict=True))
 
 
 def measure(
@@ -101,7 +108,7 @@ def measure(
                 pid = runner.pid()
                 cpu_first = cpu_s(pid)
                 rss = rss_mb(pid)
-                lat = []
+                lat, api_s = [], []
                 for r in range(rounds):
                     i = new_index(r)
                     since = time.time()
@@ -113,6 +120,7 @@ def measure(
                     watch.expect("service-ips", k)
                     t1 = time.perf_counter()
                     core.create_namespaced_service(NS, cast(Any, service(i)))
+                    api_s.append(time.perf_counter() - t1)
                     lat.append(watch.wait("service-ips", k, timeout) - t1)
                     runner.pid()  # still running
                 cpu_all = cpu_s(runner.pid())
@@ -121,7 +129,7 @@ def measure(
                     print(f"  (netlink receive buffer overran {watch.overruns}x)", flush=True)
             finally:
                 runner.stop()
-    return Measured(first, lat, rss, cpu_first, cpu_all, wall_all)
+    return Measured(first, lat, rss, cpu_first, cpu_all, wall_all, api_s)
 
 
 def main() -> int:
@@ -132,6 +140,7 @@ def main() -> int:
     p.add_argument("--keep", action="store_true", help="keep the work directory (proxy logs)")
     p.add_argument("--via-api", action="store_true", help="create the bulk through the API (default: into etcd)")
     p.add_argument("--netns-prefix", default="kpb", help="name the network namespaces PREFIX-<random> (default kpb)")
+    p.add_argument("--proxies", default="kube-proxy,nftproxy", help="which to run (the table needs both)")
     args = p.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     work = Path(tempfile.mkdtemp(prefix="kp-bench-"))
@@ -156,6 +165,8 @@ def main() -> int:
                 have = n
                 print(f"  (created {n} Services + EndpointSlices in {time.perf_counter() - t0:.0f}s)", flush=True)
                 for pi, (name, cls) in enumerate((("kube-proxy", KubeProxyRunner), ("nftproxy", NftproxyRunner))):
+                    if name not in args.proxies.split(","):
+                        continue
                     wd = work / f"{name}-{n}"
                     wd.mkdir()
 
@@ -168,36 +179,42 @@ def main() -> int:
                     m = measure(api, make, n - 1, args.rounds, new_index, args.timeout, args.netns_prefix)
                     results[n, name] = m
                     med, lo, hi = (x * 1000 for x in (statistics.median(m.lat), min(m.lat), max(m.lat)))
+                    api_ms = statistics.median(m.api) * 1000
                     print(
                         f"{n:>6} {name:<10} first sync {m.first:8.2f} s   new Service median "
-                        f"{med:9.1f} ms (min {lo:.1f}, max {hi:.1f})   RSS {m.rss:6.0f} MB   "
+                        f"{med:9.1f} ms (min {lo:.1f}, max {hi:.1f}; of which the API call {api_ms:.1f})   "
+                        f"RSS {m.rss:6.0f} MB   "
                         f"CPU {m.cpu_first:.2f} s to first sync, {m.cpu_all:.2f} s in all ({m.wall_all:.0f} s wall)",
                         flush=True,
                     )
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
+    if {p for _, p in results} != {"kube-proxy", "nftproxy"}:
+        return 0
     print()
     print(f"kube-proxy {version} (nftables mode) vs nftproxy, Services x 10 endpoints; new Service: median of "
           f"{args.rounds}; CPU s: to the first sync / over the whole measurement at that size")  # fmt: skip
     print()
     print("| Services | first sync kube-proxy | first sync nftproxy | ratio | new Service → kernel kube-proxy | "
-          "new Service → kernel nftproxy | ratio | RSS kube-proxy | RSS nftproxy | CPU s kube-proxy | "
-          "CPU s nftproxy |")  # fmt: skip
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+          "new Service → kernel nftproxy | ratio | of which after the API call returned, kube-proxy / nftproxy | "
+          "RSS kube-proxy | RSS nftproxy | CPU s kube-proxy | CPU s nftproxy |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for n in sizes:
         kp, np_ = results[n, "kube-proxy"], results[n, "nftproxy"]
         kl, nl = statistics.median(kp.lat), statistics.median(np_.lat)
         for proxy, m, latency in (("kube-proxy", kp, kl), ("nftproxy", np_, nl)):
             figure("first sync", m.first, "s", services=n, proxy=proxy, kube_proxy=version)
             figure("new Service -> kernel (median)", latency, "s", services=n, proxy=proxy, kube_proxy=version)
+            figure("new Service -> kernel after the API call (median)", m.after_api(), "s", services=n, proxy=proxy)
             figure("RSS", m.rss, "MB", services=n, proxy=proxy, kube_proxy=version)
             figure("CPU to first sync", m.cpu_first, "s", services=n, proxy=proxy, kube_proxy=version)
             figure("CPU whole measurement", m.cpu_all, "s", services=n, proxy=proxy, kube_proxy=version)
             figure("wall whole measurement", m.wall_all, "s", services=n, proxy=proxy, kube_proxy=version)
         print(
             f"| {n:,} | {kp.first:.2f} s | {np_.first:.2f} s | {kp.first / np_.first:.1f}x | {_ms(kl)} | "
-            f"{_ms(nl)} | {kl / nl:.0f}x | {kp.rss:.0f} MB | {np_.rss:.0f} MB | "
+            f"{_ms(nl)} | {kl / nl:.0f}x | {_ms(kp.after_api())} / {_ms(np_.after_api())} | "
+            f"{kp.rss:.0f} MB | {np_.rss:.0f} MB | "
             f"{kp.cpu_first:.2f} / {kp.cpu_all:.2f} | {np_.cpu_first:.2f} / {np_.cpu_all:.2f} |"
         )
     return 0
