@@ -37,28 +37,22 @@ class Assembly:
 
     # -- updating ------------------------------------------------------------------------
     def put(self, key: str, fragment: Fragment | None) -> None:
-        """Replace Service ``key``'s fragment (None: the Service is gone from this family)."""
-        old = self.store.remove(key)
-        self.claims.drop(key)
-        if old is not None:
-            self.claims.release(old)
-        changed = old is not None
+        """Replace Service ``key``'s fragment (None: the Service is gone from this family). A
+        frontend another Service also claims goes to one of them (claims.py), and only that
+        frontend: each Service whose holdings the change moved is programmed again, trimmed."""
+        claims, store = self.claims, self.store
+        old = claims.whole(key)
+        store.remove(key)
+        moved = claims.release(old) if old is not None else set()
         if fragment is not None:
-            changed = self._take(fragment) or changed
-        while changed:  # a frontend may be free now, or taken from a Service that held others
-            changed = False
-            for waiting in self.claims.waiting():
-                changed = self._take(waiting) or changed
-
-    def _take(self, frag: Fragment) -> bool:
-        """Program ``frag`` if its claims allow; True if another Service was left out for it."""
-        evicted = self.claims.take(frag)
-        if evicted is None:
-            return False
-        for other in evicted:
-            self.store.remove(other.key)
-        self.store.add(frag)
-        return bool(evicted)
+            moved |= claims.take(fragment)
+        moved.discard(key)
+        for other in moved:  # out first: the store holds one value per element
+            store.remove(other)
+        if fragment is not None:
+            store.add(claims.trimmed(key))
+        for other in sorted(moved):
+            store.add(claims.trimmed(other))
 
     @property
     def tracking(self) -> bool:

@@ -28,10 +28,14 @@ import hashlib
 import re
 from dataclasses import replace
 
+from nftproxy.compiler.names import RR_LOCAL_NODEPORTS, RR_LOCAL_SERVICES, RR_NODEPORTS, RR_SERVICES
 from nftproxy.model.balancing import ALGORITHMS, ANNOTATION, RANDOM, ROUND_ROBIN, SOURCE_HASH, from_annotations
 from nftproxy.nft.objects import Chain, Family, Set
 
-__all__ = ["ALGORITHMS", "ANNOTATION", "RANDOM", "ROUND_ROBIN", "SOURCE_HASH", "from_annotations"]
+__all__ = [
+    "ALGORITHMS", "ANNOTATION", "RANDOM", "ROUND_ROBIN", "RR_LOCAL_NODEPORTS", "RR_LOCAL_SERVICES", "RR_NODEPORTS",
+    "RR_SERVICES", "SOURCE_HASH", "from_annotations",
+]  # fmt: skip
 SEED = "0x6e667078"  # fixed: the same client maps to the same slot on every node and after restarts
 
 
@@ -101,8 +105,6 @@ def retag(sets: list[Set], chains: list[Chain], t: str, n: int, ip: str) -> tupl
 
 RR_ENTRY = "rr-entry"  # the kind of the shared entry chains and verdict maps (N = 0)
 RR = "rr"  # kind "rr:<tag>", N: the Service port's own map and chain
-RR_SERVICES, RR_NODEPORTS = "rr-services", "rr-nodeports"
-RR_LOCAL_SERVICES, RR_LOCAL_NODEPORTS = "rr-local-services", "rr-local-nodeports"
 RR_VMAPS = (RR_SERVICES, RR_NODEPORTS, RR_LOCAL_SERVICES, RR_LOCAL_NODEPORTS)
 
 

@@ -56,7 +56,8 @@ def compile_tables(
     config: ProxyConfig,
     ignored_services: Collection[str] = (),
 ) -> Desired:
-    """Pure and deterministic: Services in name order claim Service IP/ports first."""
+    """Pure and deterministic: a frontend two Services claim goes to the same one whatever the
+    order (claims.py)."""
     svcs = sorted(services, key=lambda s: s.key)
     by_service: dict[str, list[EndpointSlice]] = defaultdict(list)
     all_slices = sorted(slices, key=lambda s: s.key)

@@ -37,7 +37,7 @@ class Fragment(NamedTuple):
     key: str  # "namespace/name"
     elements: tuple[tuple[str, Element], ...]  # (set name, element)
     spreads: tuple[MapSpread, ...]  # endpoint map entries, keyed by a frontend the Service claims
-    claims: tuple[Key, ...]  # Service IP . proto . port and proto . NodePort keys it owns
+    claims: tuple[Key, ...]  # Service IP . proto . port and proto . NodePort keys it wants (claims.py)
     objects: frozenset[tuple[str, int]]  # (kind, N) per-count maps/chains it needs
     endpoints: frozenset[tuple[str, int]]  # endpoint address:port pairs in use
     local_endpoints: frozenset[str] = frozenset()  # this node's READY endpoint addresses (health check)
@@ -53,6 +53,10 @@ class Fragment(NamedTuple):
     no_local: tuple[str, ...] = ()
     # TCP NodePorts the userspace proxy serves on loopback (--nodeport-addresses localhost)
     localhost: tuple[LocalhostNodePort, ...] = ()
+    # of the claims, the externalIP and LoadBalancer IP ones: they yield to another Service's own
+    # ClusterIP or NodePort on the same key (claims.py)
+    shared: frozenset[Key] = frozenset()
+    created: str = ""  # the Service's creationTimestamp: the older claim wins a contested frontend
 
 
 COMMENT_MAX = 127  # nft refuses comments over 128 characters (a whole transaction fails)
@@ -105,6 +109,7 @@ class _Out:
         self.spreads: list[MapSpread] = []
         self.objects: set[tuple[str, int]] = set()
         self.claims: list[Key] = []
+        self.shared: set[Key] = set()
         self.used: set[tuple[str, int]] = set()
         self.local: set[str] = set()
         self.udp_serving: list[tuple[Key, frozenset[str]]] = []
@@ -401,6 +406,7 @@ def compile_fragment(
     for port in svc.ports:
         p = _port_keys(svc, fe, port)
         out.claims += [p.cluster, *p.externals, *([p.node_port] if p.node_port else [])]
+        out.shared.update(p.externals)
         found = targets(port, mine, config.node_name)
         if p.proto == "udp":
             _udp_serving(out, p, found, fe.itp_local, fe.etp_local)
@@ -442,4 +448,6 @@ def compile_fragment(
         tuple(out.affinity),
         tuple(out.no_local),
         tuple(out.localhost),
+        frozenset(out.shared),
+        svc.created,
     )

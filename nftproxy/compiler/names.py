@@ -35,6 +35,9 @@ STICKY_SERVICES = "sticky-services"  # Service IP . proto . port -> jump sticky-
 STICKY_NODEPORTS = "sticky-nodeports"  # proto . NodePort -> jump sticky-<tag>-<timeout>
 LOCAL_POLICY_SHORT_CIRCUIT = "local-policy-short-circuit"  # eTP Local: pod/node traffic to all endpoints
 NODEPORT_SHORT_CIRCUIT = "nodeport-short-circuit"
+# round-robin (balancing.py): frontend -> the Service port's own chain (all endpoints / this node's)
+RR_SERVICES, RR_NODEPORTS = "rr-services", "rr-nodeports"
+RR_LOCAL_SERVICES, RR_LOCAL_NODEPORTS = "rr-local-services", "rr-local-nodeports"
 CONFIG_SETS = (CLUSTER_CIDRS, NODEPORT_IPS, SERVICE_CIDRS)  # elements from the config, not from any Service
 
 # -- localhost NodePorts (--nodeport-addresses with a loopback CIDR, e.g. ``localhost``): TCP is
@@ -132,6 +135,10 @@ FRONTEND_WIDTH = {
     FIREWALL_IPS: IP_FRONTEND,
     FIREWALL_ALLOW: IP_FRONTEND,
     LOCALHOST_NODEPORT_REJECT_PORTS: NODEPORT_FRONTEND,
+    RR_SERVICES: IP_FRONTEND,
+    RR_LOCAL_SERVICES: IP_FRONTEND,
+    RR_NODEPORTS: NODEPORT_FRONTEND,
+    RR_LOCAL_NODEPORTS: NODEPORT_FRONTEND,
 }
 
 

@@ -91,9 +91,11 @@ class FirstLoad:
         assemblies = list(self.assemblies.values())
         chunked = self.chunked
         if chunked:
-            keys = sorted(self.inputs.dirty)
+            keys, rivals = _rivals_apart(sorted(self.inputs.dirty), self.inputs)
             size = -(-len(keys) // max(1, self.chunks))
             chunks = [keys[i : i + size] for i in range(0, len(keys), size)]
+            if rivals:
+                chunks.append(rivals)
         else:
             self.compile_all()
             chunks = [sorted({key for a in assemblies for key in a.fragments})]
@@ -175,9 +177,40 @@ class FirstLoad:
 # name), and in the last step its commit came after the whole compile; with the chunks it
 # overlaps the next chunk's compile (bench.apply; figures in docs/performance.md).
 # Each chunk's elements are all its Services' (an element two chunks share is added twice: the
-# kernel accepts an add of an element it holds); together they are the whole set, since a Service
-# an earlier chunk programmed is never evicted by a later one (chunks go in name order, claims.py).
+# kernel accepts an add of an element it holds); together they are the whole set, since a hairpin
+# element is an endpoint's, whichever frontend a Service loses (claims.py).
 EARLY_SET = names.HAIRPIN_ENDPOINTS
+
+
+def _rivals_apart(keys: list[str], inputs: InputTracker) -> tuple[list[str], list[str]]:
+    """``keys`` split into the Services that cannot contest a frontend, and those that may (they
+    go together in the last chunk). A chunk's endpoint-map entries are loaded as they are
+    compiled, and only added: were a Service of a later chunk to take a frontend from one of an
+    earlier chunk (claims.py), the loser's entries for it would stay in the kernel. Only an IP
+    frontend can be contested (the apiserver allocates ClusterIPs and NodePorts once): an
+    externalIP or LoadBalancer IP that is also another Service's ClusterIP, externalIP or
+    LoadBalancer IP. Few Services have either, so this costs a dict lookup per Service."""
+    services = inputs.services
+    shared: dict[object, int] = {}
+    for key in keys:
+        svc = services.get(key)
+        if svc is not None and (svc.external_ips or svc.load_balancer_ips):
+            for ip in set(svc.external_ips) | set(svc.load_balancer_ips):
+                shared[ip] = shared.get(ip, 0) + 1
+    if not shared:
+        return keys, []
+    contested = {ip for ip, n in shared.items() if n > 1}
+    contested.update(ip for key in keys if (svc := services.get(key)) for ip in svc.cluster_ips if ip in shared)
+    if not contested:
+        return keys, []
+    rivals = [
+        key
+        for key in keys
+        if (svc := services.get(key)) is not None
+        and any(ip in contested for ip in (*svc.cluster_ips, *svc.external_ips, *svc.load_balancer_ips))
+    ]
+    apart = set(rivals)
+    return [k for k in keys if k not in apart], rivals
 
 
 def _early_elements(a: Assembly, keys: list[str]) -> list[Element]:

@@ -132,7 +132,7 @@ class Dataplane:
     # -- compiling -----------------------------------------------------------------------
     def compile(self) -> None:
         """Recompile the Services changed since the last call, each once, in name order (the
-        first by name claims a frontend). ``sync`` and the readers below do it anyway."""
+        result does not depend on the order: claims.py). ``sync`` and the readers below do it anyway."""
         with heap.bulk_compile(len(self.inputs.dirty) > 1000):
             self._compile(sorted(self.inputs.dirty))
 
@@ -216,7 +216,7 @@ class Dataplane:
         out = []
         for (family, key), why in sorted(self.refused.items()):
             ns, _, name = key.partition("/")
-            out.append(Skipped("Service", ns, name, f"{REFUSED} IPv{family.version} rules: {why}"))
+            out.append(Skipped("Service", ns, name, f"{REFUSED} IPv{family.version} rules: {why}", "RefusedByKernel"))
         return out
 
     def retry_refused(self) -> None:
@@ -377,7 +377,7 @@ class Dataplane:
 
     def _chunked(self) -> bool:
         """From scratch with many Services: compile in chunks while the kernel loads."""
-        fresh = not any(a.fragments or a.claims.conflicts for a in self.assemblies.values())
+        fresh = not any(a.fragments or a.claims.losers for a in self.assemblies.values())
         return fresh and len(self.inputs.dirty) >= self.stream_services
 
     # -- after a successful sync ---------------------------------------------------------

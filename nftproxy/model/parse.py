@@ -178,6 +178,7 @@ def _service(obj: Mapping[str, Any], ns: str, name: str, proxy_name: str | None)
         health_check_node_port=_port(hc, "spec.healthCheckNodePort") if hc else None,
         load_balancing=algorithm,
         warnings=(warning,) if warning else (),
+        created=str(meta.get("creationTimestamp") or ""),
     )
 
 

@@ -35,6 +35,7 @@ class Service:
     health_check_node_port: int | None = None
     load_balancing: str | None = None  # nftproxy.io/load-balancing annotation (None: the node's default)
     warnings: tuple[str, ...] = ()  # reported, the Service still programmed (e.g. a bad annotation)
+    created: str = ""  # metadata.creationTimestamp (RFC 3339, UTC): the older claim wins a contested frontend
 
     @property
     def key(self) -> str:
@@ -109,6 +110,9 @@ class Skipped:
     namespace: str
     name: str
     reason: str
+    # the Event's reason: InvalidObject (the object is left out), PortConflict (one frontend of a
+    # Service is: claims.py), RefusedByKernel (the kernel refused its rules)
+    event: str = "InvalidObject"
 
     def __str__(self) -> str:
         where = f"{self.namespace}/{self.name}" if self.namespace else self.name

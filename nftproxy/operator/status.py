@@ -8,7 +8,7 @@ import time
 from typing import Any
 
 from nftproxy import __version__
-from nftproxy.dataplane.sync import REFUSED
+from nftproxy.compiler.claims import PORT_CONFLICT
 from nftproxy.model.types import Skipped
 from nftproxy.operator import kube
 from nftproxy.operator.syncer import Syncer
@@ -90,11 +90,8 @@ class StatusWriter:
             self.last_write = time.monotonic()
 
     def _event(self, x: Skipped) -> None:
-        if "already used by" in x.reason:
-            reason = "PortConflict"
-        elif x.reason.startswith(REFUSED):
-            reason = "RefusedByKernel"
+        if x.event == PORT_CONFLICT:  # one frontend left out, the rest of the Service programmed
+            message = f"nftproxy on {self.node}: {x.reason}"
         else:
-            reason = "InvalidObject"
-        message = f"nftproxy on {self.node} skipped this {x.kind}: {x.reason}"
-        kube.post_event(self.api, self.node, x.kind, x.namespace, x.name, reason, message)
+            message = f"nftproxy on {self.node} skipped this {x.kind}: {x.reason}"
+        kube.post_event(self.api, self.node, x.kind, x.namespace, x.name, x.event, message)

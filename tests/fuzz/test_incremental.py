@@ -31,6 +31,9 @@ NAMES = ["a", "b", "c", "d", "e", S.LONG]
 NS = ["default", "ns1"]
 EXT = [IPv4Address("198.19.0.1"), IPv6Address("fd00:198:19::1"), IPv6Address("::ffff:198.19.0.1")]
 LB = [IPv4Address("198.19.1.1"), IPv6Address("fd00:198:19::9"), IPv6Address("::ffff:198.19.1.1")]
+# with conflicts: other Services' ClusterIPs too (a tenant naming kube-dns's ClusterIP, say)
+CLUSTER_IPS = [IPv4Address("10.96.0.1"), IPv4Address("10.96.0.2"), IPv6Address("fd00:10:96::3")]
+CREATED = ["", "2026-01-01T00:00:00Z", "2026-01-01T00:00:01Z"]
 # Source ranges as the parser hands them over (host bits cleared, duplicates kept): every shape of
 # issue 19, both families in one list; read back from the kernel, they must equal a fresh compile.
 RANGES = st.lists(st.sampled_from([ip_network(c, strict=False) for c in S.SHAPED_CIDRS]), max_size=3).map(
@@ -64,8 +67,8 @@ def services(draw: Any, unique_ips: bool, ipv6_affinity: bool = True) -> Service
         )
         for k, (proto, port) in enumerate(raw_ports)
     )
-    ext = draw(st.lists(st.sampled_from(EXT), max_size=2))
-    lb = draw(st.lists(st.sampled_from(LB), max_size=2))
+    ext = draw(st.lists(st.sampled_from(EXT if unique_ips else EXT + CLUSTER_IPS), max_size=2))
+    lb = draw(st.lists(st.sampled_from(LB if unique_ips else LB + CLUSTER_IPS), max_size=2))
     if unique_ips:  # each its own, in either family; IPv6 IPv4-mapped too (nft lists it dotted)
         ext = [IPv4Address(f"198.19.0.{i + 1}"), IPv6Address(f"fd00:198:19::{i + 1:x}")][: len(ext)]
         lb = [IPv4Address(f"198.19.1.{i + 1}"), IPv6Address(f"::ffff:198.19.3.{i + 1}")][: len(lb)]
@@ -86,6 +89,7 @@ def services(draw: Any, unique_ips: bool, ipv6_affinity: bool = True) -> Service
         else None,
         load_balancer_source_ranges=tuple(draw(RANGES)),
         health_check_node_port=32000 + i if svc_type == "LoadBalancer" and etp == "Local" else None,
+        created=draw(st.sampled_from(CREATED)),
     )
 
 
@@ -188,8 +192,8 @@ def test_incremental_equals_full_compile_fake(seq: list[tuple[str, Any]]) -> Non
 @settings(max_examples=examples(300, 3000))
 @given(seq=changes(unique_ips=False))
 def test_incremental_equals_full_compile_with_conflicts_fake(seq: list[tuple[str, Any]]) -> None:
-    """Services claiming one frontend: the first by name wins, whatever the order of arrival (before
-    the Core restructure the incremental path kept the first to arrive: this test found it)."""
+    """Services claiming one frontend (one ClusterIP, one NodePort, an externalIP or LB IP that is
+    another's ClusterIP or externalIP): the same holder whatever the order of arrival (claims.py)."""
     run_sequence(FakeBackend(), seq)
 
 

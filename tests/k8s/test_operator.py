@@ -162,15 +162,20 @@ def test_operator_never_writes_to_what_it_watches(env: Env) -> None:
 
 
 def test_conflicts_and_orphans_are_reported_others_keep_working(env: Env) -> None:
+    """Two Services with one externalIP and port: the older keeps it, the newer loses that
+    frontend only (its ClusterIP keeps answering), reported for that frontend."""
     ns = env.cl.namespace("badinput")
     env.cl.apply(
-        k.service("first", ["10.96.1.50"], [k.port(80, "http")], namespace=ns, external_ips=["198.19.5.5"]),
-        k.service("second", ["10.96.1.51"], [k.port(80, "http")], namespace=ns, external_ips=["198.19.5.5"]),
-        slice_for("first", ns, env.pods[:1]),
-        slice_for("second", ns, env.pods[1:2]),
+        k.service("second", ["10.96.1.50"], [k.port(80, "http")], namespace=ns, external_ips=["198.19.5.5"]),
+        slice_for("second", ns, env.pods[:1]),
+    )
+    eventually(lambda: env.probe(env.node, "10.96.1.50", 80, 1) == {"p0"}, what="the older Service served")
+    time.sleep(1.1)  # creationTimestamp has seconds: the second Service is newer
+    env.cl.apply(
+        k.service("first", ["10.96.1.51"], [k.port(80, "http")], namespace=ns, external_ips=["198.19.5.5"]),
+        slice_for("first", ns, env.pods[1:2]),
         slice_for("ghost", ns, env.pods[2:]),
     )
-    eventually(lambda: env.probe(env.node, "10.96.1.50", 80, 1) == {"p0"}, what="first served")
 
     def reported() -> list[dict[str, str]] | None:
         skipped = env.cl.proxy_status(env.node).get("status", {}).get("skipped", [])
@@ -179,20 +184,73 @@ def test_conflicts_and_orphans_are_reported_others_keep_working(env: Env) -> Non
 
     skipped = eventually(reported, what="two skipped objects in ProxyStatus")
     reasons = sorted(f"{s['kind']} {s['name']}: {s['reason']}" for s in skipped)
+    created = env.cl.get("service", "second", ns)["metadata"]["creationTimestamp"]
     assert reasons == [
         "EndpointSlice ghost-abc: no Service badinput/ghost",
-        "Service second: 198.19.5.5 . tcp . 80 is already used by Service badinput/first",
+        f"Service first: 198.19.5.5 . tcp . 80 is left out for this Service: Service badinput/second claimed it "
+        f"first (created {created}); its other frontends are programmed",
     ]
 
     def events() -> str | None:
         msgs = [f"{e['involvedObject']['name']} {e['reason']}" for e in env.cl.proxy_events(ns)]
         return " ".join(sorted(msgs)) if len(msgs) >= 2 else None
 
-    assert eventually(events, what="Events") == "ghost-abc InvalidObject second PortConflict"
-    # the first Service keeps working (the conflicting one is left out whole, ClusterIP included)
-    assert env.probe(env.node, "10.96.1.50", 80, 1) == {"p0"}
-    env.cl.delete("service", "first", ns)  # the conflict is gone: second takes over the externalIP
-    eventually(lambda: env.probe(env.node, "10.96.1.51", 80, 1) == {"p1"}, what="second programmed")
+    assert eventually(events, what="Events") == "first PortConflict ghost-abc InvalidObject"
+    # the older Service keeps the externalIP; the newer keeps its own ClusterIP
+    assert env.probe(env.ext, "198.19.5.5", 80, 1) == {"p0"}
+    eventually(lambda: env.probe(env.node, "10.96.1.51", 80, 1) == {"p1"}, what="the newer one's ClusterIP")
+    env.cl.delete("service", "second", ns)  # the conflict is gone: the newer takes over the externalIP
+    eventually(lambda: env.probe(env.ext, "198.19.5.5", 80, 1) == {"p1"}, what="the externalIP moved")
+
+
+def test_a_tenant_naming_another_services_clusterip_takes_no_port_of_it(env: Env) -> None:
+    """A tenant's Service whose externalIP is another Service's ClusterIP, on one of its ports
+    (kube-dns's 53/UDP, say): that port stays the ClusterIP's Service's, although the tenant's
+    Service is older and sorts first; the victim's other ports and the tenant's own ClusterIP
+    answer too, from a pod and from the node."""
+    victim_ns, tenant_ns = env.cl.namespace("tk-system"), env.cl.namespace("tk-default")
+    a, b, client = env.pods
+
+    def dns_slice(name: str, ns: str, pod: Pod) -> k.Obj:
+        ports = [k.port(5353, "dns", "UDP"), k.port(8080, "dns-tcp"), k.port(8080, "metrics")]
+        return k.endpoint_slice(f"{name}-abc", name, [k.endpoint(pod.ipv4, node="e2e-node")], ports, namespace=ns)
+
+    env.cl.apply(
+        k.service("x", ["10.96.1.71"], [k.port(53, "dns", "UDP", target=5353)], namespace=tenant_ns,
+                  external_ips=["10.96.1.70"]),
+        k.endpoint_slice("x-abc", "x", [k.endpoint(b.ipv4, node="e2e-node")], [k.port(5353, "dns", "UDP")],
+                         namespace=tenant_ns),
+    )  # fmt: skip
+    time.sleep(1.1)  # the tenant's Service is the older one
+    dns_ports = [k.port(53, "dns", "UDP", target=5353), k.port(53, "dns-tcp", target=8080),
+                 k.port(9153, "metrics", target=8080)]  # fmt: skip
+    env.cl.apply(
+        k.service("kube-dns", ["10.96.1.70"], dns_ports, namespace=victim_ns), dns_slice("kube-dns", victim_ns, a)
+    )
+    for src in (env.node, client):
+
+        def dns_answers(src: Node | Pod = src) -> bool:
+            return env.probe(src, "10.96.1.70", 53, 2, "udp") == {"p0"}
+
+        eventually(dns_answers, what=f"53/UDP from {src.name}")
+        assert env.probe(src, "10.96.1.70", 53, 2) == {"p0"}
+        assert env.probe(src, "10.96.1.70", 9153, 2) == {"p0"}
+        assert env.probe(src, "10.96.1.71", 53, 2, "udp") == {"p1"}  # the tenant's own ClusterIP
+
+    def reported() -> list[str] | None:
+        skipped = env.cl.proxy_status(env.node).get("status", {}).get("skipped", [])
+        mine = [f"{s['namespace']}/{s['name']}: {s['reason']}" for s in skipped if s.get("namespace") == tenant_ns]
+        return mine or None
+
+    assert eventually(reported, what="the tenant's lost frontend in ProxyStatus") == [
+        f"{tenant_ns}/x: 10.96.1.70 . udp . 53 is left out for this Service: it is the ClusterIP of Service "
+        f"{victim_ns}/kube-dns; its other frontends are programmed"
+    ]
+    env.cl.delete("service", "kube-dns", victim_ns)
+    env.cl.delete("endpointslice", "kube-dns-abc", victim_ns)
+    eventually(lambda: env.probe(env.node, "10.96.1.70", 53, 1, "udp") == {"p1"}, what="the externalIP, once free")
+    env.cl.delete("service", "x", tenant_ns)
+    env.cl.delete("endpointslice", "x-abc", tenant_ns)
 
 
 def test_metrics_and_healthz_served_in_the_node_namespace(env: Env) -> None:

@@ -68,7 +68,9 @@ def test_bad_object_is_skipped_with_reason_and_others_still_compile(bad: object,
     assert ("10.96.0.9", "tcp", "80") not in ip.elements["service-ips"]
 
 
-def test_two_services_claiming_one_frontend_first_by_name_wins() -> None:
+def test_two_services_claiming_one_nodeport_lose_only_that_frontend() -> None:
+    """Without creation times, the first by name keeps the contested NodePort; the other keeps
+    its ClusterIP."""
     objs = [
         *GOOD,
         k.service("zz-dup", ["10.96.0.50"], [k.port(80, node_port=30001)], type="NodePort"),
@@ -77,10 +79,12 @@ def test_two_services_claiming_one_frontend_first_by_name_wins() -> None:
     inputs = classify(objs)
     desired = compile_tables(inputs.services, inputs.slices, ProxyConfig(), inputs.ignored)
     assert [str(s) for s in desired.skipped] == [
-        "Service default/zz-dup: tcp . 30001 is already used by Service default/aa-dup"
+        "Service default/zz-dup: tcp . 30001 is left out for this Service: Service default/aa-dup claims it too, "
+        "and comes first by name; its other frontends are programmed"
     ]
     els = desired.tables[0].elements
     assert els["no-endpoint-nodeports"][("tcp", "30001")].comment == "default/aa-dup"
+    assert els["no-endpoint-services"][("10.96.0.50", "tcp", "80")].comment == "default/zz-dup"
 
 
 def test_ignored_services_are_not_errors() -> None:

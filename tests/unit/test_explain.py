@@ -133,11 +133,14 @@ def test_api_other_proxy_and_invalid_and_deleted() -> None:
 
 
 def test_api_reason_from_proxystatus() -> None:
-    reason = "10.96.0.10 . tcp . 80 is already used by Service default/aaa"
+    reason = (
+        "10.96.0.10 . tcp . 80 is left out for this Service: it is the ClusterIP of Service default/aaa; its other "
+        "frontends are programmed"
+    )
     status = {"status": {"skipped": [{"kind": "Service", "namespace": "default", "name": "web", "reason": reason}]}}
     config = replace(CASES["policies"][1], node_zone=None)
     check = compare([], "default/web", SVC, [SLICE], None, status, config)
-    assert not check.matches and any("already used by Service default/aaa" in r for r in check.reasons), check
+    assert not check.matches and any("ClusterIP of Service default/aaa" in r for r in check.reasons), check
 
 
 def test_the_api_tells_external_ips_from_load_balancer_ips() -> None:

@@ -85,7 +85,11 @@ def test_conflict_resolves_when_the_owner_goes_away() -> None:
     dp.set_service(a)
     dp.set_service(b)
     dp.sync()
-    assert [str(s) for s in dp.stats()[2]] == ["Service default/b: tcp . 30000 is already used by Service default/a"]
+    assert [str(s) for s in dp.stats()[2]] == [
+        "Service default/b: tcp . 30000 is left out for this Service: Service default/a claims it too, and comes "
+        "first by name; its other frontends are programmed"
+    ]
+    assert state(fake)[0]["no-endpoint-services"][("10.96.0.2", "tcp", "80")].comment == "default/b"  # type: ignore[attr-defined]
     dp.delete_service("default/a")
     dp.sync()
     assert dp.stats()[2] == []
