@@ -918,10 +918,66 @@ def catalog() -> list[Case]:
         loadBalancerSourceRanges=["198.18.0.100/32"],
     )
     add(Case(name, [svc, *dual_slices(name, ["a1"], ["b2"])], list(frontends(svc))))
+    cases += takeover_cases()
     for c in cases:
         for h in c.health:
             assert h.port  # every health check names a port
     return cases
+
+
+def takeover_cases() -> list[Case]:
+    """A frontend (address . proto . port) two Services claim. kube-proxy programs both, and the
+    key goes to whichever Service it writes last in a sync (its map of Services is unordered), so
+    the contested key itself is in differences.py (``takeover-*-contested``). nftproxy gives it to
+    the Service's own ClusterIP (or NodePort), then to the older Service, then to the first by
+    name; the loser keeps every other frontend, which must match kube-proxy (``takeover-*``)."""
+    out = []
+    # a tenant's externalIP names another Service's ClusterIP, on one of its ports (kube-dns's
+    # 53/UDP): kube-dns keeps 53/UDP in nftproxy; its 53/TCP and 9153, the tenant's own ClusterIP
+    # and NodePort answer in both
+    dns = service("takeover-dns", [port(53, 5353, "dns", "UDP"), port(53, 8080, "dns-tcp"), port(9153, 9090, "m")])
+    dns_ip = dns["spec"]["clusterIP"]
+    tenant = service(
+        "takeover-dns-tenant",
+        [port(53, 5354, "dns", "UDP", node_port=next(_np))],
+        type="NodePort",
+        externalIPs=[dns_ip],
+    )
+    contested = [Probe(src, "udp", dns_ip, 53, "ClusterIP = tenant's externalIP") for src in ("pod", "node")]
+    kept = [p for p in frontends(dns) if p.proto == "tcp"]
+    kept += [p for p in frontends(tenant, ("pod", "node"), ("ext1", "node")) if p.what != "externalIP"]
+    out.append(
+        Case(
+            "takeover-dns",
+            [
+                dns,
+                eslice(
+                    "takeover-dns",
+                    "a",
+                    [ep("a1")],
+                    [sport(5353, "dns", "UDP"), sport(8080, "dns-tcp"), sport(9090, "m")],
+                ),
+                tenant,
+                eslice("takeover-dns-tenant", "a", [ep("b1")], [sport(5354, "dns", "UDP")]),
+            ],
+            kept,
+        )
+    )
+    out.append(Case("takeover-dns-contested", [], contested))
+    # two Services with one externalIP and port: each keeps its ClusterIP and its other port there
+    shared = next(_ext)
+    one = service("takeover-ext-a", [port(80, 8080, "http"), port(81, 8081, "alt")], externalIPs=[shared])
+    two = service("takeover-ext-b", [port(80, 8080, "http"), port(82, 9090, "other")], externalIPs=[shared])
+    objects = [
+        one,
+        eslice("takeover-ext-a", "a", [ep("a2")], [sport(8080, "http"), sport(8081, "alt")]),
+        two,
+        eslice("takeover-ext-b", "a", [ep("b2")], [sport(8080, "http"), sport(9090, "other")]),
+    ]
+    mine = [p for svc in (one, two) for p in frontends(svc, ("pod", "node"), ("ext1", "pod", "node"))]
+    out.append(Case("takeover-ext", objects, [p for p in mine if not (p.what == "externalIP" and p.port == 80)]))
+    out.append(Case("takeover-ext-contested", [], [p for p in mine if p.what == "externalIP" and p.port == 80][:3]))
+    return out
 
 
 # --------------------------------------------------------------------------- UDP flows across changes

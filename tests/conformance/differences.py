@@ -27,6 +27,21 @@ INTENTIONAL: dict[str, str] = {
         "that reuses one socket (glibc's resolver to CoreDNS) then sends its lookups to the exited "
         "pod until the next sync, and loses them (tests/e2e/test_cluster_dns.py, README)."
     ),
+    "takeover-dns-contested": (
+        "A Service whose externalIPs (or LoadBalancer IPs) name another Service's ClusterIP, on one of "
+        "its ports, takes that port from it in kube-proxy whenever kube-proxy happens to write it last "
+        "(its order changes from one sync to the next): any user who may create a Service can take "
+        "kube-dns's 53/UDP this way. nftproxy always leaves the ClusterIP's own Service the port, "
+        "reports the other Service's frontend as left out (ProxyStatus, a PortConflict Event), and "
+        "programs every other frontend of both (case takeover-dns matches)."
+    ),
+    "takeover-ext-contested": (
+        "Two Services claiming one externalIP (or LoadBalancer IP) and port: kube-proxy sends it to "
+        "whichever it writes last in a sync, which can change at every sync. nftproxy gives it to the "
+        "older Service (creationTimestamp, then namespace/name), the same on every node and after "
+        "every restart, and reports the other's frontend as left out; every other frontend of both "
+        "is programmed (case takeover-ext matches)."
+    ),
 }
 
 
