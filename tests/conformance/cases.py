@@ -92,6 +92,7 @@ class Case:
     probes: list[Probe] = field(default_factory=list)
     health: list[HealthCheck] = field(default_factory=list)
     rules_mention: str | None = None  # check that neither proxy programs this Service
+    node_addresses: tuple[str, ...] = ()  # node-1 holds these on eth0 in both labs (a VIP, as kube-vip)
 
 
 # --------------------------------------------------------------------------- builders
@@ -919,6 +920,7 @@ def catalog() -> list[Case]:
     )
     add(Case(name, [svc, *dual_slices(name, ["a1"], ["b2"])], list(frontends(svc))))
     cases += takeover_cases()
+    cases += firewall_and_nodeport_rejects()
     for c in cases:
         for h in c.health:
             assert h.port  # every health check names a port
@@ -1063,7 +1065,7 @@ def flow_cases() -> list[FlowCase]:
                 frontend=frontend,
             )
         )
-    return out
+    return out + firewall_flow_cases()
 
 
 # --------------------------------------------------------------------------- changes to Services
@@ -1151,7 +1153,7 @@ def change_cases() -> list[ChangeCase]:
             name, [svc, sl(name, [ep("a1"), ep("a2")])], [off], [], list(frontends(off, ("pod",), ("ext1",))), True
         )
     )
-    return out
+    return out + firewall_change_cases()
 
 
 NODE4_NEW = "198.18.0.11"  # node-1's IPv4 after node_ip_change (an address added in both labs)
@@ -1171,3 +1173,115 @@ def json_copy(obj: Obj) -> Obj:
     import json  # noqa: PLC0415
 
     return dict(json.loads(json.dumps(obj)))
+
+
+# ---- firewall and NodePort rejects (kube-proxy map)
+# kube-proxy v1.37's nftables proxier (pkg/proxy/nftables/proxier.go): loadBalancerSourceRanges
+# judge new connections only (`ct state new jump firewall-check`), also on a port without
+# endpoints (another source is dropped, not refused); a range holding the node's IP lets the
+# LoadBalancer IPs in as sources (allowFromNode: a node holding the VIP connects from it); a
+# NodePort without endpoints is rejected in filter-input only, the node's own connections too
+# (refused on the way in: ECONNREFUSED on a connected UDP socket, not EPERM from send()).
+# An open TCP connection across a change has no probe here (each probe is a new connection):
+# tests/netns/test_firewall_and_nodeport_rejects.py holds one; open UDP flows are FlowCases.
+
+NODE_VIP4, NODE_VIP6 = "198.19.4.1", "fd00:198:19::4:1"  # held by node-1 (kube-vip), a range holds its IP
+NODE_VIP4_UNLISTED, NODE_VIP6_UNLISTED = "198.19.4.2", "fd00:198:19::4:2"  # held by node-1, no range holds its IP
+EXT1_RANGES = ["198.18.0.100/32", "fd00:198:18::100/128"]
+
+
+def firewall_and_nodeport_rejects() -> list[Case]:
+    out: list[Case] = []
+
+    def lb(name: str, vips: Sequence[str], ranges: Sequence[str], eps: bool = True) -> Case:
+        svc = service(
+            name,
+            [port(80, 8080, "http", node_port=next(_np)), port(53, 5353, "dns", "UDP", node_port=next(_np))],
+            type="LoadBalancer",
+            families=(4, 6),
+            lb_ingress=[{"ip": ip} for ip in vips],
+            loadBalancerSourceRanges=list(ranges),
+        )
+        ports = [sport(8080, "http"), sport(5353, "dns", "UDP")]
+        slices = [
+            eslice(name, "v4", [ep("a1"), ep("b1")] if eps else [], ports),
+            eslice(name, "v6", [ep("a2", family=6), ep("b2", family=6)] if eps else [], ports, family=6),
+        ]
+        return Case(name, [svc, *slices], list(frontends(svc)))
+
+    # allowFromNode: node-1 holds the VIPs; a range holds its IP (both families), another ext1
+    c = lb("fw-node-vip-range-holds-node-ip", [NODE_VIP4, NODE_VIP6], [f"{NODE4}/32", f"{NODE6}/128", *EXT1_RANGES])
+    c.node_addresses = (NODE_VIP4, NODE_VIP6)
+    out.append(c)
+    c = lb("fw-node-vip-range-without-node-ip", [NODE_VIP4_UNLISTED, NODE_VIP6_UNLISTED], EXT1_RANGES)
+    c.node_addresses = (NODE_VIP4_UNLISTED, NODE_VIP6_UNLISTED)
+    out.append(c)
+    # the range holds the node's IP, the node does not hold the VIP: it connects from its own IP
+    out.append(lb("fw-range-holds-node-ip", [next(_lb), "fd00:198:19::4:3"], [f"{NODE4}/32", f"{NODE6}/128"]))
+    # no endpoints: ext1 (listed) is refused, ext2 and the node (not listed) dropped
+    out.append(lb("fw-source-ranges-no-endpoints", [next(_lb), "fd00:198:19::4:4"], EXT1_RANGES, eps=False))
+    # the node's own NodePort without endpoints, TCP and UDP, both families (and every other source)
+    name = "fw-nodeport-no-endpoints-from-node"
+    svc = service(
+        name,
+        [port(80, 8080, "http", node_port=next(_np)), port(53, 5353, "dns", "UDP", node_port=next(_np))],
+        type="NodePort",
+        families=(4, 6),
+    )
+    ports = [sport(8080, "http"), sport(5353, "dns", "UDP")]
+    out.append(
+        Case(name, [svc, eslice(name, "v4", [], ports), eslice(name, "v6", [], ports, family=6)], list(frontends(svc)))
+    )
+    name = "fw-nodeport-no-endpoints-etp-local-from-node"
+    svc = service(
+        name,
+        [port(80, 8080, "http", node_port=next(_np)), port(53, 5353, "dns", "UDP", node_port=next(_np))],
+        type="NodePort",
+        externalTrafficPolicy="Local",
+    )
+    out.append(Case(name, [svc, eslice(name, "a", [], ports)], list(frontends(svc, ("node",), ("node", "ext1")))))
+    return out
+
+
+def firewall_flow_cases() -> list[FlowCase]:
+    """An open UDP flow from ext1 to a LoadBalancer IP whose ranges stop holding ext1 (tightened,
+    or added where there were none): its next datagram still gets through; new flows do not."""
+    dns_ep = [sport(5353, "dns", "UDP")]
+    out: list[FlowCase] = []
+    for i, (name, before) in enumerate(
+        (
+            ("fw-udp-lb-source-ranges-tightened", ["198.18.0.100/32", "198.18.0.101/32"]),
+            ("fw-udp-lb-source-ranges-added", None),
+        )
+    ):
+        spec: dict[str, Any] = {"loadBalancerSourceRanges": before} if before else {}
+        svc = service(
+            name,
+            [port(53, 5353, "dns", "UDP", node_port=next(_np))],
+            type="LoadBalancer",
+            lb_ingress=[{"ip": next(_lb)}],
+            **spec,
+        )
+        after = json_copy(svc)
+        after["spec"]["loadBalancerSourceRanges"] = ["198.18.0.101/32"]
+        out.append(
+            FlowCase(name, [svc, eslice(name, "a", [ep("a1")], dns_ep)], [after], source_port=41100 + i, frontend="LB")
+        )
+    return out
+
+
+def firewall_change_cases() -> list[ChangeCase]:
+    """Ranges tightened to exclude ext1 while both proxies run: new connections from it (TCP, UDP)
+    are dropped, ext2 (still listed) gets in."""
+    name = "fw-chg-lb-source-ranges-tightened"
+    svc = service(
+        name,
+        [port(80, 8080, "http", node_port=next(_np)), port(53, 5353, "dns", "UDP", node_port=next(_np))],
+        type="LoadBalancer",
+        lb_ingress=[{"ip": next(_lb)}],
+        loadBalancerSourceRanges=["198.18.0.100/32", "198.18.0.101/32"],
+    )
+    after = json_copy(svc)
+    after["spec"]["loadBalancerSourceRanges"] = ["198.18.0.101/32"]
+    eps = eslice(name, "a", [ep("a1"), ep("b1")], [sport(8080, "http"), sport(5353, "dns", "UDP")])
+    return [ChangeCase(name, [svc, eps], [after], [], list(frontends(svc, (), ("ext1", "ext2", "node"))))]

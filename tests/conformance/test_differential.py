@@ -95,6 +95,13 @@ def duo(conformance_control_plane: ControlPlane) -> Iterator[Duo]:
         a = Side("kube-proxy", lab_a, build_lab(lab_a))
         b = Side("nftproxy", lab_b, build_lab(lab_b))
         duo = Duo(cp, a, b, cases, flows, changes)
+        # addresses some cases have node-1 hold on its interface (a VIP, as kube-vip adds it); an
+        # IPv6 one deprecated, so that the node's connections to the other LoadBalancer IPs (the same
+        # /64) still leave from its own address (RFC 6724: else the longest matching prefix wins)
+        held = [f"addr add {x}/128 dev eth0 nodad preferred_lft 0" if ":" in x else f"addr add {x}/32 dev eth0"
+                for case in cases for x in case.node_addresses]  # fmt: skip
+        for s in (a, b) if held else ():
+            s.lab.ip(s.node, *held)
         try:
             cp.wait_default_service_cidr()  # kube-proxy reads the ServiceCIDRs once, at its start
             cp.kubectl("apply", "-f", str(CRD))
