@@ -109,10 +109,10 @@ async def _main(
 
     runners = []
     if healthz_sock is not None:
-        runners.append(await health.serve(health.healthz_app(syncer, settings.node_name), healthz_sock))
+        runners.append(await health.serve(health.healthz_handler(syncer), healthz_sock))
     if metrics_sock is not None:
         runners.append(await health.serve(health.metrics_app(metrics), metrics_sock))
-    hc = health.HealthCheckServers(settings.netns, settings.node_name)
+    hc = health.HealthCheckServers(settings.netns, settings.node_name, lambda: syncer.proxy_health().healthy)
 
     async def health_checks(status: Status) -> None:
         try:

@@ -921,6 +921,7 @@ def catalog() -> list[Case]:
     add(Case(name, [svc, *dual_slices(name, ["a1"], ["b2"])], list(frontends(svc))))
     cases += takeover_cases()
     cases += firewall_and_nodeport_rejects()
+    cases += health_map_cases()
     for c in cases:
         for h in c.health:
             assert h.port  # every health check names a port
@@ -1285,3 +1286,63 @@ def firewall_change_cases() -> list[ChangeCase]:
     after["spec"]["loadBalancerSourceRanges"] = ["198.18.0.101/32"]
     eps = eslice(name, "a", [ep("a1"), ep("b1")], [sport(8080, "http"), sport(5353, "dns", "UDP")])
     return [ChangeCase(name, [svc, eps], [after], [], list(frontends(svc, (), ("ext1", "ext2", "node"))))]
+# ---- health checks (kube-proxy map)
+# kube-proxy v1.37.2's health servers (pkg/proxy/healthcheck): a healthCheckNodePort answers any
+# path and any method, with its local endpoint count in X-Load-Balancing-Endpoint-Weight and a
+# tab-indented JSON body; /healthz and /livez (the healthz port, 10256) answer any method with a
+# compact JSON, Go's 404 elsewhere. The rows compare the status, the headers below and the body
+# (times masked) byte for byte. Not compared: Date, and Server (Go's net/http sends none, aiohttp
+# names itself).
+PROXY_HEALTH_PORT = 10256
+HEALTH_METHODS = ("GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS", "PATCH")
+
+
+@dataclass(frozen=True)
+class HealthRequest(HealthCheck):
+    """A health check made with ``method`` to ``path``, compared in detail (headers, body)."""
+
+    method: str = "GET"
+    path: str = "/"
+
+
+def health_map_cases() -> list[Case]:
+    out: list[Case] = []
+
+    def lb(name: str, endpoints: Sequence[Obj], families: Sequence[int] = (4,), v6: Sequence[Obj] = ()) -> Case:
+        hc = next(_hc)
+        svc = service(
+            name,
+            [port(80, 8080, "http", node_port=next(_np))],
+            type="LoadBalancer",
+            families=families,
+            externalTrafficPolicy="Local",
+            healthCheckNodePort=hc,
+        )
+        objects = [svc, eslice(name, "v4", endpoints, HTTP_EP)]
+        if v6:
+            objects.append(eslice(name, "v6", v6, HTTP_EP, family=6))
+        return Case(name, objects)
+
+    # 3 ready endpoints here (the weight), one terminating here and one elsewhere (not counted)
+    c = lb("hc-map-weight", [ep("a1"), ep("a2"), ep("a3"), ep("c1", ready=False, terminating=True), ep("b1")])
+    port_ = c.objects[0]["spec"]["healthCheckNodePort"]
+    c.health += [HealthRequest(port_, method=m) for m in HEALTH_METHODS]
+    c.health += [HealthRequest(port_, path=p) for p in ("/healthz", "/any/path?x=1")]
+    out.append(c)
+    # no ready endpoint here: 503, weight 0, whatever the method
+    c = lb("hc-map-none", [ep("a1", ready=False, serving=False), ep("b1")])
+    port_ = c.objects[0]["spec"]["healthCheckNodePort"]
+    c.health += [HealthRequest(port_, method=m) for m in ("GET", "HEAD", "POST")]
+    out.append(c)
+    # dual-stack: each family's port answers with its own family's count
+    c = lb("hc-map-dual-stack", [ep("a1"), ep("a2"), ep("b1")], families=(4, 6), v6=[ep("a3", family=6)])
+    port_ = c.objects[0]["spec"]["healthCheckNodePort"]
+    c.health += [HealthRequest(port_, host=h, method=m) for h in (NODE4, NODE6) for m in ("GET", "POST")]
+    out.append(c)
+    # the proxy's own /healthz and /livez, any method; other paths are Go's 404
+    probes: list[HealthCheck] = [
+        HealthRequest(PROXY_HEALTH_PORT, path=p, method=m) for p in ("/healthz", "/livez") for m in HEALTH_METHODS
+    ]
+    probes += [HealthRequest(PROXY_HEALTH_PORT, path=p) for p in ("/", "/healthz/", "/metrics", "/livez?verbose")]
+    out.append(Case("hc-map-proxy-healthz", [], health=probes))
+    return out

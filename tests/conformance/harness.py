@@ -18,6 +18,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import re
 import signal
 import subprocess
 import threading
@@ -29,7 +30,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from testkit.k8s.controlplane import ControlPlane
-from testkit.k8s.kubeproxy import KubeProxy, KubeProxyError, http_get_in, wait_synced
+from testkit.k8s.kubeproxy import KubeProxy, KubeProxyError, http_request_in, wait_synced
 from testkit.lab.netlab import (
     CLUSTER4,
     CLUSTER6,
@@ -313,16 +314,39 @@ def _settle_stalls(a: Side, b: Side, p: c.Probe, sa: set[str], sb: set[str]) -> 
     return settled[0], settled[1]
 
 
-def health(side: Side, port: int, host: str = c.NODE4) -> str:
+_GO_TIME = re.compile(r'"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,9})?Z"')
+# compared on a HealthRequest (cases.py "health checks (kube-proxy map)"); Content-Length not on
+# the proxy's port, where it follows the digits of the times
+_HEALTH_HEADERS = ("Content-Type", "X-Content-Type-Options", "X-Load-Balancing-Endpoint-Weight", "Content-Length")
+
+
+def health(side: Side, h: c.HealthCheck) -> str:
+    """The outcome of one health check: status, local endpoints and weight; for a
+    HealthRequest, also its headers and its whole body (times masked)."""
+    method, path = (h.method, h.path) if isinstance(h, c.HealthRequest) else ("GET", "/")
     try:
-        status, body = http_get_in(side.node.netns, host, port, "/", timeout=3.0)
+        status, raw, body = http_request_in(side.node.netns, h.host, h.port, path, method, timeout=3.0)
     except OSError as e:
         return f"error {type(e).__name__}"
-    try:
-        count = json.loads(body).get("localEndpoints")
-    except ValueError:
-        count = "?"
-    return f"HTTP {status} localEndpoints={count}"
+    headers = {k.lower(): v for k, v in raw.items()}
+    if not isinstance(h, c.HealthRequest):
+        try:
+            count = json.loads(body).get("localEndpoints")
+        except ValueError:
+            count = "?"
+        return f"HTTP {status} localEndpoints={count} weight={headers.get('x-load-balancing-endpoint-weight', '-')}"
+    names = [n for n in _HEALTH_HEADERS if not (n == "Content-Length" and h.port == c.PROXY_HEALTH_PORT)]
+    shown = "; ".join(f"{n}: {headers[n.lower()]}" for n in names if n.lower() in headers)
+    masked = _GO_TIME.sub('"<time>"', body)
+    return f"HTTP {status} [{shown}] body={json.dumps(masked)}"
+
+
+def health_path(h: c.HealthCheck) -> str:
+    host = f"[{h.host}]" if ":" in h.host else h.host
+    if not isinstance(h, c.HealthRequest):
+        return f"node → healthCheckNodePort {host}:{h.port}"
+    what = "healthz port" if h.port == c.PROXY_HEALTH_PORT else "healthCheckNodePort"
+    return f"node → {what} {host}:{h.port}{h.path} {h.method}"
 
 
 def ruleset(side: Side) -> str:

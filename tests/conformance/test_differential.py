@@ -42,6 +42,7 @@ from tests.conformance.harness import (
     build_lab,
     compare_probe,
     health,
+    health_path,
     node_objects,
     parallel,
     ruleset,
@@ -171,14 +172,7 @@ def test_health_check_node_ports_answer_as_kube_proxy(duo: Duo) -> None:
     rows = []
     for case in duo.cases:
         for h in case.health:
-            rows.append(
-                REPORT.add(
-                    case.name,
-                    f"node → healthCheckNodePort {f'[{h.host}]' if ':' in h.host else h.host}:{h.port}",
-                    health(duo.a, h.port, h.host),
-                    health(duo.b, h.port, h.host),
-                )
-            )
+            rows.append(REPORT.add(case.name, health_path(h), health(duo.a, h), health(duo.b, h)))
     assert rows or os.environ.get("NFTPROXY_CONFORMANCE_ONLY")
     _check(rows)
 
