@@ -353,9 +353,9 @@ def test_no_local_endpoint_counts_as_kube_proxy(duo: Duo) -> None:
 
     kp, np = samples(duo.a), samples(duo.b)
     assert kp, "kube-proxy exported no no_local_endpoints samples"
-    rows = [
-        REPORT.add("no-local-endpoint-counts", f"/metrics no_local_endpoints_total {{{k}}}", f"{kp.get(k, 0):g}",
-                   f"{np.get(k, 0):g}")
+    rows = [  # one case per policy and family: an intentional difference names its own
+        REPORT.add(f"no-local-endpoint-counts-{k.replace(' ', '-').lower()}",
+                   f"/metrics no_local_endpoints_total {{{k}}}", f"{kp.get(k, 0):g}", f"{np.get(k, 0):g}")
         for k in sorted(set(kp) | set(np))
     ]  # fmt: skip
     _check(rows)
