@@ -7,8 +7,8 @@ with pods b1, b2, c2 (a client pod on another node) and ``host-2``. Outside clie
 (198.18.0.100, fd00:198:18::100) and ext2 (198.18.0.101, fd00:198:18::101) on the node network
 route the LoadBalancer/external ranges via node-1.
 
-Every pod serves TCP 8080, 8081, 9090 and UDP 5353, 5354, 9090; the host servers TCP 8090 and UDP
-5390. Each :class:`Case` is one Service (or a few objects) with the probes to make against it.
+Every pod serves TCP 8080, 8081, 9090 and UDP 5353, 5354, 9090; the host servers TCP 8090, 8091 and
+UDP 5390. Each :class:`Case` is one Service (or a few objects) with the probes to make against it.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ HOSTS: dict[str, tuple[str, str, str]] = {
 }
 POD_TCP = (8080, 8081, 9090)
 POD_UDP = (5353, 5354, 9090)
-HOST_TCP, HOST_UDP = (8090,), (5390,)
+HOST_TCP, HOST_UDP = (8090, 8091), (5390,)  # 8091: no Service targets it (extip-node-ip-no-endpoints)
 
 SOURCES = ("pod", "node", "ext1", "ext2", "pod2")
 # both proxies' --nodeport-addresses / nodePortAddresses: the node's IPs, and loopback (TCP NodePorts
@@ -1199,9 +1199,10 @@ def map_cases() -> list[Case]:
     add(Case(name, [svc, eslice(name, "a", [], HTTP_EP)], list(frontends(svc))))
 
     # an externalIP that is the node's own address, without endpoints: rejected on input
-    # (filter-input's jump to service-endpoints-check)
+    # (filter-input's jump to service-endpoints-check), before host-1's server on that port
+    # would answer
     name = "extip-node-ip-no-endpoints"
-    svc = service(name, [port(8889, 8080, "http")], externalIPs=[NODE4])
+    svc = service(name, [port(8091, 8080, "http")], externalIPs=[NODE4])
     add(Case(name, [svc, eslice(name, "a", [], HTTP_EP)], list(frontends(svc, ("pod", "node"), ("ext1", "ext2")))))
 
     # status.loadBalancer.ingress: an entry with a hostname only is not an address to program
