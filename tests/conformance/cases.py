@@ -7,8 +7,8 @@ with pods b1, b2, c2 (a client pod on another node) and ``host-2``. Outside clie
 (198.18.0.100, fd00:198:18::100) and ext2 (198.18.0.101, fd00:198:18::101) on the node network
 route the LoadBalancer/external ranges via node-1.
 
-Every pod serves TCP 8080, 8081, 9090 and UDP 5353, 5354, 9090; the host servers TCP 8090 and UDP
-5390. Each :class:`Case` is one Service (or a few objects) with the probes to make against it.
+Every pod serves TCP 8080, 8081, 9090 and UDP 5353, 5354, 9090; the host servers TCP 8090, 8091 and
+UDP 5390. Each :class:`Case` is one Service (or a few objects) with the probes to make against it.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ HOSTS: dict[str, tuple[str, str, str]] = {
 }
 POD_TCP = (8080, 8081, 9090)
 POD_UDP = (5353, 5354, 9090)
-HOST_TCP, HOST_UDP = (8090,), (5390,)
+HOST_TCP, HOST_UDP = (8090, 8091), (5390,)  # 8091: no Service targets it (extip-node-ip-no-endpoints)
 
 SOURCES = ("pod", "node", "ext1", "ext2", "pod2")
 # both proxies' --nodeport-addresses / nodePortAddresses: the node's IPs, and loopback (TCP NodePorts
@@ -922,6 +922,7 @@ def catalog() -> list[Case]:
     cases += takeover_cases()
     cases += firewall_and_nodeport_rejects()
     cases += health_map_cases()
+    cases += map_cases()  # the kube-proxy map's own cases (end of this file)
     for c in cases:
         for h in c.health:
             assert h.port  # every health check names a port
@@ -1066,6 +1067,7 @@ def flow_cases() -> list[FlowCase]:
                 frontend=frontend,
             )
         )
+    out += map_flow_cases()  # the kube-proxy map's own cases (end of this file)
     return out + firewall_flow_cases()
 
 
@@ -1154,6 +1156,7 @@ def change_cases() -> list[ChangeCase]:
             name, [svc, sl(name, [ep("a1"), ep("a2")])], [off], [], list(frontends(off, ("pod",), ("ext1",))), True
         )
     )
+    out += map_change_cases()  # the kube-proxy map's own cases (end of this file)
     return out + firewall_change_cases()
 
 
@@ -1286,6 +1289,8 @@ def firewall_change_cases() -> list[ChangeCase]:
     after["spec"]["loadBalancerSourceRanges"] = ["198.18.0.101/32"]
     eps = eslice(name, "a", [ep("a1"), ep("b1")], [sport(8080, "http"), sport(5353, "dns", "UDP")])
     return [ChangeCase(name, [svc, eps], [after], [], list(frontends(svc, (), ("ext1", "ext2", "node"))))]
+
+
 # ---- health checks (kube-proxy map)
 # kube-proxy v1.37.2's health servers (pkg/proxy/healthcheck): a healthCheckNodePort answers any
 # path and any method, with its local endpoint count in X-Load-Balancing-Endpoint-Weight and a
@@ -1346,3 +1351,291 @@ def health_map_cases() -> list[Case]:
     probes += [HealthRequest(PROXY_HEALTH_PORT, path=p) for p in ("/", "/healthz/", "/metrics", "/livez?verbose")]
     out.append(Case("hc-map-proxy-healthz", [], health=probes))
     return out
+
+
+# ---- cases for the kube-proxy map
+# Each case exercises, with packets, a rule or a branch of kube-proxy v1.37.2 that no case above
+# reaches (docs/kube-proxy-map.md names the rule or branch of each).
+
+UNALLOCATED4 = "10.96.250.2"  # in the ServiceCIDR, never a ClusterIP of these cases
+
+
+def map_cases() -> list[Case]:
+    out: list[Case] = []
+    add = out.append
+    http_dns = [port(80, 8080, "http"), port(53, 5353, "dns", "UDP")]
+    http_dns_ep = [sport(8080, "http"), sport(5353, "dns", "UDP")]
+
+    def np_http() -> list[Obj]:
+        return [port(80, 8080, "http", node_port=next(_np))]
+
+    def np_http_dns() -> list[Obj]:
+        return [port(80, 8080, "http", node_port=next(_np)), port(53, 5353, "dns", "UDP", node_port=next(_np))]
+
+    def lb(n: int = 1) -> list[Obj]:
+        return [{"ip": next(_lb)} for _ in range(n)]
+
+    # the services chain's "masquerade clusterIP traffic from outside cluster" (a router with a
+    # static route for the Service range: ext2, harness.build_lab), and cluster-ips-check in
+    # filter-forward: an unknown port of a ClusterIP rejected, an unallocated address dropped
+    name = "cip-from-outside-cluster"
+    svc = service(name, http_dns)
+    cip = svc["spec"]["clusterIP"]
+    probes = [Probe("ext2", "tcp", cip, 80, "ClusterIP"), Probe("ext2", "udp", cip, 53, "ClusterIP")]
+    probes += [
+        Probe("ext2", "tcp", cip, 81, "ClusterIP unknown port"),
+        Probe("ext2", "udp", cip, 54, "ClusterIP unknown port"),
+    ]
+    probes += [Probe("ext2", "tcp", UNALLOCATED4, 80, "unallocated")]
+    add(Case(name, [svc, eslice(name, "a", [ep("a1"), ep("b1")], http_dns_ep)], probes))
+
+    # an externalIP that is the Service's own ClusterIP: kube-proxy writes both service-ips
+    # elements on one key, the externalIP's (its EXT chain, masqueraded) last
+    name = "extip-equals-own-clusterip"
+    svc = service(name, HTTP)
+    svc["spec"]["externalIPs"] = [svc["spec"]["clusterIP"]]
+    add(Case(name, [svc, eslice(name, "a", [ep("a1"), ep("b1")], HTTP_EP)], list(frontends(svc, ("pod", "node"), ()))))
+
+    # externalTrafficPolicy Local: an externalIP with no endpoint on this node (service-ips ->
+    # the EXT chain's short-circuits; no-endpoint-services: drop)
+    add(
+        simple(
+            "etp-local-extip-remote-only", [port(80, 8080, "http")], [ep("b1"), ep("b2")], HTTP_EP,
+            externalIPs=[next(_ext)], externalTrafficPolicy="Local",
+        )
+    )  # fmt: skip
+    # ... a dual-stack ClusterIP Service with an IPv4 externalIP only: the IPv6 side has no
+    # external frontend (serviceport.go ExternallyAccessible per family)
+    name = "etp-local-extip-one-family"
+    svc = service(name, HTTP, families=(4, 6), externalIPs=[next(_ext)], externalTrafficPolicy="Local")
+    slices = [
+        eslice(name, "v4", [ep("a1"), ep("b1")], HTTP_EP),
+        eslice(name, "v6", [ep("a2", family=6), ep("b2", family=6)], HTTP_EP, family=6),
+    ]
+    add(Case(name, [svc, *slices], list(frontends(svc, ("pod", "node"), ("ext1", "ext2")))))
+
+    # internalTrafficPolicy Local with a NodePort under externalTrafficPolicy Cluster (the NodePort
+    # uses every endpoint), and with both Local and no endpoint here
+    add(
+        simple("itp-local-np", np_http(), [ep("a1"), ep("b1")], HTTP_EP, type="NodePort", internalTrafficPolicy="Local")
+    )
+    add(
+        simple(
+            "itp-local-etp-local-np-remote-only", np_http(), [ep("b1")], HTTP_EP, type="NodePort",
+            internalTrafficPolicy="Local", externalTrafficPolicy="Local",
+        )
+    )  # fmt: skip
+
+    # no endpoints: every frontend of a LoadBalancer Service rejects (LB IP and externalIP too)
+    name = "no-endpoints-lb-extip"
+    svc = service(name, np_http(), type="LoadBalancer", lb_ingress=lb(), externalIPs=[next(_ext)])
+    add(Case(name, [svc, eslice(name, "a", [], HTTP_EP)], list(frontends(svc))))
+
+    # an externalIP that is the node's own address, without endpoints: rejected on input
+    # (filter-input's jump to service-endpoints-check), before host-1's server on that port
+    # would answer
+    name = "extip-node-ip-no-endpoints"
+    svc = service(name, [port(8091, 8080, "http")], externalIPs=[NODE4])
+    add(Case(name, [svc, eslice(name, "a", [], HTTP_EP)], list(frontends(svc, ("pod", "node"), ("ext1", "ext2")))))
+
+    # status.loadBalancer.ingress: an entry with a hostname only is not an address to program
+    add(
+        simple(
+            "lb-hostname-ingress", np_http(), [ep("a1"), ep("b1")], HTTP_EP, type="LoadBalancer",
+            lb_ingress=[{"hostname": "lb.example.com"}, *lb()],
+        )
+    )  # fmt: skip
+
+    # loadBalancerSourceRanges: a /0 among them allows every source (serviceport.go IsZeroCIDR);
+    # space-padded values (allowed by the API) are trimmed; the annotation is not read by the
+    # proxy; an externalIP of a Service with source ranges is not filtered
+    for name, ranges, extra in (
+        ("lb-source-ranges-zero-cidr", ["0.0.0.0/0", "198.18.0.100/32"], {}),
+        ("lb-source-ranges-whitespace", [" 198.18.0.100/32 "], {}),
+        ("lb-source-ranges-annotation-ignored", None, {}),
+        ("lb-source-ranges-externalip-not-filtered", ["198.18.0.100/32"], {"externalIPs": [next(_ext)]}),
+    ):
+        kw: dict[str, Any] = dict(extra)
+        if ranges is None:
+            kw["annotations"] = {"service.beta.kubernetes.io/load-balancer-source-ranges": "198.18.0.100/32"}
+        else:
+            kw["loadBalancerSourceRanges"] = ranges
+        add(simple(name, np_http(), [ep("a1"), ep("b1")], HTTP_EP, type="LoadBalancer", lb_ingress=lb(), **kw))
+
+    # EndpointSlices: a port without a number is ignored (endpointslicecache.go "Ignoring invalid
+    # endpoint port"); a port of the same name but another protocol is another Service port; an
+    # FQDN slice is not for a proxy (endpointschangetracker.go: address type)
+    name = "slice-port-without-number"
+    svc = service(name, HTTP)
+    no_number = [{"name": "http", "protocol": "TCP"}]
+    slices = [eslice(name, "a", [ep("a1")], no_number), eslice(name, "b", [ep("b1")], HTTP_EP)]
+    add(Case(name, [svc, *slices], list(frontends(svc, ("pod",), ()))))
+    name = "slice-port-protocol-mismatch"
+    svc = service(name, [port(53, 5353, "dns", "UDP")])
+    add(
+        Case(
+            name, [svc, eslice(name, "a", [ep("a1")], [sport(5353, "dns", "TCP")])], list(frontends(svc, ("pod",), ()))
+        )
+    )
+    name = "slice-fqdn"
+    svc = service(name, HTTP)
+    fqdn = k.endpoint_slice(
+        f"{name}-fqdn", name, [k.endpoint("a1.conf.example.com", node=NODE)], HTTP_EP, namespace=NS,
+        address_type="FQDN", labels={"endpointslice.kubernetes.io/managed-by": "conformance"},
+    )  # fmt: skip
+    add(Case(name, [svc, fqdn, eslice(name, "b", [ep("b1")], HTTP_EP)], list(frontends(svc, ("pod",), ()))))
+
+    # the service-proxy-name label with an empty value: kube-proxy's informer selects Services
+    # WITHOUT the label, whatever its value
+    name = "proxy-name-empty"
+    svc = service(name, HTTP, labels={"service.kubernetes.io/service-proxy-name": ""})
+    add(
+        Case(
+            name,
+            [svc, eslice(name, "a", [ep("a1")], HTTP_EP)],
+            list(frontends(svc, ("pod",), ())),
+            rules_mention=f"{NS}/{name}",
+        )
+    )
+
+    # the same address twice in ONE slice, both ready: kube-proxy keeps the later copy
+    # (endpointslicecache.go addEndpoints); here the later copy says another node, then this one
+    for name, copies in (
+        ("dup-in-one-slice-both-ready", [ep("a1"), ep("a1", node=OTHER)]),
+        ("dup-in-one-slice-both-ready-local-last", [ep("a2", node=OTHER), ep("a2")]),
+    ):
+        svc = service(name, HTTP, internalTrafficPolicy="Local")
+        add(Case(name, [svc, eslice(name, "a", copies, HTTP_EP)], list(frontends(svc, ("pod",), ()))))
+
+    # healthCheckNodePort counts (endpointschangetracker.go LocalReadyEndpoints): distinct local
+    # ready addresses of the Service, over every port of its slices
+    name = "health-counts-pods-not-ports"
+    hc = next(_hc)
+    svc = service(
+        name, [port(80, 8080, "http", node_port=next(_np)), port(9090, 9090, "metrics", node_port=next(_np))],
+        type="LoadBalancer", lb_ingress=lb(), externalTrafficPolicy="Local", healthCheckNodePort=hc,
+    )  # fmt: skip
+    slices = [eslice(name, "a", [ep("a1"), ep("a2"), ep("b1")], [sport(8080, "http"), sport(9090, "metrics")])]
+    add(Case(name, [svc, *slices], list(frontends(svc, ("pod",), ("ext1",))), [HealthCheck(hc)]))
+    name = "health-counts-endpoints-of-other-ports"  # this node's endpoint is listed for no port of the Service
+    hc = next(_hc)
+    svc = service(
+        name, np_http(), type="LoadBalancer", lb_ingress=lb(), externalTrafficPolicy="Local", healthCheckNodePort=hc
+    )
+    slices = [eslice(name, "a", [ep("b1")], HTTP_EP), eslice(name, "b", [ep("a1")], [sport(8081, "other")])]
+    add(Case(name, [svc, *slices], list(frontends(svc, ("pod",), ("ext1",))), [HealthCheck(hc)]))
+
+    # ClientIP affinity under externalTrafficPolicy Local (the local policy chain's affinity
+    # rules); and across a Local-policy and a Cluster-policy frontend of one port
+    name = "affinity-etp-local"
+    svc = service(
+        name, np_http_dns(), type="NodePort", externalTrafficPolicy="Local",
+        sessionAffinity="ClientIP", sessionAffinityConfig={"clientIP": {"timeoutSeconds": 300}},
+    )  # fmt: skip
+    probes = [dataclasses.replace(p, sticky=True) for p in frontends(svc, ("pod", "node"), ("ext1", "ext2"))]
+    add(Case(name, [svc, eslice(name, "a", [ep("a1"), ep("a2"), ep("b1")], http_dns_ep)], probes))
+    # internalTrafficPolicy Local: the ClusterIP picks among this node's endpoints (a1 alone), the
+    # NodePort (externalTrafficPolicy Cluster) among all four. kube-proxy's per-endpoint sets are
+    # shared by both policy chains: after the ClusterIP, the NodePort finds the client in a1's
+    # set. nftproxy's Cluster-policy record is its own (differences.py)
+    name = "affinity-across-policies"
+    svc = service(
+        name, np_http_dns(), type="NodePort", internalTrafficPolicy="Local",
+        sessionAffinity="ClientIP", sessionAffinityConfig={"clientIP": {"timeoutSeconds": 300}},
+    )  # fmt: skip
+    cip = svc["spec"]["clusterIP"]
+    probes = [
+        Probe(src, sp["protocol"].lower(), cip, sp["port"], "ClusterIP", True, (("NodePort", NODE4, sp["nodePort"]),))
+        for src in ("pod", "node")
+        for sp in svc["spec"]["ports"]
+    ]
+    eps = [ep("a1"), ep("b1"), ep("b2"), ep("c2")]
+    add(Case(name, [svc, eslice(name, "a", eps, http_dns_ep)], probes))
+
+    # localhost NodePorts: an endpoint that refuses (the node's own address, port 8080: nothing
+    # listens there). kube-proxy's userspace proxy dials the one endpoint it picked and closes the
+    # client when that fails; nftproxy's tries the next (differences.py)
+    name = "localhost-nodeport-dead-endpoint"
+    svc = service(name, np_http(), type="NodePort")
+    probes = [Probe("node", "tcp", "127.0.0.1", svc["spec"]["ports"][0]["nodePort"], "NodePort localhost")]
+    add(Case(name, [svc, eslice(name, "a", [ep("a1"), ep("host-1")], HTTP_EP)], probes))
+
+    # the longest names the API allows (63-character Service name, 15-character port name): the
+    # chain names and comments kube-proxy truncates
+    name = "long-" + "n" * 58
+    svc = service(name, [port(80, 8080, "http-port-named")])
+    add(
+        Case(
+            name,
+            [svc, eslice(name, "a", [ep("a1")], [sport(8080, "http-port-named")])],
+            list(frontends(svc, ("pod",), ())),
+        )
+    )
+    return out
+
+
+def map_flow_cases() -> list[FlowCase]:
+    """Open UDP flows (conntrack/cleanup.go) through frontends the cases above do not cover."""
+    dns = [port(53, 5353, "dns", "UDP")]
+    dns_ep = [sport(5353, "dns", "UDP")]
+    terminating = [ep("a1", ready=False, serving=True, terminating=True), ep("a2")]
+    flows: list[tuple[str, str, dict[str, Any], list[Obj]]] = [
+        ("udp-endpoint-replaced-nodeport", "NodePort", {}, [ep("a2")]),
+        ("udp-endpoint-replaced-externalip", "externalIP", {}, [ep("a2")]),
+        ("udp-endpoint-replaced-lb", "LB", {}, [ep("a2")]),
+        # the Local-policy side of the terminating-endpoint rule (differences.py
+        # udp-endpoint-terminating is the Cluster side)
+        ("udp-endpoint-terminating-itp-local", "ClusterIP", {"internalTrafficPolicy": "Local"}, terminating),
+    ]
+    out: list[FlowCase] = []
+    for i, (name, frontend, extra, after) in enumerate(flows):
+        if frontend == "NodePort":
+            svc = service(name, [port(53, 5353, "dns", "UDP", node_port=next(_np))], type="NodePort", **extra)
+        elif frontend == "externalIP":
+            svc = service(name, dns, externalIPs=[next(_ext)], **extra)
+        elif frontend == "LB":
+            ports = [port(53, 5353, "dns", "UDP", node_port=next(_np))]
+            svc = service(name, ports, type="LoadBalancer", lb_ingress=[{"ip": next(_lb)}], **extra)
+        else:
+            svc = service(name, dns, **extra)
+        before = [svc, eslice(name, "a", [ep("a1")], dns_ep)]
+        after_slice = [eslice(name, "a", after, dns_ep)]
+        out.append(FlowCase(name, before, after_slice, source_port=41100 + i, frontend=frontend))
+    return out
+
+
+def map_change_cases() -> list[ChangeCase]:
+    """Changes made while both proxies run (servicechangetracker.go, endpointslicecache.go)."""
+    out: list[ChangeCase] = []
+    name = "chg-port-removed"  # ServicePortMap.merge/filter/unmerge: the port left rejects
+    svc = service(name, [port(80, 8080, "http"), port(9090, 9090, "metrics")])
+    one = json_copy(svc)
+    one["spec"]["ports"] = one["spec"]["ports"][:1]
+    both_ep = [sport(8080, "http"), sport(9090, "metrics")]
+    out.append(
+        ChangeCase(name, [svc, eslice(name, "a", [ep("a1")], both_ep)], [one], [], list(frontends(svc, ("pod",), ())))
+    )
+    name = "chg-endpoint-moved-between-slices"  # seen in two slices, then in one
+    svc = service(name, HTTP)
+    before = [svc, eslice(name, "a", [ep("a1")], HTTP_EP), eslice(name, "b", [ep("b1")], HTTP_EP)]
+    after = [eslice(name, "a", [], HTTP_EP), eslice(name, "b", [ep("a1"), ep("b1")], HTTP_EP)]
+    out.append(ChangeCase(name, before, after, [], list(frontends(svc, ("pod",), ()))))
+    name = "chg-lb-ip-changed"  # status.loadBalancer.ingress replaced
+    svc = service(
+        name, [port(80, 8080, "http", node_port=next(_np))], type="LoadBalancer", lb_ingress=[{"ip": next(_lb)}]
+    )
+    moved = json_copy(svc)
+    moved["status"]["loadBalancer"]["ingress"] = [{"ip": next(_lb)}]
+    probes = [p for p in frontends(svc, (), ("ext1",)) if p.what == "LB"]
+    probes += [p for p in frontends(moved, (), ("ext1",)) if p.what == "LB"]
+    out.append(ChangeCase(name, [svc, eslice(name, "a", [ep("a1")], HTTP_EP)], [moved], [], probes))
+    return out
+
+
+def node_zone_change() -> tuple[str, list[Obj], list[Probe]]:
+    """node-1's zone label changes (kube-proxy's OnTopologyChange: a full sync with the new zone)
+    and back: a Service with zone hints for both zones, probed in each."""
+    name = "node-zone-changed"
+    svc = service(name, HTTP)
+    eps = [ep("a1", zones=[ZONE]), ep("b1", zones=[OTHER_ZONE]), ep("b2", zones=[OTHER_ZONE])]
+    return name, [svc, eslice(name, "a", eps, HTTP_EP)], list(frontends(svc, ("pod",), ()))

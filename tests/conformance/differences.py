@@ -42,6 +42,47 @@ INTENTIONAL: dict[str, str] = {
         "every restart, and reports the other's frontend as left out; every other frontend of both "
         "is programmed (case takeover-ext matches)."
     ),
+    "extip-equals-own-clusterip": (
+        "An externalIP that is the Service's own ClusterIP: kube-proxy writes two elements on the "
+        "one key (ClusterIP . proto . port) and the externalIP's, written last, wins, so the "
+        "ClusterIP is served as an external frontend (a pod's connection is masqueraded; under "
+        "externalTrafficPolicy Local it would take this node's endpoints). nftproxy keeps the "
+        "ClusterIP a ClusterIP, as it gives a Service's own ClusterIP precedence over any "
+        "externalIP (compiler/claims.py)."
+    ),
+    "affinity-across-policies": (
+        "ClientIP affinity across a Local-policy and a Cluster-policy frontend of one Service port "
+        "(an internalTrafficPolicy Local ClusterIP and its NodePort; an externalTrafficPolicy Local "
+        "NodePort or LB IP and a ClusterIP reached from outside): kube-proxy keeps a set per "
+        "endpoint that both its policy chains consult, so a client pinned to a node-local endpoint "
+        "through one kind is sent to it through the other. nftproxy keeps one record per client for "
+        "the Cluster-policy frontends and another for the Local-policy ones: a client keeps one "
+        "endpoint through every frontend of one kind, and may have another through the other kind. "
+        "One shared record could send Local-policy traffic, whose source is kept, to another "
+        "node's endpoint (its reply would bypass this node)."
+    ),
+    "localhost-nodeport-dead-endpoint": (
+        "Localhost NodePorts (userspace proxy): kube-proxy dials the one endpoint it picked (5 s) "
+        "and closes the client's connection if that fails; nftproxy gives each endpoint 1 s "
+        "(refused and unreachable fail at once) and tries the next in the algorithm's order, up to "
+        "3, so a client is served while an endpoint is dead (a pod that stopped listening before "
+        "its endpoint was removed)."
+    ),
+    "health-counts-endpoints-of-other-ports": (
+        "healthCheckNodePort: kube-proxy counts this node's ready endpoints listed under any port of "
+        "the Service's EndpointSlices, also a port the Service does not have, and answers 200 for a "
+        "node where every packet to the Service's ports is dropped (no local endpoint for them). "
+        "nftproxy counts the endpoints of the Service's own ports, the ones its traffic can reach, "
+        "so load balancers are not sent to such a node."
+    ),
+    "no-local-endpoint-counts-external-ipv6": (
+        "kubeproxy_sync_proxy_rules_no_local_endpoints_total: a dual-stack Service with "
+        "externalTrafficPolicy Local and externalIPs of one family only (case "
+        "etp-local-extip-one-family) is counted by kube-proxy's proxier of the other family as "
+        "having no local endpoint, though it has no external frontend in that family (and may have "
+        "local endpoints). nftproxy counts a Service port of a family only when it has a "
+        "Local-policy frontend there and no endpoint on this node."
+    ),
 }
 
 

@@ -104,6 +104,9 @@ def build_lab(lab: NetLab) -> dict[str, Host]:
         f"route add fd00:10:244:1::/64 via {n1.ipv6}",
     )
     ext2 = lab.add_client("ext2", 101, via=n1)
+    # ext2 is a router outside the cluster with a static route for the Service range via node-1
+    # (the case kube-proxy masquerades ClusterIP traffic "from outside cluster" for)
+    lab.ip(ext2, f"route add {SERVICE4} via {n1.ipv4}", f"route add {SERVICE6} via {n1.ipv6}")
     return {"pod": lab.pods["c1"], "node": n1, "ext1": ext1, "ext2": ext2, "pod2": lab.pods["c2"]}
 
 

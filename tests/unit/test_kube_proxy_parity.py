@@ -95,19 +95,32 @@ def test_duplicate_endpoint_the_non_terminating_copy_wins() -> None:
         assert [(t.address, t.endpoint.node_name) for t in got] == [("10.244.1.2", "n2")]
 
 
-def test_duplicate_endpoint_between_equals_the_copy_on_this_node_wins() -> None:
-    """Two non-terminating copies: upstream's choice follows Go's map order (random); ours is
-    the copy on this node, at every sync."""
+def test_duplicate_endpoint_between_equals_in_two_slices_the_copy_on_this_node_wins() -> None:
+    """Two non-terminating copies in two slices: upstream's choice follows Go's map order
+    (random); ours is the copy on this node, at every sync."""
     remote = Endpoint("10.244.1.2", ready=True, serving=True, terminating=False, node_name="n2")
     local = Endpoint("10.244.1.2", ready=True, serving=True, terminating=False, node_name="n1")
     for order in ([_slice("a", remote), _slice("b", local)], [_slice("a", local), _slice("b", remote)]):
         got = targets(PORT, order, "n1")
         assert [(t.address, t.endpoint.node_name) for t in got] == [("10.244.1.2", "n1")]
-    for eps in ((remote, local), (local, remote)):
-        got = targets(PORT, [_slice("a", *eps)], "n1")
-        assert [(t.address, t.endpoint.node_name) for t in got] == [("10.244.1.2", "n1")]
-    # without a node name: the later copy, as upstream within a slice
+    # without a node name: the later copy
     assert targets(PORT, [_slice("a", remote), _slice("b", local)])[0].endpoint.node_name == "n1"
+
+
+def test_duplicate_endpoint_within_one_slice_as_upstream() -> None:
+    """endpointslicecache.go addEndpoints, within one slice: a later copy replaces an earlier one
+    unless it is terminating, wherever the copies are (case dup-in-one-slice-both-ready)."""
+    remote = Endpoint("10.244.1.2", ready=True, serving=True, terminating=False, node_name="n2")
+    local = Endpoint("10.244.1.2", ready=True, serving=True, terminating=False, node_name="n1")
+    for eps, node in (((remote, local), "n1"), ((local, remote), "n2")):
+        got = targets(PORT, [_slice("a", *eps)], "n1")
+        assert [(t.address, t.endpoint.node_name) for t in got] == [("10.244.1.2", node)]
+        got = targets(PORT, [_slice("a", *eps), _slice("b")], "n1")  # the same beside another slice
+        assert [(t.address, t.endpoint.node_name) for t in got] == [("10.244.1.2", node)]
+    gone_here = Endpoint("10.244.1.2", ready=False, serving=True, terminating=True, node_name="n1")
+    gone_there = Endpoint("10.244.1.2", ready=False, serving=True, terminating=True, node_name="n2")
+    got = targets(PORT, [_slice("a", gone_there, gone_here)], "n1")  # two terminating: the first stays
+    assert [(t.address, t.endpoint.node_name) for t in got] == [("10.244.1.2", "n2")]
 
 
 def test_dual_stack_health_check_counts_one_family() -> None:
