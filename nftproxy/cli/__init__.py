@@ -16,8 +16,9 @@ from nftproxy.compiler.build import Desired
 from nftproxy.compiler.config import this_node
 from nftproxy.dataplane.sync import Dataplane
 from nftproxy.model.manifests import Inputs, ManifestError, load
+from nftproxy.nft.backend import NftError, PartialLoadError
 from nftproxy.nft.diff import plan
-from nftproxy.nft.kernel import KernelBackend, NftError, PartialLoadError
+from nftproxy.nft.kernel import KernelBackend
 from nftproxy.operator.settings import Settings
 
 

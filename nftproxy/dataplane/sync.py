@@ -29,8 +29,8 @@ from nftproxy.dataplane import stale
 from nftproxy.dataplane.first_load import FirstLoad
 from nftproxy.dataplane.tracker import InputTracker
 from nftproxy.model.types import EndpointSlice, Service, Skipped
+from nftproxy.nft.backend import Backend, NftError
 from nftproxy.nft.diff import create, plan
-from nftproxy.nft.kernel import Backend, NftError
 from nftproxy.nft.objects import Family, Key, Slot, Table
 from nftproxy.nft.transaction import Transaction
 

@@ -8,12 +8,14 @@ a failing transaction leaves the previous state untouched. Real-kernel tests sta
 from __future__ import annotations
 
 import copy
+import errno
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from nftproxy.nft.backend import NftError
 from nftproxy.nft.bulk import LoadStep, expand
-from nftproxy.nft.kernel import NftError
+from nftproxy.nft.located import errno_of, error, of_errno
 from nftproxy.nft.objects import Chain, Counter, DynamicElement, Element, Family, Key, Set, Table, UdpFlow
 from nftproxy.nft.transaction import Op, Transaction
 
@@ -70,7 +72,7 @@ class FakeBackend:
         """All of it or nothing, like one kernel transaction."""
         if self.fail_next:
             msg, self.fail_next = self.fail_next, None
-            raise NftError(msg)
+            raise error(msg)  # read as nft's output is: "… No buffer space available" is ENOBUFS
         txs = list(txs)
         work = copy.deepcopy(self.tables)
         self._run(txs, loads, work, injected=True)
@@ -94,7 +96,7 @@ class FakeBackend:
                 for e in op.elements:
                     if (why := self.refuse(e)) is not None:
                         where = f"add element {key[0].value} {key[1]} {op.name} {{ {e.render()} }}"
-                        raise NftError(f"Error: {why} [{where}]")
+                        raise NftError(f"Error: {why} [{where}]", errno_of(f"Error: {why}"))
             _apply_op(work, key, op)
 
     def read(self, family: Family, table: str) -> Table | None:
@@ -127,7 +129,7 @@ class FakeBackend:
     def read_dynamic(self, family: Family, table: str, set_name: str) -> list[DynamicElement]:
         els = self.tables[(family, table)].elements.get(set_name)
         if els is None:
-            raise NftError(f"Error: No such file or directory (map {set_name})")
+            raise of_errno(errno.ENOENT, f"map {set_name}")
         timeouts = self.timeouts
         return [DynamicElement(k, e.value or (), timeouts[(family, table, set_name, k)]) for k, e in els.items()]
 
@@ -163,25 +165,25 @@ def _apply_op(tables: dict[tuple[Family, str], _Table], key: tuple[Family, str],
         if op.verb == "add":
             tables.setdefault(key, _Table(op.comment))
         elif tables.pop(key, None) is None:
-            raise NftError("Error: No such file or directory (table)")
+            raise of_errno(errno.ENOENT, "table")
         return
     t = tables.get(key)
     if t is None:
-        raise NftError("Error: No such file or directory (table)")
+        raise of_errno(errno.ENOENT, "table")
     if op.what == "chain":
         _chain_op(t, op)
     elif op.what == "rule":
         if op.name not in t.chains:
-            raise NftError(f"Error: No such file or directory (chain {op.name})")
+            raise of_errno(errno.ENOENT, f"chain {op.name}")
         for c in _CHAIN_REF.findall(op.rule):
             if c not in t.chains:
-                raise NftError(f"Error: No such file or directory (chain {c})")
+                raise of_errno(errno.ENOENT, f"chain {c}")
         for s in _SET_REF.findall(op.rule):
             if s not in t.sets:
-                raise NftError(f"Error: No such file or directory (set {s})")
+                raise of_errno(errno.ENOENT, f"set {s}")
         for c in _COUNTER_REF.findall(op.rule):
             if c not in t.counters:
-                raise NftError(f"Error: No such file or directory (counter {c})")
+                raise of_errno(errno.ENOENT, f"counter {c}")
         t.rules[op.name].append(op.rule)
     elif op.what in ("set", "map"):
         _set_op(t, op)
@@ -197,12 +199,12 @@ def _chain_op(t: _Table, op: Op) -> None:
         t.rules.setdefault(op.name, [])
         return
     if op.name not in t.chains:
-        raise NftError(f"Error: No such file or directory (chain {op.name})")
+        raise of_errno(errno.ENOENT, f"chain {op.name}")
     if op.verb == "flush":
         t.rules[op.name] = []
         return
     if t.rules[op.name] or op.name in _refs(t)[0]:
-        raise NftError(f"Error: Device or resource busy (chain {op.name})")
+        raise of_errno(errno.EBUSY, f"chain {op.name}")
     del t.chains[op.name], t.rules[op.name]
 
 
@@ -210,14 +212,14 @@ def _set_op(t: _Table, op: Op) -> None:
     if op.verb == "add" and op.set is not None:
         old = t.sets.get(op.name)
         if old is not None and old.spec != op.set.spec:
-            raise NftError(f"Error: File exists (set {op.name} with another type)")
+            raise of_errno(errno.EEXIST, f"set {op.name} with another type")
         t.sets.setdefault(op.name, op.set)
         t.elements.setdefault(op.name, {})
         return
     if op.name not in t.sets:
-        raise NftError(f"Error: No such file or directory (set {op.name})")
+        raise of_errno(errno.ENOENT, f"set {op.name}")
     if op.name in _refs(t)[1]:
-        raise NftError(f"Error: Device or resource busy (set {op.name})")
+        raise of_errno(errno.EBUSY, f"set {op.name}")
     del t.sets[op.name], t.elements[op.name]
 
 
@@ -226,28 +228,28 @@ def _counter_op(t: _Table, op: Op) -> None:
         t.counters.setdefault(op.name, op.counter)
         return
     if op.name not in t.counters:
-        raise NftError(f"Error: No such file or directory (counter {op.name})")
+        raise of_errno(errno.ENOENT, f"counter {op.name}")
     if any(op.name in _COUNTER_REF.findall(r) for rules in t.rules.values() for r in rules):
-        raise NftError(f"Error: Device or resource busy (counter {op.name})")
+        raise of_errno(errno.EBUSY, f"counter {op.name}")
     del t.counters[op.name]
     t.packets.pop(op.name, None)
 
 
 def _elements_op(t: _Table, op: Op) -> None:
     if op.name not in t.sets:
-        raise NftError(f"Error: No such file or directory (set {op.name})")
+        raise of_errno(errno.ENOENT, f"set {op.name}")
     els = t.elements[op.name]
     if op.verb == "delete":
         for k in op.keys:
             if els.pop(k, None) is None:
-                raise NftError(f"Error: No such file or directory (element {' . '.join(k)})")
+                raise of_errno(errno.ENOENT, f"element {' . '.join(k)}")
         return
     for e in op.elements:
         old = els.get(e.key)
         if old is not None and old != e:
-            raise NftError(f"Error: File exists (element {' . '.join(e.key)})")
+            raise of_errno(errno.EEXIST, f"element {' . '.join(e.key)}")
         for part in e.value or ():
             for c in _CHAIN_REF.findall(part):
                 if c not in t.chains:
-                    raise NftError(f"Error: No such file or directory (chain {c})")
+                    raise of_errno(errno.ENOENT, f"chain {c}")
         els[e.key] = e

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import re
@@ -11,10 +12,11 @@ import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import suppress
-from typing import Any, Protocol, TypeVar, cast
+from typing import Any, TypeVar, cast
 
-from nftproxy.nft import bulk, conntrack, netlink
+from nftproxy.nft import bulk, conntrack, located, netlink
 from nftproxy.nft import netns as netns_mod
+from nftproxy.nft.backend import NftError, is_not_found
 from nftproxy.nft.bulk import LoadStep
 from nftproxy.nft.netlink import FAMILIES, Batch, Layout
 from nftproxy.nft.objects import Chain, Counter, DynamicElement, Element, Family, Key, Set, Table, UdpFlow
@@ -26,66 +28,15 @@ log = logging.getLogger("nftproxy.nft")
 BULK = 256 * 1024  # scripts larger than this (thousands of elements) go through an `nft` child
 
 
-class NftError(Exception):
-    """The kernel (or nft's parser) refused a transaction; nothing of it was applied."""
-
-
-class PartialLoadError(NftError):
-    """A load in several kernel transactions failed half-way and its first steps stayed."""
-
-
-class Backend(Protocol):
-    """What the syncer needs of the kernel (KernelBackend) or of its stand-in (FakeBackend)."""
-
-    def apply(self, *txs: Transaction) -> None:
-        """Commit all of ``txs`` as ONE kernel transaction, or raise NftError and change nothing."""
-
-    def load(self, steps: Iterable[LoadStep]) -> int:
-        """Commit each step (one kernel transaction each, in order); return the elements sent.
-        Steps are pulled one at a time, so the caller may compute the next one meanwhile. On a
-        failure, raise NftError once the steps already queued are done (earlier ones stay)."""
-
-    def read(self, family: Family, table: str) -> Table | None: ...
-
-    def delete(self, family: Family, table: str) -> bool: ...
-
-    def check(self, *txs: Transaction) -> None:
-        """Would the kernel take ``txs`` as one transaction? Raise NftError (with the refused
-        statement) if not. A dry run: nothing changes in the kernel."""
-
-    def chain_names(self, family: Family, table: str) -> set[str] | None:
-        """The table's chain names (cheap: no set elements are fetched); None if it is absent."""
-
-    def read_dynamic(self, family: Family, table: str, set_name: str) -> list[DynamicElement]:
-        """The elements the packet path wrote into a dynamic map, with their timeouts."""
-
-    def counter_packets(self, family: Family, table: str) -> dict[str, int]:
-        """The packets each named counter of the table counted ({} without the table)."""
-
-    def udp_flows(self, family: Family) -> list[UdpFlow]:
-        """The DNATed UDP conntrack entries of this network namespace."""
-
-    def delete_udp_flows(self, family: Family, flows: Iterable[UdpFlow]) -> None: ...
-
-
 def _run_child(args: list[str], stdin: str | None) -> str:
     r = subprocess.run(["nft", *args], input=stdin, capture_output=True, text=True, check=False)
     if r.returncode != 0:
-        raise NftError(_first_error(r.stderr, stdin))
+        raise located.error(r.stderr, stdin)
     return r.stdout
 
 
-def _located(script: str, err: str) -> str:
-    """The error of a script that libnftables refused, naming the statement it refused.
-
-    libnftables 1.0.6 quotes the FIRST line of a buffer in its error (an `add table` line, so the
-    message pointed at the wrong place) and gives no line number; `nft -c -f -` (a dry run: no
-    kernel state changes) gives ``/dev/stdin:LINE:COLUMNS``, read back against our own script."""
-    try:
-        _run_child(["-c", "-f", "-"], script)
-    except NftError as e:
-        return str(e)
-    return _first_error(err)  # the dry run passed (the kernel's state changed meanwhile?)
+def _dry_run(script: str) -> None:
+    _run_child(["-c", "-f", "-"], script)
 
 
 class KernelBackend:
@@ -158,7 +109,7 @@ class KernelBackend:
                 ctx.set_json_output(False)
                 ctx.set_terse_output(False)
             if rc != 0:
-                raise NftError(_first_error(err))
+                raise located.error(err)
             return str(out)
 
         return self._call(go)
@@ -189,7 +140,7 @@ class KernelBackend:
             elif script:
                 rc, _, err = ctx.cmd(script)
                 if rc != 0:
-                    raise NftError(_located(script, err))
+                    raise located.located(script, err, _dry_run)
 
         return self._submit(go)
 
@@ -243,7 +194,7 @@ class KernelBackend:
         try:
             out = self._child(["-j", "list", "table", family.value, table])
         except NftError as e:
-            if "No such file or directory" in str(e):
+            if is_not_found(e):
                 return None
             raise
         # nft 1.0.6 leaves the table comment out of JSON: read it from a terse text listing.
@@ -278,7 +229,7 @@ class KernelBackend:
         try:
             doc = json.loads(self.run(f"list counters table {family.value} {table}", json_output=True))
         except NftError as e:
-            if "No such file or directory" in str(e):
+            if is_not_found(e):
                 return {}
             raise
         return {
@@ -312,7 +263,7 @@ class KernelBackend:
                     for key, values in ld.spreads:
                         packed += lay.pack_spread(key, values)
                 except (OSError, ValueError) as e:  # an element nft would refuse as well
-                    raise NftError(f"Error: an element of {ld.set.name} cannot be packed: {e}") from e
+                    raise NftError(f"Error: an element of {ld.set.name} cannot be packed: {e}", errno.EINVAL) from e
                 batch.add(ld.family.value, ld.table, ld.set.name, packed)
             pending.append(self.apply_async(*step.txs, *text))
             if batch.count:
@@ -337,7 +288,7 @@ class KernelBackend:
             try:
                 self._send(batch)
             except OSError as e:
-                raise NftError(f"Error: {e.strerror or e}") from None
+                raise NftError(f"Error: {e.strerror or e}", e.errno or errno.EINVAL) from None
 
         return self._submit(go)
 
@@ -360,46 +311,10 @@ class KernelBackend:
         try:
             self.run(f"delete table {family.value} {table}")
         except NftError as e:
-            if "No such file or directory" in str(e):
+            if is_not_found(e):
                 return False
             raise
         return True
-
-
-_LOCATION = re.compile(r":(\d+):(\d+)-(\d+): Error:")
-
-
-def _first_error(err: str, script: str | None = None) -> str:
-    """nft's first error, with the statement it refused: from ``script`` at the location nft
-    gives (``FILE:LINE:FIRST-LAST: Error: …``), else the line nft printed after it."""
-    lines = [ln for ln in str(err).splitlines() if ln.strip()]
-    for i, ln in enumerate(lines):
-        if "Error:" in ln:
-            msg = ln[ln.index("Error:") :]
-            m = _LOCATION.search(ln)
-            if m and script:
-                number, first, last = (int(g) for g in m.groups())
-                source = script.split("\n", number)[number - 1] if number >= 1 else ""
-                if source:
-                    return f"{msg} [{statement_at(source, first, last)}]"
-            where = lines[i + 1].strip() if i + 1 < len(lines) else ""
-            return f"{msg} [{where[:160]}]" if where else msg
-    return lines[0] if lines else "nft failed"
-
-
-def statement_at(line: str, first: int, last: int) -> str:
-    """The refused part of one script line (nft's columns are 1-based): of an ``add element``
-    line of thousands of elements, the statement with just the element at those columns."""
-    if " element " in line[:40] and "{ " in line:
-        head = line.index("{ ") + 2
-        at = max(head, min(first - 1, len(line)))
-        start = line.rfind(", ", head, at)
-        start = head if start < 0 else start + 2
-        end = line.find(", ", max(at, last - 1))
-        end = line.rfind(" }") if end < 0 else end
-        if start < end:
-            return f"{line[:head]}{line[start:end]} }}"
-    return line if len(line) <= 200 else line[:200] + " …"
 
 
 _TABLE_COMMENT = re.compile(r'^table [^\n]*\{\n\s*comment "([^"]*)"', re.M)

@@ -11,9 +11,9 @@ import pytest
 
 from nftproxy.compiler import compile_tables
 from nftproxy.dataplane.sync import Dataplane
+from nftproxy.nft.backend import NftError
 from nftproxy.nft.bulk import LoadStep
 from nftproxy.nft.fake import FakeBackend
-from nftproxy.nft.kernel import NftError
 from nftproxy.nft.objects import Element, Family, Set, Table
 from nftproxy.nft.transaction import Transaction
 from tests.support.builders import CFG, eps, svc

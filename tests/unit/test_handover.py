@@ -10,8 +10,8 @@ from dataclasses import replace
 import pytest
 
 from nftproxy.dataplane.sync import Dataplane
+from nftproxy.nft.backend import NftError
 from nftproxy.nft.fake import FakeBackend
-from nftproxy.nft.kernel import NftError
 from nftproxy.nft.objects import Family
 from nftproxy.nft.transaction import Transaction
 from tests.support.builders import CFG, eps, svc

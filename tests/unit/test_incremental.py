@@ -12,8 +12,8 @@ import pytest
 from nftproxy.compiler import compile_tables
 from nftproxy.dataplane.sync import Dataplane
 from nftproxy.model.types import Endpoint, EndpointPort, EndpointSlice, Service, ServicePort
+from nftproxy.nft.backend import NftError
 from nftproxy.nft.fake import FakeBackend
-from nftproxy.nft.kernel import NftError
 from tests.support.builders import CFG, eps, expected, state, svc
 
 

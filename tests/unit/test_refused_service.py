@@ -14,9 +14,9 @@ import pytest
 
 from nftproxy.compiler import ProxyConfig
 from nftproxy.dataplane.sync import Dataplane
+from nftproxy.nft.backend import NftError
 from nftproxy.nft.diff import create
 from nftproxy.nft.fake import FakeBackend
-from nftproxy.nft.kernel import NftError
 from nftproxy.nft.objects import Family
 from nftproxy.nft.transaction import Transaction
 from tests.support.poison import BAD_ADDRESS, POISON_PORT, feed, objects, poisoned, refused_by_the_fake
