@@ -32,7 +32,7 @@ from nftproxy.model.types import EndpointSlice, Service, Skipped
 from nftproxy.nft.backend import Backend, NftError
 from nftproxy.nft.diff import create, plan
 from nftproxy.nft.objects import Family, Key, Slot, Table
-from nftproxy.nft.transaction import Transaction
+from nftproxy.nft.transaction import DeleteTable, Transaction
 
 log = logging.getLogger("nftproxy.dataplane")
 
@@ -343,7 +343,7 @@ class Dataplane:
         txs = [plan(applied[f], t) for f, t in targets.items()]
         handover = names.handover_table(table)
         stale_handover = [f for f in targets if self.backend.chain_names(f, handover) is not None]
-        if any(op.what == "table" and op.verb == "delete" for tx in txs for op in tx.ops):
+        if any(isinstance(op, DeleteTable) for tx in txs for op in tx.ops):
             self._replace_with_handover(txs, targets, handover, stale_handover)
         else:
             self.backend.apply(*txs, *(_delete_table(f, handover) for f in stale_handover))

@@ -40,6 +40,15 @@ def is_exists(e: BaseException) -> bool:
     return isinstance(e, NftError) and e.errno == errnos.EEXIST
 
 
+def invalid(txs: Iterable[Transaction]) -> NftError | None:
+    """The error of the first transaction an invalid operation was appended to (its first error
+    sticks, as knftables'): a backend raises it and sends nothing."""
+    for tx in txs:
+        if tx.error is not None:
+            return NftError(tx.error, errnos.EINVAL)
+    return None
+
+
 class Backend(Protocol):
     """What the syncer needs of the kernel (KernelBackend) or of its stand-in (FakeBackend)."""
 

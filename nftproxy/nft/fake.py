@@ -13,11 +13,26 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from nftproxy.nft.backend import NftError
+from nftproxy.nft.backend import NftError, invalid
 from nftproxy.nft.bulk import LoadStep, expand
 from nftproxy.nft.located import errno_of, error, of_errno
 from nftproxy.nft.objects import Chain, Counter, DynamicElement, Element, Family, Key, Set, Table, UdpFlow
-from nftproxy.nft.transaction import Op, Transaction
+from nftproxy.nft.transaction import (
+    AddChain,
+    AddCounter,
+    AddElements,
+    AddRule,
+    AddSet,
+    AddTable,
+    DeleteChain,
+    DeleteCounter,
+    DeleteElements,
+    DeleteSet,
+    DeleteTable,
+    FlushChain,
+    Op,
+    Transaction,
+)
 
 _SET_REF = re.compile(r"@([\w.-]+)")
 _CHAIN_REF = re.compile(r"\b(?:goto|jump) ([\w.-]+)")
@@ -65,15 +80,19 @@ class FakeBackend:
     def check(self, *txs: Transaction) -> None:
         """A dry run: the same checks as a commit, on a copy that is thrown away."""
         self.checks += 1
+        if (refused := invalid(txs)) is not None:
+            raise refused
         touched = {(tx.family, tx.table) for tx in txs}
         self._run(txs, (), {k: copy.deepcopy(t) if k in touched else t for k, t in self.tables.items()})
 
     def _commit(self, txs: Iterable[Transaction], loads: Iterable[tuple[Family, str, str, list[Element]]]) -> None:
         """All of it or nothing, like one kernel transaction."""
+        txs = list(txs)
+        if (refused := invalid(txs)) is not None:
+            raise refused
         if self.fail_next:
             msg, self.fail_next = self.fail_next, None
             raise error(msg)  # read as nft's output is: "… No buffer space available" is ENOBUFS
-        txs = list(txs)
         work = copy.deepcopy(self.tables)
         self._run(txs, loads, work, injected=True)
         self.tables = work
@@ -86,16 +105,16 @@ class FakeBackend:
         work: dict[tuple[Family, str], _Table],
         injected: bool = False,
     ) -> None:
-        ops = [((tx.family, tx.table), op) for tx in txs for op in tx.ops]
-        ops += [((fam, table), Op("add", "elements", name, elements=tuple(els))) for fam, table, name, els in loads]
+        ops: list[tuple[tuple[Family, str], Op]] = [((tx.family, tx.table), op) for tx in txs for op in tx.ops]
+        ops += [((fam, table), AddElements(name, tuple(els))) for fam, table, name, els in loads]
         for i, (key, op) in enumerate(ops):
             if injected and self.fail_at_op == i:
                 self.fail_at_op = None
                 raise NftError(f"Error: injected failure at operation {i}")
-            if self.refuse is not None and op.verb == "add" and op.what == "elements":
+            if self.refuse is not None and isinstance(op, AddElements):
                 for e in op.elements:
                     if (why := self.refuse(e)) is not None:
-                        where = f"add element {key[0].value} {key[1]} {op.name} {{ {e.render()} }}"
+                        where = f"add element {key[0].value} {key[1]} {op.set_name} {{ {e.render()} }}"
                         raise NftError(f"Error: {why} [{where}]", errno_of(f"Error: {why}"))
             _apply_op(work, key, op)
 
@@ -161,95 +180,89 @@ def _refs(t: _Table) -> tuple[set[str], set[str]]:
 
 
 def _apply_op(tables: dict[tuple[Family, str], _Table], key: tuple[Family, str], op: Op) -> None:
-    if op.what == "table":
-        if op.verb == "add":
-            tables.setdefault(key, _Table(op.comment))
-        elif tables.pop(key, None) is None:
+    if isinstance(op, AddTable):
+        tables.setdefault(key, _Table(op.comment))
+        return
+    if isinstance(op, DeleteTable):
+        if tables.pop(key, None) is None:
             raise of_errno(errno.ENOENT, "table")
         return
     t = tables.get(key)
     if t is None:
         raise of_errno(errno.ENOENT, "table")
-    if op.what == "chain":
-        _chain_op(t, op)
-    elif op.what == "rule":
-        if op.name not in t.chains:
-            raise of_errno(errno.ENOENT, f"chain {op.name}")
-        for c in _CHAIN_REF.findall(op.rule):
-            if c not in t.chains:
-                raise of_errno(errno.ENOENT, f"chain {c}")
-        for s in _SET_REF.findall(op.rule):
-            if s not in t.sets:
-                raise of_errno(errno.ENOENT, f"set {s}")
-        for c in _COUNTER_REF.findall(op.rule):
-            if c not in t.counters:
-                raise of_errno(errno.ENOENT, f"counter {c}")
-        t.rules[op.name].append(op.rule)
-    elif op.what in ("set", "map"):
-        _set_op(t, op)
-    elif op.what == "counter":
-        _counter_op(t, op)
-    else:
-        _elements_op(t, op)
+    match op:
+        case AddChain(chain):
+            t.chains.setdefault(chain.name, chain)
+            t.rules.setdefault(chain.name, [])
+        case FlushChain(name):
+            _chain(t, name)
+            t.rules[name] = []
+        case DeleteChain(name):
+            _chain(t, name)
+            if t.rules[name] or name in _refs(t)[0]:
+                raise of_errno(errno.EBUSY, f"chain {name}")
+            del t.chains[name], t.rules[name]
+        case AddRule(chain, rule):
+            _add_rule(t, chain, rule)
+        case AddSet(s):
+            old = t.sets.get(s.name)
+            if old is not None and old.spec != s.spec:
+                raise of_errno(errno.EEXIST, f"set {s.name} with another type")
+            t.sets.setdefault(s.name, s)
+            t.elements.setdefault(s.name, {})
+        case DeleteSet(name):
+            _set(t, name)
+            if name in _refs(t)[1]:
+                raise of_errno(errno.EBUSY, f"set {name}")
+            del t.sets[name], t.elements[name]
+        case AddCounter(counter):
+            t.counters.setdefault(counter.name, counter)
+        case DeleteCounter(name):
+            if name not in t.counters:
+                raise of_errno(errno.ENOENT, f"counter {name}")
+            if any(name in _COUNTER_REF.findall(r) for rules in t.rules.values() for r in rules):
+                raise of_errno(errno.EBUSY, f"counter {name}")
+            del t.counters[name]
+            t.packets.pop(name, None)
+        case AddElements(name, elements):
+            _add_elements(t, name, elements)
+        case DeleteElements(name, keys):
+            els = _set(t, name)
+            for k in keys:
+                if els.pop(k, None) is None:
+                    raise of_errno(errno.ENOENT, f"element {' . '.join(k)}")
 
 
-def _chain_op(t: _Table, op: Op) -> None:
-    if op.verb == "add" and op.chain is not None:
-        t.chains.setdefault(op.name, op.chain)
-        t.rules.setdefault(op.name, [])
-        return
-    if op.name not in t.chains:
-        raise of_errno(errno.ENOENT, f"chain {op.name}")
-    if op.verb == "flush":
-        t.rules[op.name] = []
-        return
-    if t.rules[op.name] or op.name in _refs(t)[0]:
-        raise of_errno(errno.EBUSY, f"chain {op.name}")
-    del t.chains[op.name], t.rules[op.name]
+def _chain(t: _Table, name: str) -> None:
+    if name not in t.chains:
+        raise of_errno(errno.ENOENT, f"chain {name}")
 
 
-def _set_op(t: _Table, op: Op) -> None:
-    if op.verb == "add" and op.set is not None:
-        old = t.sets.get(op.name)
-        if old is not None and old.spec != op.set.spec:
-            raise of_errno(errno.EEXIST, f"set {op.name} with another type")
-        t.sets.setdefault(op.name, op.set)
-        t.elements.setdefault(op.name, {})
-        return
-    if op.name not in t.sets:
-        raise of_errno(errno.ENOENT, f"set {op.name}")
-    if op.name in _refs(t)[1]:
-        raise of_errno(errno.EBUSY, f"set {op.name}")
-    del t.sets[op.name], t.elements[op.name]
+def _set(t: _Table, name: str) -> dict[Key, Element]:
+    if name not in t.sets:
+        raise of_errno(errno.ENOENT, f"set {name}")
+    return t.elements[name]
 
 
-def _counter_op(t: _Table, op: Op) -> None:
-    if op.verb == "add" and op.counter is not None:
-        t.counters.setdefault(op.name, op.counter)
-        return
-    if op.name not in t.counters:
-        raise of_errno(errno.ENOENT, f"counter {op.name}")
-    if any(op.name in _COUNTER_REF.findall(r) for rules in t.rules.values() for r in rules):
-        raise of_errno(errno.EBUSY, f"counter {op.name}")
-    del t.counters[op.name]
-    t.packets.pop(op.name, None)
+def _add_rule(t: _Table, chain: str, rule: str) -> None:
+    _chain(t, chain)
+    for c in _CHAIN_REF.findall(rule):
+        _chain(t, c)
+    for s in _SET_REF.findall(rule):
+        _set(t, s)
+    for c in _COUNTER_REF.findall(rule):
+        if c not in t.counters:
+            raise of_errno(errno.ENOENT, f"counter {c}")
+    t.rules[chain].append(rule)
 
 
-def _elements_op(t: _Table, op: Op) -> None:
-    if op.name not in t.sets:
-        raise of_errno(errno.ENOENT, f"set {op.name}")
-    els = t.elements[op.name]
-    if op.verb == "delete":
-        for k in op.keys:
-            if els.pop(k, None) is None:
-                raise of_errno(errno.ENOENT, f"element {' . '.join(k)}")
-        return
-    for e in op.elements:
+def _add_elements(t: _Table, name: str, elements: tuple[Element, ...]) -> None:
+    els = _set(t, name)
+    for e in elements:
         old = els.get(e.key)
         if old is not None and old != e:
             raise of_errno(errno.EEXIST, f"element {' . '.join(e.key)}")
         for part in e.value or ():
             for c in _CHAIN_REF.findall(part):
-                if c not in t.chains:
-                    raise of_errno(errno.ENOENT, f"chain {c}")
+                _chain(t, c)
         els[e.key] = e

@@ -16,11 +16,11 @@ from typing import Any, TypeVar, cast
 
 from nftproxy.nft import bulk, conntrack, located, netlink
 from nftproxy.nft import netns as netns_mod
-from nftproxy.nft.backend import NftError, is_not_found
+from nftproxy.nft.backend import NftError, invalid, is_not_found
 from nftproxy.nft.bulk import LoadStep
 from nftproxy.nft.netlink import FAMILIES, Batch, Layout
 from nftproxy.nft.objects import Chain, Counter, DynamicElement, Element, Family, Key, Set, Table, UdpFlow
-from nftproxy.nft.transaction import Transaction
+from nftproxy.nft.transaction import AddElements, DeleteElements, Transaction
 
 T = TypeVar("T")
 log = logging.getLogger("nftproxy.nft")
@@ -125,6 +125,10 @@ class KernelBackend:
         transaction, as the script would be) without nft's parser and cache fetch (~1 ms). If
         the kernel refuses the batch (it then committed nothing), the script is sent as before,
         so the error is nft's, with the refused statement."""
+        if (error := invalid(txs)) is not None:
+            failed: Future[None] = Future()
+            failed.set_exception(error)
+            return failed
         script = "".join(tx.render() for tx in txs)
         batch = self._element_batch(txs)
 
@@ -152,18 +156,18 @@ class KernelBackend:
             if tx.family.value not in FAMILIES:
                 return None
             for op in tx.ops:
-                s = tx.sets.get(op.name) if op.what == "elements" else None
+                if not isinstance(op, AddElements | DeleteElements):
+                    return None
+                s = tx.sets.get(op.set_name)
                 lay = self._layout(tx.family, tx.table, s) if s is not None else None
                 if lay is None:
                     return None
                 try:
-                    if op.verb == "add":
-                        batch.add(tx.family.value, tx.table, op.name, lay.pack_all(op.elements))
-                    elif op.verb == "delete":
-                        keys = [Element(k) for k in op.keys]
-                        batch.add(tx.family.value, tx.table, op.name, lay.pack_all(keys), delete=True)
+                    if isinstance(op, AddElements):
+                        batch.add(tx.family.value, tx.table, op.set_name, lay.pack_all(op.elements))
                     else:
-                        return None
+                        keys = [Element(k) for k in op.keys]
+                        batch.add(tx.family.value, tx.table, op.set_name, lay.pack_all(keys), delete=True)
                 except (OSError, ValueError):  # e.g. an address nft would refuse: nft says so
                     return None
         return batch if batch.count else None
@@ -179,6 +183,8 @@ class KernelBackend:
         cache that a dry run leaves behind (seen: the next dry run of the same table then
         failed with "interval overlaps with an existing one"), and the child also gives the
         refused statement's line."""
+        if (error := invalid(txs)) is not None:
+            raise error
         script = "".join(tx.render() for tx in txs)
         if script:
             self._child(["-c", "-f", "-"], script)

@@ -15,7 +15,7 @@ from nftproxy.nft.backend import NftError
 from nftproxy.nft.bulk import LoadStep
 from nftproxy.nft.fake import FakeBackend
 from nftproxy.nft.objects import Element, Family, Set, Table
-from nftproxy.nft.transaction import Transaction
+from nftproxy.nft.transaction import AddElements, Transaction
 from tests.support.builders import CFG, eps, svc
 
 
@@ -69,7 +69,7 @@ def test_first_bulk_load_in_chunks_equals_the_full_compile() -> None:
     dispatch = {"service-ips", "service-nodeports", "no-endpoint-services", "no-endpoint-nodeports"}
     for step in fake.loads[:-1]:  # until the last step, no Service is reachable
         assert not {ld.set.name for ld in step.loads} & dispatch
-        assert not any(op.name in dispatch for tx in step.txs for op in tx.ops if op.what == "elements")
+        assert not any(isinstance(op, AddElements) and op.set_name in dispatch for tx in step.txs for op in tx.ops)
     assert {ld.set.name for ld in fake.loads[-1].loads} >= {"service-ips", "service-nodeports"}
     assert dp.sync().operations == 0  # and then a partial sync has nothing to send
 
