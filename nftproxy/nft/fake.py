@@ -10,11 +10,12 @@ from __future__ import annotations
 import copy
 import errno
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from nftproxy.nft.backend import NftError, invalid
 from nftproxy.nft.bulk import LoadStep, expand
+from nftproxy.nft.diff import create
 from nftproxy.nft.located import errno_of, error, of_errno
 from nftproxy.nft.objects import Chain, Counter, DynamicElement, Element, Family, Key, Set, Table, UdpFlow
 from nftproxy.nft.transaction import (
@@ -156,6 +157,13 @@ class FakeBackend:
         t = self.tables.get((family, table))
         return {n: t.packets.get(n, 0) for n in t.counters} if t else {}
 
+    def dump(self) -> str:
+        """Every table as the nft statements that would create it, one line per object, rule and
+        element, sorted (tables, then chains, sets and counters by name; rules in their chain's
+        order; elements by key): one stable text to compare, as knftables' Fake.Dump()."""
+        lines = (line for key in sorted(self.tables) for line in _dump_table(*key, self.tables[key]))
+        return "".join(line + "\n" for line in lines)
+
     def udp_flows(self, family: Family) -> list[UdpFlow]:
         return list(self.flows.get(family, []))
 
@@ -163,6 +171,32 @@ class FakeBackend:
         gone = set(flows)
         self.flows_deleted += [(family, f) for f in sorted(gone)]
         self.flows[family] = [f for f in self.flows.get(family, []) if f not in gone]
+
+
+def dump_of(*tables: Table) -> str:
+    """The dump (``FakeBackend.dump``) of these desired tables, as a backend holds them once
+    created: what a test compares the fake's dump with."""
+    fake = FakeBackend()
+    for table in tables:
+        tx = Transaction(table.family, table.name)
+        create(tx, table)
+        fake.apply(tx)
+    return fake.dump()
+
+
+def _dump_table(family: Family, name: str, t: _Table) -> Iterator[str]:
+    where = f"{family.value} {name}"
+    yield AddTable(t.comment).render(where)
+    chains = sorted(t.chains)
+    sets = sorted(t.sets)
+    yield from (AddChain(t.chains[c]).render(where) for c in chains)
+    yield from (AddSet(t.sets[s]).render(where) for s in sets)
+    yield from (AddCounter(t.counters[c]).render(where) for c in sorted(t.counters))
+    for c in chains:
+        yield from (AddRule(c, rule).render(where) for rule in t.rules[c])
+    for s in sets:
+        els = t.elements[s]
+        yield from (AddElements(s, (els[k],)).render(where) for k in sorted(els))
 
 
 def _refs(t: _Table) -> tuple[set[str], set[str]]:
