@@ -30,6 +30,7 @@ from nftproxy.dataplane.first_load import FirstLoad
 from nftproxy.dataplane.tracker import InputTracker
 from nftproxy.model.types import EndpointSlice, Service, Skipped
 from nftproxy.nft.backend import Backend, NftError
+from nftproxy.nft.conntrack import Conntrack
 from nftproxy.nft.diff import create, plan
 from nftproxy.nft.objects import Family, Key, Slot, Table
 from nftproxy.nft.transaction import DeleteTable, Transaction
@@ -58,8 +59,9 @@ class SyncResult:
 
 
 class Dataplane:
-    def __init__(self, backend: Backend, config: ProxyConfig) -> None:
+    def __init__(self, backend: Backend, config: ProxyConfig, conntrack: Conntrack | None = None) -> None:
         self.backend = backend
+        self.conntrack = conntrack  # None: stale UDP flows are left to expire
         self.config = config
         self.inputs = InputTracker()
         self.assemblies = self._assemblies(config)
@@ -389,12 +391,12 @@ class Dataplane:
         seconds, deleted, looked, conntrack = 0.0, 0, False, False
         try:
             frontends = None if full else a.udp_changed()
-            if a.store.udp_serving and (frontends is None or frontends):
+            if self.conntrack is not None and a.store.udp_serving and (frontends is None or frontends):
                 looked = conntrack = True
                 start = time.perf_counter()
-                flows = self.backend.udp_flows(a.family)
+                flows = self.conntrack.udp_flows(a.family)
                 doomed = stale.stale_udp_flows(a, flows, frontends)
-                self.backend.delete_udp_flows(a.family, doomed)
+                self.conntrack.delete_udp_flows(a.family, doomed)
                 seconds, deleted = time.perf_counter() - start, len(doomed)
             if full or a.affinity_changed():
                 looked = True

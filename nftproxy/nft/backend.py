@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from typing import Protocol
 
 from nftproxy.nft.bulk import LoadStep
-from nftproxy.nft.objects import DynamicElement, Family, Table, UdpFlow
+from nftproxy.nft.objects import DynamicElement, Family, Table
 from nftproxy.nft.transaction import Transaction
 
 
@@ -77,7 +77,5 @@ class Backend(Protocol):
     def counter_packets(self, family: Family, table: str) -> dict[str, int]:
         """The packets each named counter of the table counted ({} without the table)."""
 
-    def udp_flows(self, family: Family) -> list[UdpFlow]:
-        """The DNATed UDP conntrack entries of this network namespace."""
-
-    def delete_udp_flows(self, family: Family, flows: Iterable[UdpFlow]) -> None: ...
+    def chain_rules(self, family: Family, table: str) -> dict[str, tuple[str, ...]] | None:
+        """Each chain's rules, as nft lists them (in order); None if the table is absent."""

@@ -1,4 +1,8 @@
-"""UDP conntrack entries over ctnetlink (NETLINK_NETFILTER, subsystem NFNL_SUBSYS_CTNETLINK), in
+"""Conntrack apart from nftables, as kube-proxy's pkg/proxy/conntrack: the ``Conntrack`` interface
+(list the DNATed UDP flows, delete flows), ``KernelConntrack`` (its network namespace's table),
+and its fake (``nft/fake.FakeConntrack``). The dataplane gets it as a dependency of its own.
+
+UDP conntrack entries over ctnetlink (NETLINK_NETFILTER, subsystem NFNL_SUBSYS_CTNETLINK), in
 the calling thread's network namespace: listing the DNATed ones, deleting some. No `conntrack`
 process: as kube-proxy (pkg/proxy/conntrack over vishvananda/netlink), inside the process.
 
@@ -23,8 +27,9 @@ import os
 import socket
 import struct
 from collections.abc import Iterable, Iterator
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
+from nftproxy.nft import netns as netns_mod
 from nftproxy.nft.netlink import NLMSG, NLMSG_DONE, NLMSG_ERROR, error_code, messages
 from nftproxy.nft.objects import Family, UdpFlow
 
@@ -291,3 +296,44 @@ def delete_udp_flows(family: Family, flows: Iterable[UdpFlow], listed: Iterable[
             have = udp_entries(family, s)
         doomed = [e for e in have if match(e) is not None]
         return delete_entries(family, doomed, s)[0] if doomed else 0
+
+
+# ------------------------------------------------------------------------------ the interface
+
+
+class Conntrack(Protocol):
+    """What the dataplane needs of conntrack (kube-proxy's conntrack.Interface)."""
+
+    def udp_flows(self, family: Family) -> list[UdpFlow]:
+        """The DNATed UDP entries of ``family``, one flow each (frontend, port, endpoint)."""
+
+    def delete_udp_flows(self, family: Family, flows: Iterable[UdpFlow]) -> int:
+        """Delete every DNATed UDP entry of these flows; return how many entries went."""
+
+
+class KernelConntrack:
+    """The conntrack table of network namespace ``netns`` (None: this one), over ctnetlink, from
+    a worker thread of its own that entered it."""
+
+    def __init__(self, netns: str | None = None) -> None:
+        self.netns = netns
+        self._worker = netns_mod.Worker(netns, "conntrack")
+        self._listed: dict[Family, list[Entry]] = {}  # the last udp_flows, per family
+
+    def close(self) -> None:
+        self._worker.close()
+
+    def udp_flows(self, family: Family) -> list[UdpFlow]:
+        def go() -> list[UdpFlow]:
+            entries = udp_entries(family)
+            self._listed[family] = entries  # for the delete that follows: no second dump
+            return [e.flow for e in entries]
+
+        return self._worker.call(go)
+
+    def delete_udp_flows(self, family: Family, flows: Iterable[UdpFlow]) -> int:
+        todo = sorted(set(flows))
+        listed = self._listed.pop(family, None)
+        if not todo:
+            return 0
+        return self._worker.call(lambda: delete_udp_flows(family, todo, listed))

@@ -64,8 +64,6 @@ class FakeBackend:
         self.refuse: Callable[[Element], str | None] | None = None
         self.checks = 0  # dry runs (check)
         self.timeouts: dict[tuple[Family, str, str, Key], int] = {}  # of the packet path's elements
-        self.flows: dict[Family, list[UdpFlow]] = {}  # conntrack, as a test sets it up
-        self.flows_deleted: list[tuple[Family, UdpFlow]] = []
 
     def apply(self, *txs: Transaction) -> None:
         self._commit(txs, ())
@@ -141,6 +139,10 @@ class FakeBackend:
         t = self.tables.get((family, table))
         return set(t.chains) if t else None
 
+    def chain_rules(self, family: Family, table: str) -> dict[str, tuple[str, ...]] | None:
+        t = self.tables.get((family, table))
+        return {name: tuple(t.rules[name]) for name in t.chains} if t else None
+
     def packet_path_writes(self, family: Family, table: str, set_name: str, entry: DynamicElement) -> None:
         """What a packet's `update @set { … }` does (tests: a client that got an endpoint)."""
         self.tables[(family, table)].elements[set_name][entry.key] = Element(entry.key, entry.value)
@@ -164,13 +166,26 @@ class FakeBackend:
         lines = (line for key in sorted(self.tables) for line in _dump_table(*key, self.tables[key]))
         return "".join(line + "\n" for line in lines)
 
+
+class FakeConntrack:
+    """An in-memory conntrack table (kube-proxy's conntrack.NewFake): the DNATed UDP flows a test
+    sets up, one entry each; a deleted flow takes the entries it names (any endpoint port when
+    its own is "", as KernelConntrack's)."""
+
+    def __init__(self) -> None:
+        self.flows: dict[Family, list[UdpFlow]] = {}
+        self.deleted: list[tuple[Family, UdpFlow]] = []  # what the dataplane asked to delete
+
     def udp_flows(self, family: Family) -> list[UdpFlow]:
         return list(self.flows.get(family, []))
 
-    def delete_udp_flows(self, family: Family, flows: Iterable[UdpFlow]) -> None:
-        gone = set(flows)
-        self.flows_deleted += [(family, f) for f in sorted(gone)]
-        self.flows[family] = [f for f in self.flows.get(family, []) if f not in gone]
+    def delete_udp_flows(self, family: Family, flows: Iterable[UdpFlow]) -> int:
+        wanted = set(flows)
+        self.deleted += [(family, f) for f in sorted(wanted)]
+        have = self.flows.get(family, [])
+        kept = [f for f in have if f not in wanted and f._replace(reply_sport="") not in wanted]
+        self.flows[family] = kept
+        return len(have) - len(kept)
 
 
 def dump_of(*tables: Table) -> str:

@@ -6,20 +6,20 @@ import errno
 import json
 import logging
 import re
+import signal
 import socket
 import subprocess
 import threading
 from collections.abc import Callable, Iterable
-from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import suppress
+from concurrent.futures import Future
 from typing import Any, TypeVar, cast
 
-from nftproxy.nft import bulk, conntrack, located, netlink
+from nftproxy.nft import bulk, located, netlink
 from nftproxy.nft import netns as netns_mod
 from nftproxy.nft.backend import NftError, invalid, is_not_found
 from nftproxy.nft.bulk import LoadStep
 from nftproxy.nft.netlink import FAMILIES, Batch, Layout
-from nftproxy.nft.objects import Chain, Counter, DynamicElement, Element, Family, Key, Set, Table, UdpFlow
+from nftproxy.nft.objects import Chain, Counter, DynamicElement, Element, Family, Key, Set, Table
 from nftproxy.nft.transaction import AddElements, DeleteElements, Transaction
 
 T = TypeVar("T")
@@ -39,24 +39,27 @@ def _dry_run(script: str) -> None:
     _run_child(["-c", "-f", "-"], script)
 
 
+def _die_with_parent() -> None:  # pragma: no cover - runs in the forked child
+    import ctypes  # noqa: PLC0415
+
+    ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
 class KernelBackend:
     """libnftables through Debian's ``nftables`` Python module.
 
-    All calls run on one worker thread, which first enters ``netns`` when given: the rest of the
-    process (API client, metrics) stays where it is.
+    All calls run on one worker thread (netns.Worker), which first enters ``netns`` when given:
+    the rest of the process (API client, metrics) stays where it is.
     """
 
     def __init__(self, netns: str | None = None) -> None:
         self.netns = netns
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nft")
+        self._worker = netns_mod.Worker(netns, "nft")
         self._local = threading.local()
-        self._listed: dict[Family, list[conntrack.Entry]] = {}  # the last udp_flows, per family
         self._layouts: dict[tuple[Family, str, Set], Layout | None] = {}  # how each set's elements pack
 
     def close(self) -> None:
-        with suppress(RuntimeError):  # already shut down
-            self._pool.submit(self._drop_socket)  # in the worker thread, whose socket it is
-        self._pool.shutdown(wait=True)
+        self._worker.close(self._drop_socket)  # in the worker thread, whose socket it is
 
     def _socket(self) -> socket.socket:
         """The worker thread's netlink socket for element batches, kept open (netlink.open_socket)."""
@@ -84,20 +87,19 @@ class KernelBackend:
         return self._submit(fn).result()
 
     def _submit(self, fn: Callable[[Any], T]) -> Future[T]:
-        """Queue ``fn`` for the worker thread: calls run one at a time, in submission order."""
-        return self._pool.submit(self._in_worker, fn)
+        """Queue ``fn(context)`` for the worker thread: calls run one at a time, in order."""
+        return self._worker.submit(lambda: fn(self._context()))
 
-    def _in_worker(self, fn: Callable[[Any], T]) -> T:
+    def _context(self) -> Any:
+        """The worker thread's libnftables context."""
         ctx = getattr(self._local, "ctx", None)
         if ctx is None:
-            if self.netns:
-                netns_mod.enter(self.netns)
             import nftables  # noqa: PLC0415  (Debian module, linked into the venv by install.sh)
 
             ctx = nftables.Nftables()
             ctx.set_json_output(False)
             self._local.ctx = ctx
-        return fn(ctx)
+        return ctx
 
     def run(self, script: str, json_output: bool = False, terse: bool = False) -> str:
         def go(ctx: Any) -> str:
@@ -208,6 +210,29 @@ class KernelBackend:
         m = _TABLE_COMMENT.search(terse)
         return table_from_json(json.loads(out), family, table, m.group(1) if m else "")
 
+    def chain_rules(self, family: Family, table: str) -> dict[str, tuple[str, ...]] | None:
+        try:
+            listing = self.run(f"list table {family.value} {table}", terse=True)
+        except NftError as e:
+            if is_not_found(e):
+                return None
+            raise
+        return parse_rules(listing)
+
+    def monitor(self, *args: str) -> subprocess.Popen[bytes]:
+        """``nft monitor ARGS`` (its output piped), forked by the worker thread: in the backend's
+        network namespace, and ended when this process dies (PR_SET_PDEATHSIG follows the thread
+        that forked it, which lives as long as the backend)."""
+        return self._call(
+            lambda _: subprocess.Popen(
+                ["nft", "monitor", *args],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                bufsize=0,
+                preexec_fn=_die_with_parent,  # noqa: PLW1509  (prctl only)
+            )
+        )
+
     def chain_names(self, family: Family, table: str) -> set[str] | None:
         doc = json.loads(self.run(f"list chains {family.value}", json_output=True))
         names = {
@@ -298,21 +323,6 @@ class KernelBackend:
 
         return self._submit(go)
 
-    def udp_flows(self, family: Family) -> list[UdpFlow]:
-        # in the worker thread: its ctnetlink socket is opened in our network namespace
-        def go(_: Any) -> list[UdpFlow]:
-            entries = conntrack.udp_entries(family)
-            self._listed[family] = entries  # for the delete that follows: no second dump
-            return [e.flow for e in entries]
-
-        return self._call(go)
-
-    def delete_udp_flows(self, family: Family, flows: Iterable[UdpFlow]) -> None:
-        todo = sorted(set(flows))
-        listed = self._listed.pop(family, None)
-        if todo:
-            self._call(lambda _: conntrack.delete_udp_flows(family, todo, listed))
-
     def delete(self, family: Family, table: str) -> bool:
         try:
             self.run(f"delete table {family.value} {table}")
@@ -321,6 +331,32 @@ class KernelBackend:
                 return False
             raise
         return True
+
+
+_CHAIN = re.compile(r"^\s*chain (\S+) \{\s*$")
+_SKIP = re.compile(r"^\s*(type |comment |policy |counter$|\}|$)")
+_SET = re.compile(r"^(set|map) \S+ \{")
+
+
+def parse_rules(listing: str) -> dict[str, tuple[str, ...]]:
+    """Chain name -> rules from `nft -t list table …` (terse: no set elements)."""
+    chains: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for line in listing.splitlines():
+        m = _CHAIN.match(line)
+        if m:
+            current = chains.setdefault(m.group(1), [])
+            continue
+        stripped = line.strip()
+        if current is None:
+            continue
+        if stripped == "}":
+            current = None
+            continue
+        if _SKIP.match(line) or _SET.match(stripped):
+            continue
+        current.append(stripped)
+    return {name: tuple(rules) for name, rules in chains.items()}
 
 
 _TABLE_COMMENT = re.compile(r'^table [^\n]*\{\n\s*comment "([^"]*)"', re.M)
