@@ -13,9 +13,9 @@ import pytest
 from prometheus_client import generate_latest
 
 from nftproxy.dataplane.sync import Dataplane
+from nftproxy.nft.backend import NftError
 from nftproxy.nft.bulk import LoadStep
 from nftproxy.nft.fake import FakeBackend
-from nftproxy.nft.kernel import NftError
 from nftproxy.nft.transaction import Transaction
 from nftproxy.operator import syncer as syncer_module
 from nftproxy.operator.metrics import Metrics
