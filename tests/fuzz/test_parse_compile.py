@@ -149,15 +149,21 @@ def shaped_config(draw: Any) -> ProxyConfig:
     )
 
 
-def _expected_allow(services: list[Service], family: Family) -> set[tuple[Any, ...]]:
+def _expected_allow(services: list[Service], family: Family, config: ProxyConfig) -> set[tuple[Any, ...]]:
     """firewall-allow as ipaddress objects, worked out from the Services alone: every LoadBalancer
-    IP . port of the family, with each of the family's source ranges (overlaps merged)."""
+    IP . port of the family, with each of the family's source ranges and, when a range holds the
+    node's IP of the family (its first, else loopback: kube-proxy's allowFromNode), the
+    LoadBalancer IPs of the family themselves (overlaps merged)."""
     out: set[tuple[Any, ...]] = set()
+    v = family.version
+    node_ip = next((ip for ip in config.node_ips if ip.version == v), ip_address("127.0.0.1" if v == 4 else "::1"))
     for svc in services:
-        v = family.version
         if svc.type != "LoadBalancer" or not any(ip.version == v for ip in svc.cluster_ips):
             continue
-        nets = collapse_addresses([r for r in svc.load_balancer_source_ranges if r.version == v])  # type: ignore[type-var]
+        ranges = [r for r in svc.load_balancer_source_ranges if r.version == v]
+        if any(node_ip in r for r in ranges):
+            ranges += [ip_network(lb) for lb in svc.load_balancer_ips if lb.version == v]
+        nets = collapse_addresses(ranges)  # type: ignore[type-var]
         out |= {
             (lb, p.protocol.lower(), p.port, n)
             for n in nets
@@ -188,11 +194,11 @@ def test_every_address_shape_is_accepted_by_the_kernel(
     compiled = [_compiled(objs, replace(base, table=f"fuzz{k}")) for k, (objs, base) in enumerate(batch)]
     rc, err = dry_run.check("".join(plan(None, t).render() for desired, _, _ in compiled for t in desired.tables))
     assert rc == 0, f"the kernel refused a compiled table: {err.strip()[:2000]}"
-    for (objs, _), (desired, services, _) in zip(batch, compiled, strict=True):
+    for (objs, _), (desired, services, cfg) in zip(batch, compiled, strict=True):
         assert len(services) == len([o for o in objs if o["kind"] == "Service"])  # all well-formed
         assert not [s for s in desired.skipped if s.kind == "Service"], desired.skipped  # no conflicts
         for t in desired.tables:
-            assert _rendered_allow(t) == _expected_allow(services, t.family), f"{t.family} firewall-allow"
+            assert _rendered_allow(t) == _expected_allow(services, t.family, cfg), f"{t.family} firewall-allow"
 
 
 GOOD_SERVICE: dict[str, Any] = {
