@@ -472,9 +472,8 @@ def parse_service_cidr(obj: Mapping[str, Any]) -> ServiceCIDR | Skipped:
             if net is None:
                 warnings.append(_left_out(f"spec.cidrs[{i}]", f"invalid CIDR {value!r}", "ServiceCIDR"))
             elif net.prefixlen < WIDEST_SERVICE_CIDR[net.version]:
-                problem = (
-                    f"{net} is too wide to drop its unallocated addresses (/{WIDEST_SERVICE_CIDR[net.version]} at most)"
-                )
+                widest = WIDEST_SERVICE_CIDR[net.version]
+                problem = f"{net} is wider than /{widest}: too wide to drop its unallocated addresses"
                 warnings.append(_left_out(f"spec.cidrs[{i}]", problem, "ServiceCIDR"))
             else:
                 cidrs.append(net)
