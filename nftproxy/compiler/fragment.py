@@ -45,7 +45,9 @@ class Fragment(NamedTuple):
     # UDP frontends -> IPs of their serving endpoints: conntrack entries of a frontend DNATed to
     # any other address are stale (kube-proxy's CleanStaleEntries; none serving: left alone).
     udp_serving: tuple[tuple[Key, frozenset[str]], ...] = ()
-    warnings: tuple[str, ...] = ()  # reported like skips, the Service is programmed (bad annotation)
+    # reported like skips, the Service is programmed (a bad annotation, externalIP, source range,
+    # load balancer IP, or an endpoint left out of one of its slices)
+    warnings: tuple[str, ...] = ()
     # ClientIP affinity records (map names) -> the endpoints a record of it may hold (stale.py)
     affinity: tuple[tuple[str, frozenset[Slot]], ...] = ()
     # per Service port with usable endpoints but none here under a Local policy: "internal" /
@@ -415,6 +417,8 @@ def compile_fragment(
     algorithm = svc.load_balancing or config.load_balancing
     localhost = bool(config.nodeport_addresses) and config.localhost_nodeports(family.version)
     affinity, warnings = svc.session_affinity_timeout, svc.warnings
+    if any(s.warnings for s in mine):  # endpoints left out of its slices: reported with the Service
+        warnings += tuple(f"EndpointSlice {s.name}: {w}" for s in mine for w in s.warnings)
     out.add(names.CLUSTER_IPS, (fe.cluster_ip,))
     for port in svc.ports:
         p = _port_keys(svc, fe, port)

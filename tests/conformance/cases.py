@@ -32,6 +32,9 @@ GW4, GW6 = "10.244.1.1", "fd00:10:244:1::1"
 # a ServiceCIDR created during the change cases (chg-service-cidr-added); the apiserver's own
 # ServiceCIDR "kubernetes" is netlab's SERVICE4/SERVICE6
 EXTRA_SERVICE_CIDR4 = "10.97.0.0/24"  # the node's pod-network gateway addresses (NetLab)
+# a ServiceCIDR of one narrow and one too wide CIDR, there from the start (address_spelling_cases);
+# both routed by node-1 to ext1, which answers every address of them (harness.build_lab)
+TWO_WIDTHS_SERVICE_CIDR = ("10.98.0.0/24", "2000::/12")
 
 # Pod addresses, in the order harness.build_lab creates them (asserted there).
 PODS: dict[str, tuple[str, str, str]] = {  # name -> (node, ipv4, ipv6)
@@ -923,6 +926,7 @@ def catalog() -> list[Case]:
     cases += firewall_and_nodeport_rejects()
     cases += health_map_cases()
     cases += map_cases()  # the kube-proxy map's own cases (end of this file)
+    cases += address_spelling_cases()
     for c in cases:
         for h in c.health:
             assert h.port  # every health check names a port
@@ -1639,3 +1643,96 @@ def node_zone_change() -> tuple[str, list[Obj], list[Probe]]:
     svc = service(name, HTTP)
     eps = [ep("a1", zones=[ZONE]), ep("b1", zones=[OTHER_ZONE]), ep("b2", zones=[OTHER_ZONE])]
     return name, [svc, eslice(name, "a", eps, HTTP_EP)], list(frontends(svc, ("pod",), ()))
+
+
+# ---- address spellings and ServiceCIDRs (kube-proxy map)
+# The spellings an apiserver before 1.36 stores (StrictIPCIDRValidation off: the suite's control
+# plane runs with it off, tests/conformance/conftest.py), kube-proxy reads with ParseIPSloppy /
+# ParseCIDRSloppy: leading zeros (decimal), IPv4-mapped IPv6 (IPv4), host bits, padding.
+
+
+def _zeros(ipv4: str) -> str:
+    """An IPv4 address with leading zeros in every octet ("010.096.010.020": decimal 10.96.10.20)."""
+    return ".".join(f"{int(o):03d}" for o in ipv4.split("."))
+
+
+def _respelled(svc: Obj, cluster_ip: str) -> Obj:
+    svc["spec"]["clusterIP"], svc["spec"]["clusterIPs"] = cluster_ip, [cluster_ip]
+    return svc
+
+
+def address_spelling_cases() -> list[Case]:
+    cases: list[Case] = []
+    add = cases.append
+
+    def probes(
+        what: str, hosts: Sequence[str], sources: Sequence[str] = ("pod", "node", "ext1", "ext2")
+    ) -> list[Probe]:
+        return [Probe(src, "tcp", host, 80, what) for host in hosts for src in sources]
+
+    # externalIPs
+    ips = [next(_ext), next(_ext)]
+    name = "addr-extip-legacy-spellings"
+    svc = service(name, HTTP, externalIPs=[_zeros(ips[0]), f"::ffff:{ips[1]}"])
+    add(Case(name, [svc, eslice(name, "a", [ep("a1"), ep("b1")], HTTP_EP)], probes("externalIP", ips)))
+    # LoadBalancer ingress IPs
+    ips = [next(_lb), next(_lb)]
+    name = "addr-lb-ip-legacy-spellings"
+    svc = service(
+        name,
+        [port(80, 8080, "http", node_port=next(_np))],
+        type="LoadBalancer",
+        lb_ingress=[{"ip": _zeros(ips[0])}, {"ip": f"::ffff:{ips[1]}"}],
+    )
+    add(Case(name, [svc, eslice(name, "a", [ep("a2"), ep("b2")], HTTP_EP)], probes("LB", ips)))
+    # loadBalancerSourceRanges: each admits one of ext1 (198.18.0.100) and ext2 (.101), or both
+    for name, ranges in (
+        ("addr-source-range-leading-zeros", ["198.018.000.100/032"]),
+        ("addr-source-range-ipv4-mapped", ["::ffff:198.18.0.101/128"]),  # IPv4 to kube-proxy
+        ("addr-source-range-host-bits", ["198.18.0.101/31"]),  # 198.18.0.100/31: both
+        ("addr-source-range-padded", [" 198.18.0.101/32 "]),  # trimmed (even strict validation allows it)
+    ):
+        ip = next(_lb)
+        svc = service(
+            name,
+            [port(80, 8080, "http", node_port=next(_np))],
+            type="LoadBalancer",
+            lb_ingress=[{"ip": ip}],
+            loadBalancerSourceRanges=ranges,
+        )
+        add(Case(name, [svc, eslice(name, "a", [ep("a1"), ep("b1")], HTTP_EP)], probes("LB", [ip])))
+    # ClusterIPs as the apiserver stores them when given so (the allocator takes them)
+    for name, spell in (("addr-cluster-ip-leading-zeros", _zeros), ("addr-cluster-ip-ipv4-mapped", "::ffff:{}".format)):
+        svc = service(name, HTTP)
+        ip = svc["spec"]["clusterIP"]
+        _respelled(svc, spell(ip))
+        add(
+            Case(
+                name,
+                [svc, eslice(name, "a", [ep("a3"), ep("b2")], HTTP_EP)],
+                probes("ClusterIP", [ip], ("pod", "node")),
+            )
+        )
+    # EndpointSlice addresses (IPv4 slices: the IPv6 ones were validated strictly)
+    name = "addr-endpoint-legacy-spellings"
+    svc = service(name, HTTP)
+    eps = [ep("a1"), ep("b1")]
+    eps[0]["addresses"] = [_zeros(PODS["a1"][1])]
+    eps[1]["addresses"] = [f"::ffff:{PODS['b1'][1]}"]
+    add(
+        Case(
+            name,
+            [svc, eslice(name, "a", eps, HTTP_EP)],
+            probes("ClusterIP", svc["spec"]["clusterIPs"], ("pod", "node")),
+        )
+    )
+    # A ServiceCIDR of one narrow CIDR and one too wide (2000::/12): the narrow one's unallocated
+    # addresses are dropped by both. (kube-proxy drops the wide one's too, nftproxy leaves it out:
+    # addresses there are not probed here.)
+    name = "addr-service-cidr-narrow-beside-wide"
+    cidr = k.service_cidr("conformance-two-widths", *TWO_WIDTHS_SERVICE_CIDR)
+    unallocated = [
+        Probe(src, proto, "10.98.0.200", 80, "unallocated") for src in ("pod", "node") for proto in ("tcp", "udp")
+    ]
+    add(Case(name, [cidr], unallocated))
+    return cases

@@ -91,6 +91,7 @@ def build_lab(lab: NetLab) -> dict[str, Host]:
         f"route replace {SERVICE4} via {ext1.ipv4}",  # the same for Service IPs no proxy programs
         f"route replace {SERVICE6} via {ext1.ipv6}",
         f"route replace {c.EXTRA_SERVICE_CIDR4} via {ext1.ipv4}",
+        *(f"route replace {net} via {ext1.ipv4 if '.' in net else ext1.ipv6}" for net in c.TWO_WIDTHS_SERVICE_CIDR),
     )
     # ... where every Service address answers (AnyIP: refused, a TCP RST or ICMP port unreachable),
     # so that a packet a proxy drops at the node (a timeout: unallocated addresses of the
@@ -100,6 +101,7 @@ def build_lab(lab: NetLab) -> dict[str, Host]:
         f"route add local {SERVICE4} dev lo",
         f"route add local {SERVICE6} dev lo",
         f"route add local {c.EXTRA_SERVICE_CIDR4} dev lo",
+        *(f"route add local {net} dev lo" for net in c.TWO_WIDTHS_SERVICE_CIDR),
         f"route add 10.244.1.0/24 via {n1.ipv4}",  # ... and answers node-1's pods
         f"route add fd00:10:244:1::/64 via {n1.ipv6}",
     )

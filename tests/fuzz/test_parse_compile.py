@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 from nftproxy.compiler import ProxyConfig, compile_tables
 from nftproxy.compiler.config import this_node
 from nftproxy.compiler.fragment import _short
-from nftproxy.model.parse import Ignored, parse_endpoint_slice, parse_node, parse_service
-from nftproxy.model.types import EndpointSlice, Node, Service, Skipped
+from nftproxy.model.parse import Ignored, parse_endpoint_slice, parse_node, parse_service, parse_service_cidr
+from nftproxy.model.types import EndpointSlice, Node, Service, ServiceCIDR, Skipped
 from nftproxy.nft.diff import plan
 from nftproxy.nft.objects import Family
 from tests.fuzz import strategies as S
@@ -41,7 +41,7 @@ def _expected_name(obj: Any) -> str:
     return str(raw) if raw else "?"
 
 
-Parsed = Service | EndpointSlice | Node | Skipped | Ignored
+Parsed = Service | EndpointSlice | Node | ServiceCIDR | Skipped | Ignored
 
 
 def parse(obj: Any, config: ProxyConfig) -> Parsed:
@@ -50,6 +50,8 @@ def parse(obj: Any, config: ProxyConfig) -> Parsed:
         return parse_service(obj, config.service_proxy_name)
     if kind == "EndpointSlice":
         return parse_endpoint_slice(obj)
+    if kind == "ServiceCIDR":
+        return parse_service_cidr(obj)
     return parse_node(obj)
 
 
@@ -73,10 +75,10 @@ objects = st.lists(st.one_of(S.service(), S.service(), S.endpoint_slice(), S.end
 
 
 @settings(max_examples=examples(300, 5000))
-@given(obj=st.one_of(S.service(), S.endpoint_slice(), S.node()), cfg=st.sampled_from(CONFIGS))
+@given(obj=st.one_of(S.service(), S.endpoint_slice(), S.node(), S.service_cidr()), cfg=st.sampled_from(CONFIGS))
 def test_parse_never_raises_and_names_what_it_skips(obj: dict[str, Any], cfg: ProxyConfig) -> None:
     r = parse(obj, cfg)
-    assert isinstance(r, Service | EndpointSlice | Node | Skipped | Ignored)
+    assert isinstance(r, Service | EndpointSlice | Node | ServiceCIDR | Skipped | Ignored)
     if isinstance(r, Skipped):
         assert r.kind == obj["kind"]
         assert r.reason
