@@ -1727,12 +1727,14 @@ def address_spelling_cases() -> list[Case]:
         )
     )
     # A ServiceCIDR of one narrow CIDR and one too wide (2000::/12): the narrow one's unallocated
-    # addresses are dropped by both. (kube-proxy drops the wide one's too, nftproxy leaves it out:
-    # addresses there are not probed here.)
+    # addresses are dropped by both; kube-proxy drops the wide one's too, nftproxy leaves that
+    # CIDR out and reports it (differences.py: service-cidr-too-wide).
     name = "addr-service-cidr-narrow-beside-wide"
     cidr = k.service_cidr("conformance-two-widths", *TWO_WIDTHS_SERVICE_CIDR)
     unallocated = [
         Probe(src, proto, "10.98.0.200", 80, "unallocated") for src in ("pod", "node") for proto in ("tcp", "udp")
     ]
     add(Case(name, [cidr], unallocated))
+    wide = [Probe(src, proto, "2000::c8", 80, "in a too wide ServiceCIDR") for src in ("pod", "node") for proto in ("tcp", "udp")]
+    add(Case("service-cidr-too-wide", [], wide))
     return cases

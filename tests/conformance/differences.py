@@ -83,6 +83,15 @@ INTENTIONAL: dict[str, str] = {
         "local endpoints). nftproxy counts a Service port of a family only when it has a "
         "Local-policy frontend there and no endpoint on this node."
     ),
+    "service-cidr-too-wide": (
+        "A ServiceCIDR's CIDR wider than /8 (IPv4) or /16 (IPv6): kube-proxy drops every new "
+        "connection to an address of it that is not a ClusterIP, forwarded or from the node, so a "
+        "ServiceCIDR of 0.0.0.0/0 (the apiserver accepts it) would cut every node off from pods on "
+        "other nodes, the Internet, DNS and the apiserver at kube-proxy's next restart or hourly full "
+        "sync. nftproxy leaves that CIDR out and reports it (log, ProxyStatus, an Event), and drops "
+        "the unallocated addresses of the object's other CIDRs as kube-proxy does (case "
+        "addr-service-cidr-narrow-beside-wide matches)."
+    ),
 }
 
 
