@@ -1735,6 +1735,10 @@ def address_spelling_cases() -> list[Case]:
         Probe(src, proto, "10.98.0.200", 80, "unallocated") for src in ("pod", "node") for proto in ("tcp", "udp")
     ]
     add(Case(name, [cidr], unallocated))
-    wide = [Probe(src, proto, "2000::c8", 80, "in a too wide ServiceCIDR") for src in ("pod", "node") for proto in ("tcp", "udp")]
+    wide = [
+        Probe(src, proto, "2000::c8", 80, "in a too wide ServiceCIDR")
+        for src in ("pod", "node")
+        for proto in ("tcp", "udp")
+    ]
     add(Case("service-cidr-too-wide", [], wide))
     return cases
