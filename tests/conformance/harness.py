@@ -22,11 +22,13 @@ import signal
 import subprocess
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from testkit.k8s.controlplane import ControlPlane
 from testkit.k8s.kubeproxy import KubeProxy, KubeProxyError, http_get_in, wait_synced
@@ -398,3 +400,81 @@ def settle(
     for s in sides:
         assert s.proxy is not None
         s.proxy.wait_synced(since=since, timeout=timeout, change=change, quiet=quiet)
+
+
+# --------------------------------------------------------------------------- objects one by one
+
+
+class ApiWriter:
+    """Creates, patches and deletes objects one at a time through the apiserver's REST API, so
+    that what it refuses is known object by object (``kubectl apply`` of a list goes on past a
+    refused object and reports them all together)."""
+
+    def __init__(self, cp: ControlPlane) -> None:
+        self.server = cp.server
+        self.ctx = cp.ssl_context()
+
+    @staticmethod
+    def path(obj: c.Obj, name: bool = False) -> str:
+        ns = obj["metadata"].get("namespace")
+        kind = obj["kind"]
+        if kind == "Namespace":
+            base = "/api/v1/namespaces"
+        elif kind == "Service":
+            base = f"/api/v1/namespaces/{ns}/services"
+        elif kind == "EndpointSlice":
+            base = f"/apis/discovery.k8s.io/v1/namespaces/{ns}/endpointslices"
+        else:
+            raise ValueError(f"no path for {kind}")
+        return f"{base}/{obj['metadata']['name']}" if name else base
+
+    def request(self, method: str, path: str, body: Any = None, content_type: str = "application/json") -> Any:
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(self.server + path, data=data, method=method)  # noqa: S310 - our own apiserver
+        req.add_header("Content-Type", content_type)
+        with urllib.request.urlopen(req, context=self.ctx, timeout=30) as resp:  # noqa: S310
+            return json.loads(resp.read() or b"null")
+
+    def create(self, obj: c.Obj) -> tuple[c.Obj | None, str]:
+        """(the object as stored, "") or (None, the apiserver's reason for refusing it)."""
+        try:
+            return self.request("POST", self.path(obj), obj), ""
+        except urllib.error.HTTPError as e:
+            return None, _status_message(e)
+
+    def patch_status(self, obj: c.Obj) -> tuple[c.Obj | None, str]:
+        try:
+            stored = self.request(
+                "PATCH",
+                self.path(obj, name=True) + "/status",
+                {"status": obj["status"]},
+                "application/merge-patch+json",
+            )
+            return stored, ""
+        except urllib.error.HTTPError as e:
+            return None, _status_message(e)
+
+    def put(self, obj: c.Obj) -> c.Obj:
+        """Create or replace (the caller's own objects, which must be accepted)."""
+        try:
+            current = self.request("GET", self.path(obj, name=True))
+        except urllib.error.HTTPError as e:
+            if e.code != 404:
+                raise
+            return dict(self.request("POST", self.path(obj), obj))
+        body = {**obj, "metadata": {**obj["metadata"], "resourceVersion": current["metadata"]["resourceVersion"]}}
+        return dict(self.request("PUT", self.path(obj, name=True), body))
+
+    def delete(self, obj: c.Obj) -> None:
+        try:
+            self.request("DELETE", self.path(obj, name=True))
+        except urllib.error.HTTPError as e:
+            if e.code != 404:
+                raise
+
+
+def _status_message(e: urllib.error.HTTPError) -> str:
+    try:
+        return str(json.loads(e.read()).get("message", "")) or f"HTTP {e.code}"
+    except ValueError:
+        return f"HTTP {e.code}"
