@@ -385,9 +385,9 @@ class _FuzzRun:
             REPORT.add(t.case, t.probe.path() if t.case == case else f"({case}) {t.probe.path()}", kp, np)
             for t, (kp, np) in zip(tagged, results, strict=True)
         ]
-        for port in worlds.health_ports(services):
-            path = f"node → healthCheckNodePort {c.NODE4}:{port}"
-            rows.append(REPORT.add(case, path, health(duo.a, port), health(duo.b, port)))
+        for host, port in worlds.health_checks(services):
+            path = f"node → healthCheckNodePort {f'[{host}]' if ':' in host else host}:{port}"
+            rows.append(REPORT.add(case, path, health(duo.a, port, host), health(duo.b, port, host)))
 
         since = time.time()
         for obj in reversed(stored):
@@ -401,6 +401,7 @@ class _FuzzRun:
         totals.accepted += sum(not r.match and accepted(r.case) is not None for r in rows)
         bad = REPORT.unexpected(rows)
         totals.unexplained += len(bad)
+        totals.diffs += [[str(seed), r.case, r.path, r.kube_proxy, r.nftproxy] for r in rows if not r.match]
         if not bad:
             return ""
         totals.failing_seeds.append(seed)

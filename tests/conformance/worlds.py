@@ -664,9 +664,15 @@ def probes(seed: int, services: Sequence[Obj]) -> list[Tagged]:
     return found + negative
 
 
-def health_ports(services: Sequence[Obj]) -> list[int]:
-    """healthCheckNodePorts of the world (eTP Local LoadBalancers)."""
-    return [s["spec"]["healthCheckNodePort"] for s in services if proxied(s) and s["spec"].get("healthCheckNodePort")]
+def health_checks(services: Sequence[Obj]) -> list[tuple[str, int]]:
+    """(node address, healthCheckNodePort) of the world's eTP Local LoadBalancers: on the node's
+    address of each family of the Service (kube-proxy serves each family's count there)."""
+    return [
+        (c.NODE4 if f == "IPv4" else c.NODE6, s["spec"]["healthCheckNodePort"])
+        for s in services
+        if proxied(s) and s["spec"].get("healthCheckNodePort")
+        for f in s["spec"].get("ipFamilies", [])
+    ]
 
 
 # --------------------------------------------------------------------------- the long run
@@ -683,12 +689,14 @@ class Totals:
     unexplained: int = 0
     failing_seeds: list[int] = field(default_factory=list)
     refusals: dict[str, int] = field(default_factory=dict)  # reason -> count
+    diffs: list[list[str]] = field(default_factory=list)  # [seed, case, path, kube-proxy, nftproxy]
     next_seed: int = 0
 
     def add(self, other: Totals) -> None:
         for name in ("worlds", "objects", "refused", "probes", "matches", "accepted", "unexplained"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.failing_seeds += other.failing_seeds
+        self.diffs += other.diffs
         for r, n in other.refusals.items():
             self.refusals[r] = self.refusals.get(r, 0) + n
         self.next_seed = other.next_seed
@@ -712,16 +720,19 @@ ROOT = Path(__file__).resolve().parents[2]
 LOCK = "/tmp/nftproxy-heavy.lock"
 
 
-def run(worlds: int, seed: int, batch_minutes: float, lock: str) -> int:
+def run(worlds: int, seed: int, batch_minutes: float, lock: str, logs: Path) -> int:
     """``worlds`` worlds from ``seed`` on, in pytest runs of at most ``batch_minutes`` each, every
-    one under ``lock`` (flock), released between them. Prints the totals."""
+    one under ``lock`` (flock), released between them. Prints the totals; each batch's pytest
+    output (the table of every row, the failing worlds as YAML) and the totals go to ``logs``."""
     total = Totals(next_seed=seed)
     started = time.monotonic()
     batch = 0
+    logs.mkdir(parents=True, exist_ok=True)
     while total.worlds < worlds:
         batch += 1
         with tempfile.TemporaryDirectory(prefix="fuzz-differential-") as tmp:
             out = Path(tmp) / "totals.json"
+            log = logs / f"batch-{total.next_seed}.log"
             env = dict(
                 os.environ,
                 NFTPROXY_FUZZ_SEED=str(total.next_seed),
@@ -733,21 +744,25 @@ def run(worlds: int, seed: int, batch_minutes: float, lock: str) -> int:
             test = "tests/conformance/test_differential.py::test_fuzzed_worlds_answer_as_kube_proxy"
             argv = ["flock", lock, sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", test]
             print(f"batch {batch}: seeds from {total.next_seed}", flush=True)
-            rc = subprocess.run(argv, cwd=ROOT, env=env, check=False).returncode
+            with log.open("w") as f:
+                rc = subprocess.run(argv, cwd=ROOT, env=env, stdout=f, stderr=subprocess.STDOUT, check=False).returncode
             if not out.exists():
-                print(f"batch {batch}: pytest exited {rc} without totals; stopping", flush=True)
+                print(f"batch {batch}: pytest exited {rc} without totals ({log}); stopping", flush=True)
                 break
             got = Totals.load(out)
         total.add(got)
-        print(f"batch {batch} (exit {rc}): {got.line()}", flush=True)
+        print(f"batch {batch} (exit {rc}, {log}): {got.line()}", flush=True)
         print(f"so far: {total.line()}", flush=True)
         if got.worlds == 0:
             break
     minutes = (time.monotonic() - started) / 60
+    total.dump(logs / f"totals-{seed}.json")
     print(f"\nfuzz-differential: seeds {seed}..{total.next_seed - 1}, {minutes:.0f} min")
     print(total.line())
     for reason, n in sorted(total.refusals.items(), key=lambda kv: -kv[1]):
         print(f"  refused {n}x: {reason}")
+    for d in total.diffs:
+        print(f"  DIFF seed {d[0]}: {d[1]} | {d[2]} | kube-proxy: {d[3]} | nftproxy: {d[4]}")
     if total.failing_seeds:
         print(f"failing seeds (replay: NFTPROXY_FUZZ_SEED=S NFTPROXY_FUZZ_WORLDS=1): {total.failing_seeds}")
     return 1 if total.unexplained or total.worlds < worlds else 0
@@ -763,6 +778,7 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--seed", type=int, default=None, help="the first world's seed (default: the time)")
     r.add_argument("--batch-minutes", type=float, default=10.0)
     r.add_argument("--lock", default=LOCK)
+    r.add_argument("--logs", type=Path, default=ROOT / "_output" / "fuzz-differential")
     args = p.parse_args(argv)
     if args.cmd == "show":
         w = generate(args.seed)
@@ -770,7 +786,7 @@ def main(argv: list[str] | None = None) -> int:
         print("# exercises: " + ", ".join(sorted(w.features)))
         return 0
     seed = args.seed if args.seed is not None else int(time.time())
-    return run(args.worlds, seed, args.batch_minutes, args.lock)
+    return run(args.worlds, seed, args.batch_minutes, args.lock, args.logs)
 
 
 if __name__ == "__main__":
