@@ -46,7 +46,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -104,17 +104,20 @@ class World:
 
 
 class _Pool:
-    """Distinct values drawn from a range, reproducibly."""
+    """Distinct values drawn reproducibly from ``values`` (a sequence, or a count and a function
+    of the index: the address pools are not built)."""
 
-    def __init__(self, rng: random.Random, values: Sequence[Any]) -> None:
-        self.rng, self.values, self.used = rng, values, set[Any]()
+    def __init__(self, rng: random.Random, values: Sequence[Any], make: Callable[[int], Any] | None = None) -> None:
+        self.rng, self.used = rng, set[int]()
+        self.count = len(values) if make is None else int(values[0])
+        self.make = make or values.__getitem__
 
     def take(self) -> Any:
         while True:
-            v = self.values[self.rng.randrange(len(self.values))]
-            if v not in self.used:
-                self.used.add(v)
-                return v
+            i = self.rng.randrange(self.count)
+            if i not in self.used:
+                self.used.add(i)
+                return self.make(i)
 
 
 def _chance(rng: random.Random, p: float) -> bool:
@@ -130,13 +133,13 @@ class _Gen:
         self.rng = rng = random.Random(seed)
         self.seed = seed
         self.features: set[str] = set()
-        self.cip4 = _Pool(rng, [f"10.96.{a}.{b}" for a in range(100, 200) for b in range(1, 255)])
-        self.cip6 = _Pool(rng, [f"fd00:10:96::{0xC000 + i:x}" for i in range(4096)])
-        self.lb4 = _Pool(rng, [f"198.19.3.{i}" for i in range(1, 255)])
-        self.lb6 = _Pool(rng, [f"fd00:198:19::3:{i:x}" for i in range(1, 255)])
-        self.ext4 = _Pool(rng, [f"198.19.4.{i}" for i in range(1, 255)])
-        self.ext6 = _Pool(rng, [f"fd00:198:19::4:{i:x}" for i in range(1, 255)])
-        self.node_ports = _Pool(rng, list(NODE_PORTS))
+        self.cip4 = _Pool(rng, [100 * 254], lambda i: f"10.96.{100 + i // 254}.{1 + i % 254}")
+        self.cip6 = _Pool(rng, [4096], lambda i: f"fd00:10:96::{0xC000 + i:x}")
+        self.lb4 = _Pool(rng, [254], lambda i: f"198.19.3.{i + 1}")
+        self.lb6 = _Pool(rng, [254], lambda i: f"fd00:198:19::3:{i + 1:x}")
+        self.ext4 = _Pool(rng, [254], lambda i: f"198.19.4.{i + 1}")
+        self.ext6 = _Pool(rng, [254], lambda i: f"fd00:198:19::4:{i + 1:x}")
+        self.node_ports = _Pool(rng, NODE_PORTS)
         self.names = _Pool(rng, ["web", "dns", "api", "db", "zz", "a", "metrics", "edge", "cache", "q"])
 
     def note(self, *what: str) -> None:

@@ -1,0 +1,135 @@
+"""The differential fuzzer's worlds (tests/conformance/worlds.py), without a kernel or an apiserver:
+a seed makes one world, the worlds cover what they should, and only what kube-proxy resolves
+the same way every time."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+from testkit.k8s import objects as k
+from tests.conformance import cases as c
+from tests.conformance import worlds
+
+SEEDS = range(400)
+
+
+def _services(w: worlds.World) -> list[c.Obj]:
+    return [o for o in w.objects if o["kind"] == "Service"]
+
+
+def test_a_seed_makes_one_world_and_its_probes() -> None:
+    for seed in (0, 1, 7, 12345):
+        one, two = worlds.generate(seed), worlds.generate(seed)
+        assert json.dumps(one.objects) == json.dumps(two.objects)
+        assert worlds.probes(seed, _services(one)) == worlds.probes(seed, _services(two))
+    assert json.dumps(worlds.generate(1).objects) != json.dumps(worlds.generate(2).objects)
+
+
+def test_worlds_cover_every_kind_of_object_the_brief_names() -> None:
+    seen: set[str] = set()
+    for seed in SEEDS:
+        seen |= worlds.generate(seed).features
+    want = {
+        "type:ClusterIP", "type:NodePort", "type:LoadBalancer", "type:ExternalName", "type:headless",
+        "proto:TCP", "proto:UDP", "port:both-protocols", "nodePort:both-protocols", "targetPort:named",
+        "families:(4,)", "families:(6,)", "families:(4, 6)", "families:(6, 4)",
+        "externalIPs", "externalIP:node", "eTP:Local", "iTP:Local", "affinity",
+        "lb-ingress", "lb-ingress-on-non-lb", "ipMode:Proxy", "ipMode:VIP", "no-lb-nodeports",
+        "source-ranges", "source-ranges:annotation", "loadBalancerClass",
+        "trafficDistribution:PreferClose", "trafficDistribution:PreferSameZone",
+        "trafficDistribution:PreferSameNode", "topology-mode", "hints:zones", "hints:nodes",
+        "service-proxy-name", "service-proxy-name:slice", "headless-label:service", "headless-label:slice",
+        "slices:several", "slice:other-family", "slice:no-ports", "slice:no-service-label", "slice:orphan",
+        "slice-port:missing", "slice-port:name-mismatch", "slice-port:no-number", "slice-port:unserved",
+        "duplicate:same-slice", "duplicate:across-slices",
+        "endpoint:wrong-node", "endpoint:no-node", "endpoint:host-network", "endpoint:two-addresses",
+        "takeover:clusterIP", "takeover:externalIP", "takeover:lb",
+    }  # fmt: skip
+    want |= {f"conditions:{''.join(t)}" for t in itertools.product("TFU", repeat=3)} - {"conditions:TTF"}
+    assert want <= seen, sorted(want - seen)
+
+
+def test_endpoints_are_the_labs_pods_on_the_ports_they_serve() -> None:
+    addresses = {a for _, v4, v6 in (*c.PODS.values(), *c.HOSTS.values()) for a in (v4, v6)}
+    served = {"TCP": {*c.POD_TCP, *c.HOST_TCP, 7777}, "UDP": {*c.POD_UDP, *c.HOST_UDP, 7777}}
+    for seed in SEEDS:
+        for s in worlds.generate(seed).objects:
+            if s["kind"] != "EndpointSlice":
+                continue
+            for e in s["endpoints"]:
+                assert set(e["addresses"]) <= addresses, (seed, e)
+            for p in s.get("ports") or []:
+                assert "port" not in p or p["port"] in served[p.get("protocol", "TCP")], (seed, p)
+
+
+def _winner(slices: tuple[c.Obj, ...], addr: str) -> str | None:
+    """kube-proxy's copy of an address walking the slices in this order
+    (endpointslicecache.go addEndpoints: a later copy replaces unless it is terminating)."""
+    got = None
+    for s in slices:
+        for e in s["endpoints"]:
+            if e["addresses"][0] == addr and (got is None or not e["conditions"].get("terminating", False)):
+                got = e
+    return None if got is None else json.dumps(got, sort_keys=True)
+
+
+def test_duplicate_endpoints_resolve_alike_in_every_order_of_the_slices() -> None:
+    duplicates = 0
+    for seed in SEEDS:
+        objects = worlds.generate(seed).objects
+        for svc in (o for o in objects if o["kind"] == "Service"):
+            for fam in ("IPv4", "IPv6"):
+                group = [
+                    o
+                    for o in objects
+                    if o["kind"] == "EndpointSlice"
+                    and o["addressType"] == fam
+                    and (o["metadata"].get("labels") or {}).get(k.SERVICE_NAME) == svc["metadata"]["name"]
+                ]
+                for addr in {e["addresses"][0] for s in group for e in s["endpoints"]}:
+                    holders = [s for s in group if any(e["addresses"][0] == addr for e in s["endpoints"])]
+                    duplicates += len(holders) > 1
+                    assert len({_winner(o, addr) for o in itertools.permutations(holders)}) == 1, (seed, addr)
+    assert duplicates > 20  # the check met duplicates across slices
+
+
+def test_affinity_services_have_only_endpoints_that_answer() -> None:
+    """A sticky client of an endpoint that refuses would be a coin toss between the two labs."""
+    for seed in SEEDS:
+        objects = worlds.generate(seed).objects
+        sticky = {o["metadata"]["name"] for o in objects if o["kind"] == "Service" and o["spec"].get("sessionAffinity")}
+        for s in objects:
+            if s["kind"] == "EndpointSlice" and (s["metadata"].get("labels") or {}).get(k.SERVICE_NAME) in sticky:
+                for p in s.get("ports") or []:
+                    assert p.get("port") in (None, *c.POD_TCP, *c.POD_UDP), (seed, p)
+                assert all(e["addresses"][0] not in (c.NODE4, c.NODE2_4) for e in s["endpoints"]), seed
+
+
+def test_a_frontend_two_services_claim_is_tagged_with_its_difference() -> None:
+    http = [k.port(80, "http", "TCP", target=8080)]
+    a = k.service("a", ["10.96.100.1"], http, namespace=worlds.NS, ipFamilies=["IPv4"], externalIPs=["198.19.4.1"])
+    b = k.service("b", ["10.96.100.2"], http, namespace=worlds.NS, ipFamilies=["IPv4"], externalIPs=["198.19.4.1"])
+    d = k.service("d", ["10.96.100.3"], http, namespace=worlds.NS, ipFamilies=["IPv4"], externalIPs=["10.96.100.1"])
+    assert worlds.contested([a, b]) == {("198.19.4.1", "tcp", 80): "takeover-ext-contested"}
+    assert worlds.contested([a, d]) == {("10.96.100.1", "tcp", 80): "takeover-dns-contested"}
+    tags = {(t.probe.host, t.probe.port): t.case for t in worlds.probes(3, [a, b])}
+    assert tags.get(("198.19.4.1", 80)) == "takeover-ext-contested"
+    assert tags.get(("10.96.100.1", 80)) == "fuzz-3"
+    # not contested: another protocol, an IP of a family the Service lacks, another proxy's Service
+    udp = k.service("u", ["10.96.100.4"], [k.port(80, "h", "UDP")], namespace=worlds.NS, ipFamilies=["IPv4"],
+                    externalIPs=["198.19.4.1"])  # fmt: skip
+    other = json.loads(json.dumps(b))
+    other["metadata"]["labels"] = {"service.kubernetes.io/service-proxy-name": "x"}
+    proxy_mode = json.loads(json.dumps(b))
+    del proxy_mode["spec"]["externalIPs"]
+    proxy_mode["status"] = {"loadBalancer": {"ingress": [{"ip": "198.19.4.1", "ipMode": "Proxy"}]}}
+    for rival in (udp, other, proxy_mode):
+        assert worlds.contested([a, rival]) == {}
+
+
+def test_every_world_has_probes_and_a_negative_one() -> None:
+    for seed in SEEDS:
+        probes = worlds.probes(seed, _services(worlds.generate(seed)))
+        assert any(t.probe.what == "unallocated" for t in probes), seed
+        assert len(probes) <= worlds.MAX_PROBES + 2 * 5 + 1
