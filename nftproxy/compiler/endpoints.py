@@ -31,11 +31,23 @@ class Categorized:
     any_usable: bool  # a usable endpoint exists anywhere (no local one -> drop, none -> reject)
 
 
+def _in_slice(endpoints: Sequence[Endpoint]) -> dict[str, Endpoint]:
+    """Each address's copy in ONE slice, as kube-proxy takes it (endpointslicecache.go
+    addEndpoints, v1.36+): a copy replaces an earlier one unless it is terminating, so the last
+    non-terminating copy, else the first one (kubernetes#135593: an IP reused by a new pod before
+    the old Pod object is gone)."""
+    chosen: dict[str, Endpoint] = {}
+    for ep in endpoints:
+        if not ep.terminating or ep.address not in chosen:
+            chosen[ep.address] = ep
+    return chosen
+
+
 def _wins(new: Endpoint, old: Endpoint, node: str | None) -> bool:
-    """Of two copies of one ip:port: a non-terminating copy beats a terminating one (kube-proxy
-    v1.36+, kubernetes#135593: an IP reused by a new pod before the old Pod object is gone);
-    between equals, the copy on this node, then the later one (upstream keeps the last copy of a
-    slice, and walks several slices in random order; this order is the same at every sync)."""
+    """Of two slices' copies of one ip:port (each the one :func:`_in_slice` takes): a
+    non-terminating copy beats a terminating one; between equals, the copy on this node, then the
+    later one. kube-proxy walks the slices in Go's map order (random), so between equals it takes
+    either; this choice is one of those, and the same at every sync."""
     if new.terminating != old.terminating:
         return not new.terminating
     if node is not None and (new.node_name == node) != (old.node_name == node):
@@ -48,7 +60,8 @@ def targets(port: ServicePort, slices: Sequence[EndpointSlice], node: str | None
 
     The EndpointSlice controller resolves named targetPorts per slice, so the slice's port with the
     Service port's name (and protocol) gives this slice's endpoint port. Duplicates (an endpoint
-    listed twice, by one slice or two) count once, chosen by :func:`_wins`.
+    listed twice, by one slice or two) count once: within a slice as kube-proxy (:func:`_in_slice`),
+    across slices by :func:`_wins`.
     """
     if len(slices) == 1:  # the common case: one slice, one port number (sorted by address)
         s = slices[0]
@@ -57,18 +70,14 @@ def targets(port: ServicePort, slices: Sequence[EndpointSlice], node: str | None
             return []
         chosen = {ep.address: ep for ep in s.endpoints}
         if len(chosen) != len(s.endpoints):  # duplicates: choose among the copies
-            chosen = {}
-            for ep in s.endpoints:
-                had = chosen.get(ep.address)
-                if had is None or _wins(ep, had, node):
-                    chosen[ep.address] = ep
+            chosen = _in_slice(s.endpoints)
         return [_new(Target, (a, number, chosen[a])) for a in sorted(chosen)]
     found: dict[tuple[str, int], Target] = {}
     for s in slices:
         number = next((p.port for p in s.ports if p.name == port.name and p.protocol == port.protocol), None)
         if number is None:
             continue
-        for ep in s.endpoints:
+        for ep in _in_slice(s.endpoints).values():
             k = (ep.address, number)
             prev = found.get(k)
             if prev is None or _wins(ep, prev.endpoint, node):

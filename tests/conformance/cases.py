@@ -919,6 +919,7 @@ def catalog() -> list[Case]:
     )
     add(Case(name, [svc, *dual_slices(name, ["a1"], ["b2"])], list(frontends(svc))))
     cases += takeover_cases()
+    cases += fuzzer_finds()
     for c in cases:
         for h in c.health:
             assert h.port  # every health check names a port
@@ -1171,3 +1172,31 @@ def json_copy(obj: Obj) -> Obj:
     import json  # noqa: PLC0415
 
     return dict(json.loads(json.dumps(obj)))
+
+
+# ---- fuzzer finds (kept seeds)
+# Differences the differential fuzzer (tests/conformance/worlds.py) found, each as the smallest world
+# that shows it, named after the seed that found it.
+
+
+def fuzzer_finds() -> list[Case]:
+    out: list[Case] = []
+    # seed 109: one slice lists a pod twice with both copies ready. kube-proxy walks the slice in
+    # order and a copy replaces an earlier one unless it is terminating (endpointslicecache.go
+    # addEndpoints): the later copy counts, wherever its node. nftproxy took the copy on this
+    # node: a2 was local for it (the health check counted it, eTP Local traffic went to it).
+    name = "fuzzer-seed-109-dup-in-one-slice"
+    hc = next(_hc)
+    svc = service(
+        name,
+        [port(80, 8080, "http", node_port=next(_np))],
+        type="LoadBalancer",
+        lb_ingress=[{"ip": next(_lb)}],
+        externalTrafficPolicy="Local",
+        healthCheckNodePort=hc,
+    )
+    eps = [ep("a2"), ep("a2", node=OTHER), ep("a3", node=OTHER), ep("a3"), ep("b1")]
+    out.append(
+        Case(name, [svc, eslice(name, "a", eps, HTTP_EP)], list(frontends(svc, ("pod",), ("ext1",))), [HealthCheck(hc)])
+    )
+    return out

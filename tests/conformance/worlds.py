@@ -16,9 +16,11 @@ now and then two Services claiming one frontend.
 
 Only what kube-proxy resolves the same way every time: of two copies of one endpoint in two
 slices, kube-proxy keeps the one it meets last in a Go map walk, so copies that would give a
-different endpoint in another order are made identical (``_unambiguous``); a ClientIP-affinity
-Service's endpoints all answer (a sticky client of an endpoint that refuses would be a coin toss
-between the two labs).
+different endpoint in another order are made identical (``_unambiguous``). A ClientIP-affinity
+Service's endpoints all answer alike: a sticky client sees one endpoint, chosen at random, so an
+endpoint that refuses, a host-network one, the client pods themselves (hairpin: masqueraded) or
+one whose slice names the wrong node (eTP Local: the reply bypasses node-1) would make the two
+labs' outcomes a coin toss.
 
 Probes (``probes``): every frontend (each ClusterIP, NodePort on the node's addresses and on
 localhost, LoadBalancer IP, externalIP) and protocol, from sources drawn among those that reach
@@ -87,6 +89,7 @@ SOURCE_RANGES: tuple[tuple[str, ...], ...] = (
     (" 198.18.0.101/32 ",),  # whitespace (kube-proxy trims it)
     ("198.018.000.100/32",),  # leading zeros (legacy spelling)
 )
+STICKY_AVOID = ("c1", "c2")  # the client pods: not endpoints of an affinity Service
 SOURCE_RANGES_ANNOTATION = "service.beta.kubernetes.io/load-balancer-source-ranges"
 
 
@@ -320,7 +323,7 @@ class _Gen:
         if len(out) > 1:
             note("slices:several")
         if out and _chance(rng, 0.2):
-            self.duplicate(out)
+            self.duplicate(out, sticky)
         self._unambiguous(out)
         return out
 
@@ -356,9 +359,9 @@ class _Gen:
         no_ports = _chance(rng, 0.03)
         if no_ports:
             note("slice:no-ports")
-        pool = ["host-1", "host-2"] if host else list(c.PODS)
+        pool = ["host-1", "host-2"] if host else [p for p in c.PODS if not (sticky and p in STICKY_AVOID)]
         count = _pick(rng, {0: 8, 1: 30, 2: 30, 3: 20, 4: 12})
-        endpoints = [self.endpoint(p, fam, topo) for p in rng.sample(pool, min(count, len(pool)))]
+        endpoints = [self.endpoint(p, fam, topo, sticky) for p in rng.sample(pool, min(count, len(pool)))]
         if host:
             note("endpoint:host-network")
         labels: Obj = {"endpointslice.kubernetes.io/managed-by": "fuzz", WORLD_LABEL: str(self.seed)}
@@ -383,7 +386,7 @@ class _Gen:
             labels=labels,
         )
 
-    def endpoint(self, pod: str, fam: int, topo: bool) -> Obj:
+    def endpoint(self, pod: str, fam: int, topo: bool, sticky: bool) -> Obj:
         rng, note = self.rng, self.note
         where, v4, v6 = c.PODS.get(pod) or c.HOSTS[pod]
         conds: list[bool | None]
@@ -394,7 +397,7 @@ class _Gen:
             note("conditions:" + "".join("U" if v is None else "TF"[not v] for v in conds))
         node_roll = rng.random()
         node: str | None = where
-        if node_roll < 0.08:
+        if node_roll < 0.08 and not sticky:
             node = c.OTHER if where == c.NODE else c.NODE
             note("endpoint:wrong-node")
         elif node_roll < 0.18:
@@ -425,7 +428,7 @@ class _Gen:
             note("endpoint:two-addresses")
         return e
 
-    def duplicate(self, slices: list[Obj]) -> None:
+    def duplicate(self, slices: list[Obj], sticky: bool) -> None:
         """A copy of one endpoint in the same slice or another of its family, with other
         conditions or node (the apiserver takes both)."""
         rng = self.rng
@@ -434,7 +437,7 @@ class _Gen:
             return
         e = json.loads(json.dumps(rng.choice(src["endpoints"])))
         e["conditions"] = {key: rng.choice([True, False]) for key in ("ready", "serving", "terminating")}
-        if _chance(rng, 0.5):
+        if _chance(rng, 0.5) and not sticky:
             e["nodeName"] = rng.choice((c.NODE, c.OTHER))
         same_family = [s for s in slices if s["addressType"] == src["addressType"]]
         dst = rng.choice(same_family)

@@ -103,7 +103,10 @@ def test_affinity_services_have_only_endpoints_that_answer() -> None:
             if s["kind"] == "EndpointSlice" and (s["metadata"].get("labels") or {}).get(k.SERVICE_NAME) in sticky:
                 for p in s.get("ports") or []:
                     assert p.get("port") in (None, *c.POD_TCP, *c.POD_UDP), (seed, p)
-                assert all(e["addresses"][0] not in (c.NODE4, c.NODE2_4) for e in s["endpoints"]), seed
+                for e in s["endpoints"]:
+                    pod = next(n for n, (_, v4, v6) in {**c.PODS, **c.HOSTS}.items() if e["addresses"][0] in (v4, v6))
+                    assert pod in c.PODS and pod not in worlds.STICKY_AVOID, (seed, pod)
+                    assert e.get("nodeName") in (None, c.PODS[pod][0]), (seed, e)
 
 
 def test_a_frontend_two_services_claim_is_tagged_with_its_difference() -> None:

@@ -93,19 +93,37 @@ def test_duplicate_endpoint_the_non_terminating_copy_wins() -> None:
         assert [(t.address, t.endpoint.node_name) for t in got] == [("10.244.1.2", "n2")]
 
 
-def test_duplicate_endpoint_between_equals_the_copy_on_this_node_wins() -> None:
-    """Two non-terminating copies: upstream's choice follows Go's map order (random); ours is
-    the copy on this node, at every sync."""
+def test_duplicate_endpoint_between_equals_in_two_slices_the_copy_on_this_node_wins() -> None:
+    """Two non-terminating copies in two slices: upstream's choice follows Go's map order
+    (random); ours is the copy on this node, at every sync."""
     remote = Endpoint("10.244.1.2", ready=True, serving=True, terminating=False, node_name="n2")
     local = Endpoint("10.244.1.2", ready=True, serving=True, terminating=False, node_name="n1")
     for order in ([_slice("a", remote), _slice("b", local)], [_slice("a", local), _slice("b", remote)]):
         got = targets(PORT, order, "n1")
         assert [(t.address, t.endpoint.node_name) for t in got] == [("10.244.1.2", "n1")]
-    for eps in ((remote, local), (local, remote)):
-        got = targets(PORT, [_slice("a", *eps)], "n1")
-        assert [(t.address, t.endpoint.node_name) for t in got] == [("10.244.1.2", "n1")]
-    # without a node name: the later copy, as upstream within a slice
+    # without a node name: the later slice's copy
     assert targets(PORT, [_slice("a", remote), _slice("b", local)])[0].endpoint.node_name == "n1"
+
+
+def test_duplicate_endpoint_in_one_slice_as_kube_proxy() -> None:
+    """endpointslicecache.go addEndpoints walks one slice in order and a copy replaces an earlier
+    one unless it is terminating: the last non-terminating copy, else the first copy, wherever
+    its node (the differential fuzzer, seed 109: nftproxy took the copy on this node, counted it
+    in the health check and sent eTP Local traffic to it; kube-proxy took the later, remote one)."""
+    remote = Endpoint("10.244.1.2", ready=True, serving=True, terminating=False, node_name="n2")
+    local = Endpoint("10.244.1.2", ready=True, serving=True, terminating=False, node_name="n1")
+    gone_remote = Endpoint("10.244.1.2", ready=False, serving=True, terminating=True, node_name="n2")
+    gone_local = Endpoint("10.244.1.2", ready=False, serving=True, terminating=True, node_name="n1")
+    for eps, want in (
+        ((local, remote), remote),
+        ((remote, local), local),
+        ((local, remote, gone_local), remote),
+        ((gone_local, gone_remote), gone_local),
+        ((gone_remote, gone_local), gone_remote),
+    ):
+        for slices in ([_slice("a", *eps)], [_slice("a", *eps), _slice("b")]):  # one slice, or with another
+            got = targets(PORT, slices, "n1")
+            assert [t.endpoint for t in got] == [want], eps
 
 
 def test_dual_stack_health_check_counts_one_family() -> None:
