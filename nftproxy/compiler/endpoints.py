@@ -85,6 +85,21 @@ def targets(port: ServicePort, slices: Sequence[EndpointSlice], node: str | None
     return [found[k] for k in sorted(found)]
 
 
+def local_ready_addresses(slices: Sequence[EndpointSlice], node: str | None) -> frozenset[str]:
+    """This node's ready endpoint addresses for a Service's health check, counted as kube-proxy
+    counts them (endpointschangetracker.go getLocalReadyEndpointIPs): over every port its slices
+    list, also one no Service port names (a port renamed before its slices follow), each copy of
+    a duplicate chosen as for traffic."""
+    if not node:
+        return frozenset()
+    out: set[str] = set()
+    for name, protocol in {(p.name, p.protocol) for s in slices for p in s.ports}:
+        for t in targets(ServicePort(name, protocol, 0), slices, node):
+            if t.endpoint.ready and t.endpoint.node_name == node:
+                out.add(t.address)
+    return frozenset(out)
+
+
 def topology_mode(ready: list[Target], node: str | None, zone: str | None) -> str:
     """ "node", "zone" or "" (no filtering), from the ready endpoints' hints, as kube-proxy.
 

@@ -18,7 +18,7 @@ from nftproxy.compiler import balancing, names
 from nftproxy.compiler.balancing import name as tagged
 from nftproxy.compiler.balancing import with_tag
 from nftproxy.compiler.config import ProxyConfig
-from nftproxy.compiler.endpoints import Categorized, Target, categorize, targets
+from nftproxy.compiler.endpoints import Categorized, Target, categorize, local_ready_addresses, targets
 from nftproxy.compiler.localhost import LocalhostNodePort
 from nftproxy.model.types import EndpointSlice, Service, ServicePort
 from nftproxy.nft.objects import Element, Family, Key, Slot, address, prefix
@@ -111,7 +111,6 @@ class _Out:
         self.claims: list[Key] = []
         self.shared: set[Key] = set()
         self.used: set[tuple[str, int]] = set()
-        self.local: set[str] = set()
         self.udp_serving: list[tuple[Key, frozenset[str]]] = []
         self.affinity: list[tuple[str, frozenset[Slot]]] = []
         self.no_local: list[str] = []
@@ -337,7 +336,6 @@ def _hairpin(out: _Out, cat: Categorized, node: str | None, proto: str) -> None:
     for t in both:
         if node is None or t.endpoint.node_name == node:  # keyed by port too, as kube-proxy's set
             out.add(names.HAIRPIN_ENDPOINTS, (t.address, t.address, proto, str(t.port)))
-    out.local.update([t.address for t in cat.local if t.endpoint.ready])  # health check: ready ones only
 
 
 def _served(found: list[Target]) -> frozenset[str]:
@@ -434,6 +432,7 @@ def compile_fragment(
         if fe.ranges:
             _source_ranges(out, p, fe)
         _hairpin(out, cat, config.node_name, p.proto)
+    health = svc.health_check_node_port if svc.type == "LoadBalancer" and fe.etp_local else None
     return Fragment(
         svc.key,
         tuple(out.elements),
@@ -441,8 +440,8 @@ def compile_fragment(
         tuple(out.claims),
         frozenset(out.objects),
         frozenset(out.used),
-        frozenset(out.local),
-        svc.health_check_node_port if svc.type == "LoadBalancer" and fe.etp_local else None,
+        local_ready_addresses(mine, config.node_name) if health else frozenset(),
+        health,
         tuple(out.udp_serving),
         warnings,
         tuple(out.affinity),

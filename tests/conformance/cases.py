@@ -1199,4 +1199,20 @@ def fuzzer_finds() -> list[Case]:
     out.append(
         Case(name, [svc, eslice(name, "a", eps, HTTP_EP)], list(frontends(svc, ("pod",), ("ext1",))), [HealthCheck(hc)])
     )
+    # seed 6: a slice port no Service port names (a port renamed before its slices follow).
+    # kube-proxy's health check counts this node's ready endpoints of every port of the Service's
+    # slices (endpointschangetracker.go getLocalReadyEndpointIPs); nftproxy counted those of the
+    # Service's ports only. Traffic goes to the named port's endpoints in both.
+    name = "fuzzer-seed-6-health-counts-every-slice-port"
+    hc = next(_hc)
+    svc = service(
+        name,
+        [port(80, 8080, "http", node_port=next(_np))],
+        type="LoadBalancer",
+        lb_ingress=[{"ip": next(_lb)}],
+        externalTrafficPolicy="Local",
+        healthCheckNodePort=hc,
+    )
+    slices = [eslice(name, "a", [ep("a1"), ep("b1")], HTTP_EP), eslice(name, "b", [ep("a2")], [sport(8081, "old")])]
+    out.append(Case(name, [svc, *slices], list(frontends(svc, ("pod",), ("ext1",))), [HealthCheck(hc)]))
     return out

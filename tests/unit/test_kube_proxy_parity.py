@@ -79,6 +79,38 @@ def test_health_check_counts_only_ready_local_endpoints() -> None:
     assert dp.health_checks() == {32000: ("default/web", {4: 1})}
 
 
+def test_health_check_counts_the_local_endpoints_of_every_slice_port() -> None:
+    """endpointschangetracker.go getLocalReadyEndpointIPs counts, per Service, the local ready
+    addresses of every port its slices list, also a port no Service port names; and a duplicate's
+    copy is the one traffic gets (the differential fuzzer, seed 6: kube-proxy answered
+    localEndpoints=2, nftproxy 1, the Service's port having one local endpoint, a port of the
+    slices it lacks another)."""
+    dp = Dataplane(FakeBackend(), CFG)
+    dp.set_service(
+        Service(
+            "default",
+            "web",
+            "LoadBalancer",
+            (IPv4Address("10.96.0.10"),),
+            (ServicePort("http", "TCP", 80, 30080),),
+            load_balancer_ips=(IPv4Address("198.19.0.10"),),
+            external_traffic_policy="Local",
+            health_check_node_port=32000,
+        )
+    )
+
+    def ep(address: str, node: str = "n1", ready: bool = True) -> Endpoint:
+        return Endpoint(address, ready=ready, serving=True, terminating=not ready, node_name=node)
+
+    other = EndpointSlice("default", "web-b", "web", "IPv4", (EndpointPort("old", "UDP", 5353),),
+                          (ep("10.244.1.3"), ep("10.244.1.2"), ep("10.244.1.5", ready=False)))  # fmt: skip
+    dp.set_slice(_slice("web-a", ep("10.244.1.2"), ep("10.244.2.2", "n2"), ep("10.244.1.4"), ep("10.244.1.4", "n2")))
+    dp.set_slice(other)
+    dp.sync()
+    # 10.244.1.2 (both ports), 10.244.1.3 ("old" only); not 10.244.1.4 (its later copy is on n2)
+    assert dp.health_checks() == {32000: ("default/web", {4: 2})}
+
+
 def test_duplicate_endpoint_the_non_terminating_copy_wins() -> None:
     """endpointslicecache.go (v1.36+, kubernetes#135593): of duplicates (same ip:port), a
     non-terminating copy replaces a terminating one, whatever the slice order and node."""
