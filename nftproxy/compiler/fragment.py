@@ -411,6 +411,8 @@ def compile_fragment(
         cat = categorize(found, config.node_name, config.node_zone)
         if localhost and p.node_port:
             _localhost(out, p, svc, port.name or str(port.port), algorithm, cat, fe.etp_local)
+        if fe.ranges:  # with or without endpoints, as kube-proxy: a source not allowed is dropped
+            _source_ranges(out, p, fe)
         if not cat.any_usable:
             _no_endpoints(out, p)
             continue
@@ -429,8 +431,6 @@ def compile_fragment(
                 _external(out, NODEPORT, p.node_port, p.comment, cluster, local, fe.etp_local)
         if affinity:
             _affinity(out, p, fe, svc.key, port.name or str(port.port), affinity, (cluster, local))
-        if fe.ranges:
-            _source_ranges(out, p, fe)
         _hairpin(out, cat, config.node_name, p.proto)
     health = svc.health_check_node_port if svc.type == "LoadBalancer" and fe.etp_local else None
     return Fragment(

@@ -1215,4 +1215,17 @@ def fuzzer_finds() -> list[Case]:
     )
     slices = [eslice(name, "a", [ep("a1"), ep("b1")], HTTP_EP), eslice(name, "b", [ep("a2")], [sport(8081, "old")])]
     out.append(Case(name, [svc, *slices], list(frontends(svc, ("pod",), ("ext1",))), [HealthCheck(hc)]))
+    # seed 159: loadBalancerSourceRanges on a port without endpoints. kube-proxy programs the
+    # firewall whatever the endpoints (nftables/proxier.go): a source outside the ranges is
+    # dropped (timeout), one inside is refused. nftproxy refused both.
+    name = "fuzzer-seed-159-source-ranges-without-endpoints"
+    svc = service(
+        name,
+        [port(53, 5353, "dns", "UDP", node_port=next(_np)), port(80, 8080, "http", node_port=next(_np))],
+        type="LoadBalancer",
+        lb_ingress=[{"ip": next(_lb)}],
+        loadBalancerSourceRanges=["198.18.0.100/32"],
+    )
+    probes = [p for p in frontends(svc, ("pod",), ("ext1", "ext2", "pod")) if p.what == "LB"]
+    out.append(Case(name, [svc, eslice(name, "a", [], [sport(5353, "dns", "UDP"), sport(8080, "http")])], probes))
     return out

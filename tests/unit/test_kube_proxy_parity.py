@@ -7,12 +7,14 @@ from __future__ import annotations
 
 from ipaddress import IPv4Address, IPv6Address, ip_address, ip_network
 
-from nftproxy.compiler import ProxyConfig
+from nftproxy.compiler import ProxyConfig, names
 from nftproxy.compiler.endpoints import categorize, targets
+from nftproxy.compiler.fragment import compile_fragment
 from nftproxy.dataplane.sync import Dataplane
 from nftproxy.model.parse import parse_endpoint_slice
 from nftproxy.model.types import Endpoint, EndpointPort, EndpointSlice, Service, ServicePort
 from nftproxy.nft.fake import FakeBackend
+from nftproxy.nft.objects import Family
 
 CFG = ProxyConfig(
     node_name="n1",
@@ -109,6 +111,25 @@ def test_health_check_counts_the_local_endpoints_of_every_slice_port() -> None:
     dp.sync()
     # 10.244.1.2 (both ports), 10.244.1.3 ("old" only); not 10.244.1.4 (its later copy is on n2)
     assert dp.health_checks() == {32000: ("default/web", {4: 2})}
+
+
+def test_source_ranges_apply_to_a_port_without_endpoints() -> None:
+    """nftables/proxier.go programs a LoadBalancer IP's firewall whether or not the port has
+    endpoints: a source outside loadBalancerSourceRanges is dropped, not told there are no
+    endpoints (the differential fuzzer, seed 159: nftproxy rejected it)."""
+    svc = Service(
+        "default",
+        "web",
+        "LoadBalancer",
+        (IPv4Address("10.96.0.10"),),
+        (ServicePort("dns", "UDP", 53, 30053),),
+        load_balancer_ips=(IPv4Address("198.19.0.10"),),
+        load_balancer_source_ranges=(ip_network("198.18.0.100/32"),),
+    )
+    frag = compile_fragment(svc, [], Family.IP, CFG)
+    assert frag is not None
+    sets = {name for name, _ in frag.elements}
+    assert {names.FIREWALL_IPS, names.FIREWALL_ALLOW, names.NO_ENDPOINT_SERVICES} <= sets
 
 
 def test_duplicate_endpoint_the_non_terminating_copy_wins() -> None:
