@@ -1228,4 +1228,47 @@ def fuzzer_finds() -> list[Case]:
     )
     probes = [p for p in frontends(svc, ("pod",), ("ext1", "ext2", "pod")) if p.what == "LB"]
     out.append(Case(name, [svc, eslice(name, "a", [], [sport(5353, "dns", "UDP"), sport(8080, "http")])], probes))
+    # seed 1008: a localhost NodePort (TCP on 127.0.0.1, served in userspace) whose endpoint
+    # refuses. kube-proxy dials the one endpoint it picked and closes the client when that fails
+    # (an empty answer); nftproxy tries the next endpoint and resets the client when none answers:
+    # an intentional difference (differences.py).
+    name = "fuzzer-seed-1008-localhost-nodeport-endpoint-refuses"
+    some, none = (
+        service(name, [port(80, 8080, "http", node_port=next(_np))], type="NodePort"),
+        service(f"{name}-none", [port(80, 8080, "http", node_port=next(_np))], type="NodePort"),
+    )
+    objects = [
+        some,
+        eslice(name, "a", [ep("a1")], [sport(7777, "http")]),  # no pod serves 7777
+        eslice(name, "b", [ep("a2")], HTTP_EP),
+        none,
+        eslice(f"{name}-none", "a", [ep("a3")], [sport(7777, "http")]),
+    ]
+    probes = [
+        Probe("node", "tcp", "127.0.0.1", svc["spec"]["ports"][0]["nodePort"], "NodePort localhost")
+        for svc in (some, none)
+    ]
+    out.append(Case(name, objects, probes))
+    # seed 1000: ClientIP affinity, a pod (or the node) through the ClusterIP and then the
+    # NodePort of an externalTrafficPolicy: Local Service. Both proxies send such traffic to the
+    # Cluster endpoints (short-circuited); kube-proxy's per-endpoint records are shared by every
+    # chain, so the client keeps one endpoint; nftproxy records it in the Local frontends' record,
+    # a second choice (differences.py: a known difference, to fix).
+    name = "fuzzer-seed-1000-affinity-local-policy-record"
+    svc = service(
+        name,
+        [port(53, 5353, "dns", "UDP", node_port=next(_np)), port(80, 8080, "http", node_port=next(_np))],
+        type="NodePort",
+        externalTrafficPolicy="Local",
+        sessionAffinity="ClientIP",
+        sessionAffinityConfig={"clientIP": {"timeoutSeconds": 300}},
+    )
+    cip = svc["spec"]["clusterIP"]
+    probes = [
+        Probe(src, sp["protocol"].lower(), cip, sp["port"], "ClusterIP", True, (("NodePort", NODE4, sp["nodePort"]),))
+        for sp in svc["spec"]["ports"]
+        for src in ("pod", "node")
+    ]
+    eps5 = [ep(p) for p in ("a1", "a2", "a3", "b1", "b2")]
+    out.append(Case(name, [svc, eslice(name, "a", eps5, [sport(5353, "dns", "UDP"), sport(8080, "http")])], probes))
     return out

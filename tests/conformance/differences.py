@@ -42,6 +42,23 @@ INTENTIONAL: dict[str, str] = {
         "every restart, and reports the other's frontend as left out; every other frontend of both "
         "is programmed (case takeover-ext matches)."
     ),
+    "fuzzer-seed-1008-localhost-nodeport-endpoint-refuses": (
+        "A localhost NodePort (TCP on 127.0.0.1 or ::1, served in userspace) whose endpoint refuses "
+        "or does not answer: kube-proxy v1.37's proxy dials the one endpoint it picked (5 s) and then "
+        "closes the client, which reads an empty answer. nftproxy tries the next endpoint in the "
+        "algorithm's order, up to 3, 1 s each, and resets the client only when none answers (README, "
+        "Localhost NodePorts): a client is served while one endpoint works, and a failure is a "
+        "failure, not an empty answer. Found by the differential fuzzer (seed 1008)."
+    ),
+    "fuzzer-seed-1000-affinity-local-policy-record": (
+        "Not intended, known (README, ClientIP affinity: 'one difference remains'), to be fixed: "
+        "nftproxy keeps one affinity record per client and Service port, and the frontends under a "
+        "Local traffic policy share a record of their own; kube-proxy keeps one set per endpoint, "
+        "checked by every chain. Pod and node traffic to a Local-policy frontend is short-circuited "
+        "to the Cluster endpoints in both, but nftproxy records it in the Local record: a client "
+        "going through the ClusterIP and then the eTP Local NodePort may reach two endpoints where "
+        "kube-proxy keeps one. Found by the differential fuzzer (seed 1000)."
+    ),
 }
 
 

@@ -378,7 +378,7 @@ class _FuzzRun:
         settle(duo.sides, since, change=True)
 
         services = [o for o in stored if o["kind"] == "Service"]
-        tagged = worlds.probes(seed, services)
+        tagged = worlds.probes(seed, services, [o for o in stored if o["kind"] == "EndpointSlice"])
         results = parallel(lambda t: compare_probe(duo.a, duo.b, t.probe), tagged)
         case = f"fuzz-{seed}"
         rows = [

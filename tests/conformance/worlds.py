@@ -90,6 +90,9 @@ SOURCE_RANGES: tuple[tuple[str, ...], ...] = (
     ("198.018.000.100/32",),  # leading zeros (legacy spelling)
 )
 STICKY_AVOID = ("c1", "c2")  # the client pods: not endpoints of an affinity Service
+# differences.py entries the probes of some frontends are tagged with (see probes)
+LOCALHOST_REFUSED = "fuzzer-seed-1008-localhost-nodeport-endpoint-refuses"
+AFFINITY_LOCAL = "fuzzer-seed-1000-affinity-local-policy-record"
 SOURCE_RANGES_ANNOTATION = "service.beta.kubernetes.io/load-balancer-source-ranges"
 
 
@@ -605,8 +608,26 @@ def _frontends(svc: Obj) -> list[tuple[str, str, int, str, tuple[str, ...]]]:
     return out
 
 
-def probes(seed: int, services: Sequence[Obj]) -> list[Tagged]:
-    """The probes of a world, from the Services as the apiserver stored them."""
+def refusing_families(svc: Obj, slices: Sequence[Obj]) -> set[str]:
+    """The address types of the Service's slices that put an endpoint on a TCP port it does
+    not serve (a pod on 7777, a host server off 8090): its localhost NodePort then meets an
+    endpoint that refuses, where nftproxy tries the next one (differences.py LOCALHOST_REFUSED)."""
+    out = set()
+    hosts = {a for _, v4, v6 in c.HOSTS.values() for a in (v4, v6)}
+    for s in slices:
+        if (s["metadata"].get("labels") or {}).get(k.SERVICE_NAME) != svc["metadata"]["name"]:
+            continue
+        for p in s.get("ports") or []:
+            if p.get("protocol", "TCP") != "TCP" or "port" not in p:
+                continue
+            for e in s["endpoints"]:
+                if p["port"] not in (c.HOST_TCP if e["addresses"][0] in hosts else c.POD_TCP):
+                    out.add(s["addressType"])
+    return out
+
+
+def probes(seed: int, services: Sequence[Obj], slices: Sequence[Obj] = ()) -> list[Tagged]:
+    """The probes of a world, from the Services and slices as the apiserver stored them."""
     rng = random.Random(f"probes-{seed}")
     case = f"fuzz-{seed}"
     taken = contested(services)
@@ -615,6 +636,7 @@ def probes(seed: int, services: Sequence[Obj]) -> list[Tagged]:
     for svc in services:
         spec = svc["spec"]
         sticky = spec.get("sessionAffinity") == "ClientIP"
+        refusing = refusing_families(svc, slices)
         ranges = bool(spec.get("loadBalancerSourceRanges")) or SOURCE_RANGES_ANNOTATION in (
             svc["metadata"].get("annotations") or {}
         )
@@ -628,16 +650,24 @@ def probes(seed: int, services: Sequence[Obj]) -> list[Tagged]:
                 picked = rng.sample(sources, min(len(sources), 2))
             for src in picked:
                 tag = taken.get((host, proto, port), case)
+                if what == "NodePort localhost" and proto == "tcp" and ("IPv6" if ":" in host else "IPv4") in refusing:
+                    tag = LOCALHOST_REFUSED
                 found.append(Tagged(tag, c.Probe(src, proto, host, port, what, sticky=sticky)))
         if sticky and len(fronts) > 1 and _chance(rng, 0.4):  # one client through several frontends
             proto, host, port, what, _ = fronts[0]
             hops = tuple(
                 (w, h, n)
                 for pr, h, n, w, _ in fronts[1:]
-                if pr == proto and w in ("NodePort", "externalIP", "ClusterIP") and (h, pr, n) not in taken
+                if pr == proto
+                and (":" in h) == (":" in host)  # one family: each family's affinity is its own
+                and w in ("NodePort", "externalIP", "ClusterIP")
+                and (h, pr, n) not in taken
             )
             if hops and (host, proto, port) not in taken:
-                found.append(Tagged(case, c.Probe("pod", proto, host, port, what, True, hops[:3])))
+                local = "Local" in (spec.get("externalTrafficPolicy"), spec.get("internalTrafficPolicy"))
+                found.append(
+                    Tagged(AFFINITY_LOCAL if local else case, c.Probe("pod", proto, host, port, what, True, hops[:3]))
+                )
         cips = [ip for ip in spec.get("clusterIPs", []) if ip != "None"]
         if cips and _chance(rng, 0.5):  # a port, or a protocol, the Service lacks
             have = {(p["port"], p["protocol"].lower()) for p in spec.get("ports", [])}

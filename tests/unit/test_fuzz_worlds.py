@@ -136,3 +136,26 @@ def test_every_world_has_probes_and_a_negative_one() -> None:
         probes = worlds.probes(seed, _services(worlds.generate(seed)))
         assert any(t.probe.what == "unallocated" for t in probes), seed
         assert len(probes) <= worlds.MAX_PROBES + 2 * 5 + 1
+
+
+def test_probes_where_nftproxy_differs_on_purpose_are_tagged_with_the_difference() -> None:
+    """A localhost NodePort whose slices put an endpoint on a port it does not serve, and one
+    client through the ClusterIP and a Local-policy frontend of an affinity Service."""
+    np = k.port(80, "http", "TCP", 31001, target=8080)
+    svc = k.service("a", ["10.96.100.1"], [np], namespace=worlds.NS, type="NodePort", ipFamilies=["IPv4"])
+    refusing = k.endpoint_slice("a-0", "a", [k.endpoint(c.PODS["a1"][1])], [k.port(7777, "http")], namespace=worlds.NS)
+    serving = k.endpoint_slice("a-0", "a", [k.endpoint(c.PODS["a1"][1])], [k.port(8080, "http")], namespace=worlds.NS)
+    assert worlds.refusing_families(svc, [refusing]) == {"IPv4"}
+    assert worlds.refusing_families(svc, [serving]) == set()
+    for seed in range(40):  # the localhost probe is drawn now and then
+        tags = {t.case for t in worlds.probes(seed, [svc], [refusing]) if t.probe.host == "127.0.0.1"}
+        assert tags <= {worlds.LOCALHOST_REFUSED}
+        tags = {t.case for t in worlds.probes(seed, [svc], [serving]) if t.probe.host == "127.0.0.1"}
+        assert tags <= {f"fuzz-{seed}"}
+    sticky = json.loads(json.dumps(svc))
+    sticky["spec"].update(sessionAffinity="ClientIP", externalTrafficPolicy="Local")
+    hops = [t for s in range(40) for t in worlds.probes(s, [sticky]) if t.probe.then]
+    assert hops and all(t.case == worlds.AFFINITY_LOCAL for t in hops)
+    del sticky["spec"]["externalTrafficPolicy"]  # Cluster: one record, as kube-proxy
+    hops = [t for s in range(40) for t in worlds.probes(s, [sticky]) if t.probe.then]
+    assert hops and all(t.case.startswith("fuzz-") for t in hops)
