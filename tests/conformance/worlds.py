@@ -620,7 +620,7 @@ def refusing_families(svc: Obj, slices: Sequence[Obj]) -> set[str]:
         for p in s.get("ports") or []:
             if p.get("protocol", "TCP") != "TCP" or "port" not in p:
                 continue
-            for e in s["endpoints"]:
+            for e in s.get("endpoints") or []:  # the apiserver stores none as null
                 if p["port"] not in (c.HOST_TCP if e["addresses"][0] in hosts else c.POD_TCP):
                     out.add(s["addressType"])
     return out
@@ -762,7 +762,7 @@ def run(worlds: int, seed: int, batch_minutes: float, lock: str, logs: Path) -> 
     output (the table of every row, the failing worlds as YAML) and the totals go to ``logs``."""
     total = Totals(next_seed=seed)
     started = time.monotonic()
-    batch = 0
+    batch = idle = 0
     logs.mkdir(parents=True, exist_ok=True)
     while total.worlds < worlds:
         batch += 1
@@ -789,7 +789,9 @@ def run(worlds: int, seed: int, batch_minutes: float, lock: str, logs: Path) -> 
         total.add(got)
         print(f"batch {batch} (exit {rc}, {log}): {got.line()}", flush=True)
         print(f"so far: {total.line()}", flush=True)
-        if got.worlds == 0:
+        idle = idle + 1 if got.worlds == 0 else 0
+        if idle == 3:  # a world that crashes is skipped by the next batch; three batches in a row: stop
+            print("three batches without a world; stopping", flush=True)
             break
     minutes = (time.monotonic() - started) / 60
     total.dump(logs / f"totals-{seed}.json")

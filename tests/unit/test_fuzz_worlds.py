@@ -147,6 +147,7 @@ def test_probes_where_nftproxy_differs_on_purpose_are_tagged_with_the_difference
     serving = k.endpoint_slice("a-0", "a", [k.endpoint(c.PODS["a1"][1])], [k.port(8080, "http")], namespace=worlds.NS)
     assert worlds.refusing_families(svc, [refusing]) == {"IPv4"}
     assert worlds.refusing_families(svc, [serving]) == set()
+    assert worlds.refusing_families(svc, [{**refusing, "endpoints": None}]) == set()  # as stored when empty
     for seed in range(40):  # the localhost probe is drawn now and then
         tags = {t.case for t in worlds.probes(seed, [svc], [refusing]) if t.probe.host == "127.0.0.1"}
         assert tags <= {worlds.LOCALHOST_REFUSED}
