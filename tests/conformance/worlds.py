@@ -161,13 +161,13 @@ class _Gen:
         if kind == "ExternalName":
             spec: Obj = {"type": "ExternalName", "externalName": "example.com"}
             if _chance(rng, 0.5):
-                spec["ports"] = self.ports(1, kind)
+                spec["ports"] = self.ports(1)
             svc = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "namespace": NS}, "spec": spec}
             return self._labels(svc)
         families = _pick(rng, {(4,): 45, (6,): 20, (4, 6): 25, (6, 4): 10})
         note(f"families:{families}")
         n = _pick(rng, {1: 50, 2: 30, 3: 15, 4: 5})
-        ports = self.ports(n, kind)
+        ports = self.ports(n)
         spec = {
             "ipFamilies": ["IPv4" if f == 4 else "IPv6" for f in families],
             "ipFamilyPolicy": "SingleStack"
@@ -268,7 +268,7 @@ class _Gen:
             self.note("headless-label:service")
         return svc
 
-    def ports(self, n: int, kind: str) -> list[Obj]:
+    def ports(self, n: int) -> list[Obj]:
         rng = self.rng
         out: list[Obj] = []
         used: set[tuple[int, str]] = set()
