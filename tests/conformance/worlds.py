@@ -654,12 +654,13 @@ def probes(seed: int, services: Sequence[Obj], slices: Sequence[Obj] = ()) -> li
                     tag = LOCALHOST_REFUSED
                 found.append(Tagged(tag, c.Probe(src, proto, host, port, what, sticky=sticky)))
         if sticky and len(fronts) > 1 and _chance(rng, 0.4):  # one client through several frontends
-            proto, host, port, what, _ = fronts[0]
+            # ... of one Service port (each port, and each family, has an affinity of its own)
+            first = _frontends({**svc, "spec": {**spec, "ports": spec["ports"][:1]}})
+            proto, host, port, what, _ = first[0]
             hops = tuple(
                 (w, h, n)
-                for pr, h, n, w, _ in fronts[1:]
-                if pr == proto
-                and (":" in h) == (":" in host)  # one family: each family's affinity is its own
+                for pr, h, n, w, _ in first[1:]
+                if (":" in h) == (":" in host)
                 and w in ("NodePort", "externalIP", "ClusterIP")
                 and (h, pr, n) not in taken
             )

@@ -160,3 +160,22 @@ def test_probes_where_nftproxy_differs_on_purpose_are_tagged_with_the_difference
     del sticky["spec"]["externalTrafficPolicy"]  # Cluster: one record, as kube-proxy
     hops = [t for s in range(40) for t in worlds.probes(s, [sticky]) if t.probe.then]
     assert hops and all(t.case.startswith("fuzz-") for t in hops)
+
+
+def test_a_sticky_client_goes_through_the_frontends_of_one_service_port_and_family() -> None:
+    """Each Service port and each family has an affinity of its own: a client through two of
+    them may get two endpoints in either proxy."""
+    ports = [k.port(80, "http", "TCP", 31001, target=8080), k.port(81, "alt", "TCP", 31002, target=8081)]
+    svc = k.service(
+        "a", ["10.96.100.1", "fd00:10:96::c001"], ports, namespace=worlds.NS, type="NodePort",
+        ipFamilies=["IPv4", "IPv6"], ipFamilyPolicy="RequireDualStack", sessionAffinity="ClientIP",
+        externalIPs=["198.19.4.1", "fd00:198:19::4:1"],
+    )  # fmt: skip
+    seen = 0
+    for seed in range(60):
+        for t in worlds.probes(seed, [svc]):
+            if t.probe.then:
+                seen += 1
+                assert (t.probe.host, t.probe.port) == ("10.96.100.1", 80)
+                assert {(h, n) for _, h, n in t.probe.then} <= {(c.NODE4, 31001), ("198.19.4.1", 80)}
+    assert seen
