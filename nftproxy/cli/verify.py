@@ -10,7 +10,8 @@ from typing import Any
 
 from nftproxy.compiler import ProxyConfig
 from nftproxy.diagnose.verify import Report, check, expected, read_kernel
-from nftproxy.nft.kernel import Backend, KernelBackend, NftError
+from nftproxy.nft.backend import Backend, NftError
+from nftproxy.nft.kernel import KernelBackend
 from nftproxy.operator import kube
 
 Objs = list[dict[str, Any]]

@@ -31,23 +31,17 @@ class Categorized:
     any_usable: bool  # a usable endpoint exists anywhere (no local one -> drop, none -> reject)
 
 
-def _in_slice(endpoints: Sequence[Endpoint]) -> dict[str, Endpoint]:
-    """Each address's copy in ONE slice, as kube-proxy takes it (endpointslicecache.go
-    addEndpoints, v1.36+): a copy replaces an earlier one unless it is terminating, so the last
-    non-terminating copy, else the first one (kubernetes#135593: an IP reused by a new pod before
-    the old Pod object is gone)."""
-    chosen: dict[str, Endpoint] = {}
-    for ep in endpoints:
-        if not ep.terminating or ep.address not in chosen:
-            chosen[ep.address] = ep
-    return chosen
+def _replaces(new: Endpoint) -> bool:
+    """Within one slice, upstream's rule (endpointslicecache.go addEndpoints): a later copy of an
+    ip:port replaces an earlier one unless it is terminating (kube-proxy v1.36+,
+    kubernetes#135593: an IP reused by a new pod before the old Pod object is gone)."""
+    return not new.terminating
 
 
 def _wins(new: Endpoint, old: Endpoint, node: str | None) -> bool:
-    """Of two slices' copies of one ip:port (each the one :func:`_in_slice` takes): a
-    non-terminating copy beats a terminating one; between equals, the copy on this node, then the
-    later one. kube-proxy walks the slices in Go's map order (random), so between equals it takes
-    either; this choice is one of those, and the same at every sync."""
+    """Of two copies of one ip:port in two slices: a non-terminating copy beats a terminating one
+    (as upstream, whatever the order); between equals, the copy on this node, then the later one
+    (upstream walks the slices in Go's map order, random: this choice is the same at every sync)."""
     if new.terminating != old.terminating:
         return not new.terminating
     if node is not None and (new.node_name == node) != (old.node_name == node):
@@ -60,8 +54,8 @@ def targets(port: ServicePort, slices: Sequence[EndpointSlice], node: str | None
 
     The EndpointSlice controller resolves named targetPorts per slice, so the slice's port with the
     Service port's name (and protocol) gives this slice's endpoint port. Duplicates (an endpoint
-    listed twice, by one slice or two) count once: within a slice as kube-proxy (:func:`_in_slice`),
-    across slices by :func:`_wins`.
+    listed twice) count once: within one slice chosen as upstream (:func:`_replaces`), between
+    slices by :func:`_wins`.
     """
     if len(slices) == 1:  # the common case: one slice, one port number (sorted by address)
         s = slices[0]
@@ -70,34 +64,24 @@ def targets(port: ServicePort, slices: Sequence[EndpointSlice], node: str | None
             return []
         chosen = {ep.address: ep for ep in s.endpoints}
         if len(chosen) != len(s.endpoints):  # duplicates: choose among the copies
-            chosen = _in_slice(s.endpoints)
+            chosen = {}
+            for ep in s.endpoints:
+                if ep.address not in chosen or _replaces(ep):
+                    chosen[ep.address] = ep
         return [_new(Target, (a, number, chosen[a])) for a in sorted(chosen)]
     found: dict[tuple[str, int], Target] = {}
-    for s in slices:
+    origin: dict[tuple[str, int], int] = {}  # the slice each chosen copy came from
+    for i, s in enumerate(slices):
         number = next((p.port for p in s.ports if p.name == port.name and p.protocol == port.protocol), None)
         if number is None:
             continue
-        for ep in _in_slice(s.endpoints).values():
+        for ep in s.endpoints:
             k = (ep.address, number)
             prev = found.get(k)
-            if prev is None or _wins(ep, prev.endpoint, node):
+            if prev is None or (_replaces(ep) if origin[k] == i else _wins(ep, prev.endpoint, node)):
                 found[k] = _new(Target, (ep.address, number, ep))
+                origin[k] = i
     return [found[k] for k in sorted(found)]
-
-
-def local_ready_addresses(slices: Sequence[EndpointSlice], node: str | None) -> frozenset[str]:
-    """This node's ready endpoint addresses for a Service's health check, counted as kube-proxy
-    counts them (endpointschangetracker.go getLocalReadyEndpointIPs): over every port its slices
-    list, also one no Service port names (a port renamed before its slices follow), each copy of
-    a duplicate chosen as for traffic."""
-    if not node:
-        return frozenset()
-    out: set[str] = set()
-    for name, protocol in {(p.name, p.protocol) for s in slices for p in s.ports}:
-        for t in targets(ServicePort(name, protocol, 0), slices, node):
-            if t.endpoint.ready and t.endpoint.node_name == node:
-                out.add(t.address)
-    return frozenset(out)
 
 
 def topology_mode(ready: list[Target], node: str | None, zone: str | None) -> str:

@@ -42,22 +42,55 @@ INTENTIONAL: dict[str, str] = {
         "every restart, and reports the other's frontend as left out; every other frontend of both "
         "is programmed (case takeover-ext matches)."
     ),
-    "fuzzer-seed-1008-localhost-nodeport-endpoint-refuses": (
-        "A localhost NodePort (TCP on 127.0.0.1 or ::1, served in userspace) whose endpoint refuses "
-        "or does not answer: kube-proxy v1.37's proxy dials the one endpoint it picked (5 s) and then "
-        "closes the client, which reads an empty answer. nftproxy tries the next endpoint in the "
-        "algorithm's order, up to 3, 1 s each, and resets the client only when none answers (README, "
-        "Localhost NodePorts): a client is served while one endpoint works, and a failure is a "
-        "failure, not an empty answer. Found by the differential fuzzer (seed 1008)."
+    "extip-equals-own-clusterip": (
+        "An externalIP that is the Service's own ClusterIP: kube-proxy writes two elements on the "
+        "one key (ClusterIP . proto . port) and the externalIP's, written last, wins, so the "
+        "ClusterIP is served as an external frontend (a pod's connection is masqueraded; under "
+        "externalTrafficPolicy Local it would take this node's endpoints). nftproxy keeps the "
+        "ClusterIP a ClusterIP, as it gives a Service's own ClusterIP precedence over any "
+        "externalIP (compiler/claims.py)."
     ),
-    "fuzzer-seed-1000-affinity-local-policy-record": (
-        "Not intended, known (README, ClientIP affinity: 'one difference remains'), to be fixed: "
-        "nftproxy keeps one affinity record per client and Service port, and the frontends under a "
-        "Local traffic policy share a record of their own; kube-proxy keeps one set per endpoint, "
-        "checked by every chain. Pod and node traffic to a Local-policy frontend is short-circuited "
-        "to the Cluster endpoints in both, but nftproxy records it in the Local record: a client "
-        "going through the ClusterIP and then the eTP Local NodePort may reach two endpoints where "
-        "kube-proxy keeps one. Found by the differential fuzzer (seed 1000)."
+    "affinity-across-policies": (
+        "ClientIP affinity across a Local-policy and a Cluster-policy frontend of one Service port "
+        "(an internalTrafficPolicy Local ClusterIP and its NodePort; an externalTrafficPolicy Local "
+        "NodePort or LB IP and a ClusterIP reached from outside): kube-proxy keeps a set per "
+        "endpoint that both its policy chains consult, so a client pinned to a node-local endpoint "
+        "through one kind is sent to it through the other. nftproxy keeps one record per client for "
+        "the Cluster-policy frontends and another for the Local-policy ones: a client keeps one "
+        "endpoint through every frontend of one kind, and may have another through the other kind. "
+        "One shared record could send Local-policy traffic, whose source is kept, to another "
+        "node's endpoint (its reply would bypass this node)."
+    ),
+    "localhost-nodeport-dead-endpoint": (
+        "Localhost NodePorts (userspace proxy): kube-proxy dials the one endpoint it picked (5 s) "
+        "and closes the client's connection if that fails; nftproxy gives each endpoint 1 s "
+        "(refused and unreachable fail at once) and tries the next in the algorithm's order, up to "
+        "3, so a client is served while an endpoint is dead (a pod that stopped listening before "
+        "its endpoint was removed)."
+    ),
+    "health-counts-endpoints-of-other-ports": (
+        "healthCheckNodePort: kube-proxy counts this node's ready endpoints listed under any port of "
+        "the Service's EndpointSlices, also a port the Service does not have, and answers 200 for a "
+        "node where every packet to the Service's ports is dropped (no local endpoint for them). "
+        "nftproxy counts the endpoints of the Service's own ports, the ones its traffic can reach, "
+        "so load balancers are not sent to such a node."
+    ),
+    "no-local-endpoint-counts-external-ipv6": (
+        "kubeproxy_sync_proxy_rules_no_local_endpoints_total: a dual-stack Service with "
+        "externalTrafficPolicy Local and externalIPs of one family only (case "
+        "etp-local-extip-one-family) is counted by kube-proxy's proxier of the other family as "
+        "having no local endpoint, though it has no external frontend in that family (and may have "
+        "local endpoints). nftproxy counts a Service port of a family only when it has a "
+        "Local-policy frontend there and no endpoint on this node."
+    ),
+    "service-cidr-too-wide": (
+        "A ServiceCIDR's CIDR wider than /8 (IPv4) or /16 (IPv6): kube-proxy drops every new "
+        "connection to an address of it that is not a ClusterIP, forwarded or from the node, so a "
+        "ServiceCIDR of 0.0.0.0/0 (the apiserver accepts it) would cut every node off from pods on "
+        "other nodes, the Internet, DNS and the apiserver at kube-proxy's next restart or hourly full "
+        "sync. nftproxy leaves that CIDR out and reports it (log, ProxyStatus, an Event), and drops "
+        "the unallocated addresses of the object's other CIDRs as kube-proxy does (case "
+        "addr-service-cidr-narrow-beside-wide matches)."
     ),
 }
 

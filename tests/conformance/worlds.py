@@ -91,8 +91,9 @@ SOURCE_RANGES: tuple[tuple[str, ...], ...] = (
 )
 STICKY_AVOID = ("c1", "c2")  # the client pods: not endpoints of an affinity Service
 # differences.py entries the probes of some frontends are tagged with (see probes)
-LOCALHOST_REFUSED = "fuzzer-seed-1008-localhost-nodeport-endpoint-refuses"
-AFFINITY_LOCAL = "fuzzer-seed-1000-affinity-local-policy-record"
+LOCALHOST_REFUSED = "localhost-nodeport-dead-endpoint"
+AFFINITY_LOCAL = "affinity-across-policies"
+HEALTH_OTHER_PORTS = "health-counts-endpoints-of-other-ports"
 SOURCE_RANGES_ANNOTATION = "service.beta.kubernetes.io/load-balancer-source-ranges"
 
 
@@ -701,15 +702,73 @@ def probes(seed: int, services: Sequence[Obj], slices: Sequence[Obj] = ()) -> li
     return found + negative
 
 
-def health_checks(services: Sequence[Obj]) -> list[tuple[str, int]]:
-    """(node address, healthCheckNodePort) of the world's eTP Local LoadBalancers: on the node's
-    address of each family of the Service (kube-proxy serves each family's count there)."""
-    return [
-        (c.NODE4 if f == "IPv4" else c.NODE6, s["spec"]["healthCheckNodePort"])
-        for s in services
-        if proxied(s) and s["spec"].get("healthCheckNodePort")
-        for f in s["spec"].get("ipFamilies", [])
-    ]
+@dataclass(frozen=True)
+class HealthProbe:
+    """A healthCheckNodePort asked on the node's address of one family. Where kube-proxy's count
+    (this node's ready endpoints of every port of the Service's slices) differs from the count of
+    the Service's own ports, the row is tagged with HEALTH_OTHER_PORTS, accepted only when both
+    proxies answer those counts (``explained``)."""
+
+    check: c.HealthCheck
+    case: str
+    kube_proxy: int  # the local ready endpoints kube-proxy counts
+    own_ports: int  # those of the Service's own ports
+
+    def explained(self, kube_proxy: str, nftproxy: str) -> bool:
+        return f"localEndpoints={self.kube_proxy} " in kube_proxy and f"localEndpoints={self.own_ports} " in nftproxy
+
+
+def _local_ready(slices: Sequence[Obj], only: set[tuple[str, str]] | None) -> int:
+    """This node's distinct ready endpoint addresses over the slices' ports (``only`` those
+    (name, protocol)), each port's copies resolved as endpointslicecache.go addEndpoints: keyed
+    by address and port, a later copy replaces an earlier one unless it is terminating."""
+    by_port: dict[tuple[str, str], dict[str, Obj]] = {}
+    for s in slices:
+        for p in s.get("ports") or []:
+            key = (p.get("name") or "", p.get("protocol", "TCP"))
+            if not p.get("port") or (only is not None and key not in only):
+                continue
+            copies = by_port.setdefault(key, {})
+            for e in s.get("endpoints") or []:
+                at = f"{e['addresses'][0]}:{p['port']}"
+                if at not in copies or not e["conditions"].get("terminating", False):
+                    copies[at] = e
+    return len(
+        {
+            e["addresses"][0]
+            for copies in by_port.values()
+            for e in copies.values()
+            if e["conditions"].get("ready", True) is not False and e.get("nodeName") == c.NODE
+        }
+    )
+
+
+def _watched(svc: Obj, s: Obj, family: str) -> bool:
+    """Whether kube-proxy's proxier of ``family`` takes slice ``s`` as one of the Service's."""
+    labels = s["metadata"].get("labels") or {}
+    return (
+        labels.get(k.SERVICE_NAME) == svc["metadata"]["name"]
+        and s["addressType"] == family
+        and "service.kubernetes.io/headless" not in labels
+        and "service.kubernetes.io/service-proxy-name" not in labels
+    )
+
+
+def health_checks(seed: int, services: Sequence[Obj], slices: Sequence[Obj] = ()) -> list[HealthProbe]:
+    """The healthCheckNodePorts of the world's eTP Local LoadBalancers, on the node's address of
+    each family of the Service (kube-proxy serves each family's count there)."""
+    out = []
+    for svc in services:
+        spec = svc["spec"]
+        if not proxied(svc) or not spec.get("healthCheckNodePort"):
+            continue
+        own = {(p.get("name") or "", p["protocol"]) for p in spec.get("ports", [])}
+        for f in spec.get("ipFamilies", []):
+            mine = [s for s in slices if _watched(svc, s, f)]
+            every, counted = _local_ready(mine, None), _local_ready(mine, own)
+            check = c.HealthCheck(spec["healthCheckNodePort"], f == "IPv6", c.NODE4 if f == "IPv4" else c.NODE6)
+            out.append(HealthProbe(check, HEALTH_OTHER_PORTS if every != counted else f"fuzz-{seed}", every, counted))
+    return out
 
 
 # --------------------------------------------------------------------------- the long run

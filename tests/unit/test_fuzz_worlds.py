@@ -179,3 +179,36 @@ def test_a_sticky_client_goes_through_the_frontends_of_one_service_port_and_fami
                 assert (t.probe.host, t.probe.port) == ("10.96.100.1", 80)
                 assert {(h, n) for _, h, n in t.probe.then} <= {(c.NODE4, 31001), ("198.19.4.1", 80)}
     assert seen
+
+
+def test_a_health_check_counting_endpoints_of_ports_the_service_lacks_is_tagged_with_the_difference() -> None:
+    """kube-proxy counts this node's ready endpoints of every port of the Service's slices; where
+    that differs from the count of the Service's own ports the row is the intentional difference,
+    and only when both proxies answer those counts."""
+    http = [k.port(80, "http", "TCP", 31001, target=8080)]
+    svc = k.service(
+        "a", ["10.96.100.1"], http, namespace=worlds.NS, type="LoadBalancer", ipFamilies=["IPv4"],
+        externalTrafficPolicy="Local", healthCheckNodePort=31500,
+    )  # fmt: skip
+
+    def ep(pod: str, ready: bool = True) -> c.Obj:
+        return k.endpoint(c.PODS[pod][1], ready=ready, node=c.PODS[pod][0])
+
+    own = k.endpoint_slice("a-0", "a", [ep("a1"), ep("b1")], [k.port(8080, "http")], namespace=worlds.NS)
+    other = k.endpoint_slice("a-1", "a", [ep("a2")], [k.port(8081, "old")], namespace=worlds.NS)
+    udp = k.endpoint_slice("a-2", "a", [ep("a3")], [k.port(8080, "http", "UDP")], namespace=worlds.NS)
+    gone = k.endpoint_slice("a-3", "a", [ep("a3", ready=False)], [k.port(8081, "old")], namespace=worlds.NS)
+    [hp] = worlds.health_checks(5, [svc], [own, other])
+    assert (hp.check.port, hp.check.host, hp.case, hp.kube_proxy, hp.own_ports) == (
+        31500,
+        c.NODE4,
+        worlds.HEALTH_OTHER_PORTS,
+        2,
+        1,
+    )
+    assert hp.explained("HTTP 200 localEndpoints=2 weight=2", "HTTP 200 localEndpoints=1 weight=1")
+    assert not hp.explained("HTTP 200 localEndpoints=2 weight=2", "HTTP 200 localEndpoints=2 weight=2")
+    assert worlds.health_checks(5, [svc], [own, udp])[0].case == worlds.HEALTH_OTHER_PORTS  # another protocol
+    for alike in ([own], [own, gone], [own, {**other, "metadata": {**other["metadata"], "labels": {}}}]):
+        [hp] = worlds.health_checks(5, [svc], alike)
+        assert (hp.case, hp.kube_proxy, hp.own_ports) == ("fuzz-5", 1, 1)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from ipaddress import IPv4Address, IPv6Address, ip_address, ip_network
 
-from nftproxy.compiler import ProxyConfig, names
+from nftproxy.compiler import ProxyConfig
 from nftproxy.compiler.endpoints import categorize, targets
 from nftproxy.compiler.fragment import compile_fragment
 from nftproxy.dataplane.sync import Dataplane
@@ -81,57 +81,6 @@ def test_health_check_counts_only_ready_local_endpoints() -> None:
     assert dp.health_checks() == {32000: ("default/web", {4: 1})}
 
 
-def test_health_check_counts_the_local_endpoints_of_every_slice_port() -> None:
-    """endpointschangetracker.go getLocalReadyEndpointIPs counts, per Service, the local ready
-    addresses of every port its slices list, also a port no Service port names; and a duplicate's
-    copy is the one traffic gets (the differential fuzzer, seed 6: kube-proxy answered
-    localEndpoints=2, nftproxy 1, the Service's port having one local endpoint, a port of the
-    slices it lacks another)."""
-    dp = Dataplane(FakeBackend(), CFG)
-    dp.set_service(
-        Service(
-            "default",
-            "web",
-            "LoadBalancer",
-            (IPv4Address("10.96.0.10"),),
-            (ServicePort("http", "TCP", 80, 30080),),
-            load_balancer_ips=(IPv4Address("198.19.0.10"),),
-            external_traffic_policy="Local",
-            health_check_node_port=32000,
-        )
-    )
-
-    def ep(address: str, node: str = "n1", ready: bool = True) -> Endpoint:
-        return Endpoint(address, ready=ready, serving=True, terminating=not ready, node_name=node)
-
-    other = EndpointSlice("default", "web-b", "web", "IPv4", (EndpointPort("old", "UDP", 5353),),
-                          (ep("10.244.1.3"), ep("10.244.1.2"), ep("10.244.1.5", ready=False)))  # fmt: skip
-    dp.set_slice(_slice("web-a", ep("10.244.1.2"), ep("10.244.2.2", "n2"), ep("10.244.1.4"), ep("10.244.1.4", "n2")))
-    dp.set_slice(other)
-    dp.sync()
-    # 10.244.1.2 (both ports), 10.244.1.3 ("old" only); not 10.244.1.4 (its later copy is on n2)
-    assert dp.health_checks() == {32000: ("default/web", {4: 2})}
-
-
-def test_source_ranges_apply_to_a_port_without_endpoints() -> None:
-    """nftables/proxier.go programs a LoadBalancer IP's firewall whether or not the port has
-    endpoints: a source outside loadBalancerSourceRanges is dropped, not told there are no
-    endpoints (the differential fuzzer, seed 159: nftproxy rejected it)."""
-    svc = Service(
-        "default",
-        "web",
-        "LoadBalancer",
-        (IPv4Address("10.96.0.10"),),
-        (ServicePort("dns", "UDP", 53, 30053),),
-        load_balancer_ips=(IPv4Address("198.19.0.10"),),
-        load_balancer_source_ranges=(ip_network("198.18.0.100/32"),),
-    )
-    frag = compile_fragment(svc, [], Family.IP, CFG)
-    assert frag is not None
-    sets = {name for name, _ in frag.elements}
-    assert {names.FIREWALL_IPS, names.FIREWALL_ALLOW, names.NO_ENDPOINT_SERVICES} <= sets
-
-
 def test_duplicate_endpoint_the_non_terminating_copy_wins() -> None:
     """endpointslicecache.go (v1.36+, kubernetes#135593): of duplicates (same ip:port), a
     non-terminating copy replaces a terminating one, whatever the slice order and node."""
@@ -154,29 +103,24 @@ def test_duplicate_endpoint_between_equals_in_two_slices_the_copy_on_this_node_w
     for order in ([_slice("a", remote), _slice("b", local)], [_slice("a", local), _slice("b", remote)]):
         got = targets(PORT, order, "n1")
         assert [(t.address, t.endpoint.node_name) for t in got] == [("10.244.1.2", "n1")]
-    # without a node name: the later slice's copy
+    # without a node name: the later copy
     assert targets(PORT, [_slice("a", remote), _slice("b", local)])[0].endpoint.node_name == "n1"
 
 
-def test_duplicate_endpoint_in_one_slice_as_kube_proxy() -> None:
-    """endpointslicecache.go addEndpoints walks one slice in order and a copy replaces an earlier
-    one unless it is terminating: the last non-terminating copy, else the first copy, wherever
-    its node (the differential fuzzer, seed 109: nftproxy took the copy on this node, counted it
-    in the health check and sent eTP Local traffic to it; kube-proxy took the later, remote one)."""
+def test_duplicate_endpoint_within_one_slice_as_upstream() -> None:
+    """endpointslicecache.go addEndpoints, within one slice: a later copy replaces an earlier one
+    unless it is terminating, wherever the copies are (case dup-in-one-slice-both-ready)."""
     remote = Endpoint("10.244.1.2", ready=True, serving=True, terminating=False, node_name="n2")
     local = Endpoint("10.244.1.2", ready=True, serving=True, terminating=False, node_name="n1")
-    gone_remote = Endpoint("10.244.1.2", ready=False, serving=True, terminating=True, node_name="n2")
-    gone_local = Endpoint("10.244.1.2", ready=False, serving=True, terminating=True, node_name="n1")
-    for eps, want in (
-        ((local, remote), remote),
-        ((remote, local), local),
-        ((local, remote, gone_local), remote),
-        ((gone_local, gone_remote), gone_local),
-        ((gone_remote, gone_local), gone_remote),
-    ):
-        for slices in ([_slice("a", *eps)], [_slice("a", *eps), _slice("b")]):  # one slice, or with another
-            got = targets(PORT, slices, "n1")
-            assert [t.endpoint for t in got] == [want], eps
+    for eps, node in (((remote, local), "n1"), ((local, remote), "n2")):
+        got = targets(PORT, [_slice("a", *eps)], "n1")
+        assert [(t.address, t.endpoint.node_name) for t in got] == [("10.244.1.2", node)]
+        got = targets(PORT, [_slice("a", *eps), _slice("b")], "n1")  # the same beside another slice
+        assert [(t.address, t.endpoint.node_name) for t in got] == [("10.244.1.2", node)]
+    gone_here = Endpoint("10.244.1.2", ready=False, serving=True, terminating=True, node_name="n1")
+    gone_there = Endpoint("10.244.1.2", ready=False, serving=True, terminating=True, node_name="n2")
+    got = targets(PORT, [_slice("a", gone_there, gone_here)], "n1")  # two terminating: the first stays
+    assert [(t.address, t.endpoint.node_name) for t in got] == [("10.244.1.2", "n2")]
 
 
 def test_dual_stack_health_check_counts_one_family() -> None:
@@ -201,3 +145,53 @@ def test_dual_stack_health_check_counts_one_family() -> None:
     dp.set_slice(EndpointSlice("default", "web-v6", "web", "IPv6", (EndpointPort("http", "TCP", 8080),), (v6,)))
     dp.sync()
     assert dp.health_checks() == {32000: ("default/web", {4: 1, 6: 1})}
+
+
+def _allowed(
+    ranges: list[str], config: ProxyConfig, lb_ips: tuple[str, ...] = ("198.19.0.9", "fd00:198:19::9")
+) -> dict[int, set[str]]:
+    """The allowed sources (firewall-allow's last field) a dual-stack LoadBalancer compiles to, per family."""
+    svc = Service(
+        "default", "lb", "LoadBalancer", (IPv4Address("10.96.0.9"), IPv6Address("fd00:10:96::9")),
+        (ServicePort("http", "TCP", 80, 30009),), load_balancer_ips=tuple(ip_address(a) for a in lb_ips),
+        load_balancer_source_ranges=tuple(ip_network(r) for r in ranges),
+    )  # fmt: skip
+    out = {}
+    for family in Family:
+        frag = compile_fragment(svc, [], family, config)
+        assert frag is not None
+        out[family.version] = {el.key[3] for name, el in frag.elements if name == "firewall-allow"}
+    return out
+
+
+def test_a_range_holding_the_node_ip_allows_the_load_balancer_ips_as_sources() -> None:
+    """proxier.go allowFromNode: a range (of the family) holding the proxier's node IP adds the
+    Service's LoadBalancer IPs of that family to the allowed sources; each family by its own node
+    IP, the first of that family (--node-ip, else the Node's), loopback when there is none."""
+    dual = ProxyConfig(node_ips=(ip_address("198.18.0.1"), ip_address("fd00:198:18::1")))
+    ranges = ["198.18.0.0/24", "203.0.113.0/24", "fd00:198:18::100/128"]
+    assert _allowed(ranges, dual) == {4: {"198.18.0.0/24", "203.0.113.0/24", "198.19.0.9"}, 6: {"fd00:198:18::100"}}
+    assert _allowed(["fd00:198:18::/64"], dual) == {4: set(), 6: {"fd00:198:18::/64", "fd00:198:19::9"}}
+    # no IPv6 node IP: ::1, as kube-proxy's detectNodeIPs; a range holding 127.0.0.1 counts without an IPv4 one
+    v4_only = ProxyConfig(node_ips=(ip_address("198.18.0.1"),))
+    assert _allowed(["fd00:198:18::/64"], v4_only)[6] == {"fd00:198:18::/64"}
+    assert _allowed(["0.0.0.0/1"], ProxyConfig())[4] == {"0.0.0.0/1", "198.19.0.9"}
+    # a LoadBalancer IP inside a range: one element (the kernel refuses overlapping intervals)
+    assert _allowed(["198.0.0.0/8"], dual)[4] == {"198.0.0.0/8"}
+    assert _allowed(["198.18.0.0/24"], dual, ("198.18.0.200", "198.19.0.8"))[4] == {"198.18.0.0/24", "198.19.0.8"}
+
+
+def test_source_ranges_apply_to_a_port_without_endpoints() -> None:
+    """proxier.go: the firewall-ips element of a LoadBalancer IP does not depend on endpoints: an
+    unlisted source is dropped before it could learn that the port has none (rejected)."""
+    svc = Service(
+        "default", "lb", "LoadBalancer", (IPv4Address("10.96.0.9"),), (ServicePort("http", "TCP", 80, 30009),),
+        load_balancer_ips=(IPv4Address("198.19.0.9"),), load_balancer_source_ranges=(ip_network("203.0.113.0/24"),),
+    )  # fmt: skip
+    frag = compile_fragment(svc, [], Family.IP, CFG)
+    assert frag is not None
+    got = {(name, el.key) for name, el in frag.elements if name.startswith("firewall")}
+    assert got == {
+        ("firewall-ips", ("198.19.0.9", "tcp", "80")),
+        ("firewall-allow", ("198.19.0.9", "tcp", "80", "203.0.113.0/24")),
+    }
