@@ -23,14 +23,15 @@ import signal
 import subprocess
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
+from kubernetes.client.exceptions import ApiException
+
+from nftproxy.operator import kube
 from testkit.k8s.controlplane import ControlPlane
 from testkit.k8s.kubeproxy import KubeProxy, KubeProxyError, http_request_in, wait_synced
 from testkit.lab.netlab import (
@@ -435,13 +436,13 @@ def settle(
 
 
 class ApiWriter:
-    """Creates, patches and deletes objects one at a time through the apiserver's REST API, so
-    that what it refuses is known object by object (``kubectl apply`` of a list goes on past a
-    refused object and reports them all together)."""
+    """Creates, patches and deletes objects one at a time through the apiserver's REST API (the
+    kubernetes client's connection, as the operator's), so that what it refuses is known object
+    by object (``kubectl apply`` of a list goes on past a refused object and reports them all
+    together)."""
 
     def __init__(self, cp: ControlPlane) -> None:
-        self.server = cp.server
-        self.ctx = cp.ssl_context()
+        self.api = kube.api_client(str(cp.kubeconfig))
 
     @staticmethod
     def path(obj: c.Obj, name: bool = False) -> str:
@@ -457,53 +458,45 @@ class ApiWriter:
             raise ValueError(f"no path for {kind}")
         return f"{base}/{obj['metadata']['name']}" if name else base
 
-    def request(self, method: str, path: str, body: Any = None, content_type: str = "application/json") -> Any:
-        data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(self.server + path, data=data, method=method)  # noqa: S310 - our own apiserver
-        req.add_header("Content-Type", content_type)
-        with urllib.request.urlopen(req, context=self.ctx, timeout=30) as resp:  # noqa: S310
-            return json.loads(resp.read() or b"null")
-
     def create(self, obj: c.Obj) -> tuple[c.Obj | None, str]:
         """(the object as stored, "") or (None, the apiserver's reason for refusing it)."""
         try:
-            return self.request("POST", self.path(obj), obj), ""
-        except urllib.error.HTTPError as e:
+            return kube.request(self.api, "POST", self.path(obj), body=obj), ""
+        except ApiException as e:
             return None, _status_message(e)
 
     def patch_status(self, obj: c.Obj) -> tuple[c.Obj | None, str]:
+        """A merge patch of the object's status (a Service's LoadBalancer ingress)."""
         try:
-            stored = self.request(
-                "PATCH",
-                self.path(obj, name=True) + "/status",
-                {"status": obj["status"]},
-                "application/merge-patch+json",
-            )
-            return stored, ""
-        except urllib.error.HTTPError as e:
+            path = self.path(obj, name=True) + "/status"
+            return kube.request(self.api, "PATCH", path, body={"status": obj["status"]}), ""
+        except ApiException as e:
             return None, _status_message(e)
 
     def put(self, obj: c.Obj) -> c.Obj:
         """Create or replace (the caller's own objects, which must be accepted)."""
         try:
-            current = self.request("GET", self.path(obj, name=True))
-        except urllib.error.HTTPError as e:
-            if e.code != 404:
+            current = kube.request(self.api, "GET", self.path(obj, name=True))
+        except ApiException as e:
+            if e.status != 404:
                 raise
-            return dict(self.request("POST", self.path(obj), obj))
+            return dict(kube.request(self.api, "POST", self.path(obj), body=obj))
         body = {**obj, "metadata": {**obj["metadata"], "resourceVersion": current["metadata"]["resourceVersion"]}}
-        return dict(self.request("PUT", self.path(obj, name=True), body))
+        return dict(kube.request(self.api, "PUT", self.path(obj, name=True), body=body))
 
     def delete(self, obj: c.Obj) -> None:
         try:
-            self.request("DELETE", self.path(obj, name=True))
-        except urllib.error.HTTPError as e:
-            if e.code != 404:
+            kube.request(self.api, "DELETE", self.path(obj, name=True))
+        except ApiException as e:
+            if e.status != 404:
                 raise
 
+    def close(self) -> None:
+        self.api.close()
 
-def _status_message(e: urllib.error.HTTPError) -> str:
+
+def _status_message(e: ApiException) -> str:
     try:
-        return str(json.loads(e.read()).get("message", "")) or f"HTTP {e.code}"
+        return str(json.loads(e.body or "").get("message", "")) or f"HTTP {e.status}"
     except ValueError:
-        return f"HTTP {e.code}"
+        return f"HTTP {e.status}"

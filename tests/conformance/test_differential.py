@@ -315,6 +315,7 @@ def test_fuzzed_worlds_answer_as_kube_proxy(duo: Duo) -> None:
                 run.totals.failing_seeds.append(s)
                 raise
     finally:
+        run.api.close()
         if out:
             run.totals.dump(Path(out))
     print(f"\nfuzzed worlds from seed {seed}: {run.totals.line()}")
