@@ -12,7 +12,9 @@ service-proxy-name and headless labels; EndpointSlices per family (none to sever
 ports (matching the Service's, mismatched names, left out, without a number), endpoints on the
 lab's real pods and host servers (their real ports, so connections succeed) on node-1, node-2
 or no node, every ready/serving/terminating condition, duplicates within and across slices;
-now and then two Services claiming one frontend.
+IPv4 ClusterIPs, externalIPs, LoadBalancer IPs, endpoint addresses and source ranges now and
+then in a legacy spelling (leading zeros, IPv4-mapped IPv6: the suite's apiserver runs with
+StrictIPCIDRValidation off); now and then two Services claiming one frontend.
 
 Only what kube-proxy resolves the same way every time: of two copies of one endpoint in two
 slices, kube-proxy keeps the one it meets last in a Go map walk, so copies that would give a
@@ -22,11 +24,15 @@ endpoint that refuses, a host-network one, the client pods themselves (hairpin: 
 one whose slice names the wrong node (eTP Local: the reply bypasses node-1) would make the two
 labs' outcomes a coin toss.
 
-Probes (``probes``): every frontend (each ClusterIP, NodePort on the node's addresses and on
-localhost, LoadBalancer IP, externalIP) and protocol, from sources drawn among those that reach
-it (harness.build_lab); ports and protocols the Service lacks; unallocated ServiceCIDR addresses.
-A probe of a frontend two Services claim is tagged with its entry of differences.py
-(``takeover-*-contested``): kube-proxy gives that key to whichever Service it writes last.
+Probes (``probes``), each address as kube-proxy reads it (``ip``): every frontend (each
+ClusterIP, NodePort on the node's addresses and on localhost, LoadBalancer IP, externalIP) and
+protocol, from sources drawn among those that reach it (harness.build_lab); ports and protocols
+the Service lacks; unallocated ServiceCIDR addresses; each healthCheckNodePort
+(``health_checks``). Rows where nftproxy differs on purpose are tagged with their entry of
+differences.py: a frontend two Services claim (``takeover-*-contested``: kube-proxy gives that
+key to whichever Service it writes last), a localhost NodePort with an endpoint that refuses, a
+sticky client through a Local- and a Cluster-policy frontend, a health check whose count
+kube-proxy takes from ports the Service lacks (accepted only with the counts it predicts).
 
     python -m tests.conformance.worlds show SEED        # the world of SEED, as YAML
     python -m tests.conformance.worlds run --worlds N [--seed S] [--batch-minutes M]
@@ -55,6 +61,7 @@ from typing import Any
 
 import yaml
 
+from nftproxy.model.sloppy import parse_ip_sloppy
 from testkit.k8s import objects as k
 from tests.conformance import cases as c
 
@@ -88,6 +95,7 @@ SOURCE_RANGES: tuple[tuple[str, ...], ...] = (
     ("198.18.0.100/24",),  # host bits set (legacy spelling)
     (" 198.18.0.101/32 ",),  # whitespace (kube-proxy trims it)
     ("198.018.000.100/32",),  # leading zeros (legacy spelling)
+    ("::ffff:198.18.0.101/128",),  # IPv4-mapped: an IPv4 range to kube-proxy
 )
 STICKY_AVOID = ("c1", "c2")  # the client pods: not endpoints of an affinity Service
 # differences.py entries the probes of some frontends are tagged with (see probes)
@@ -135,6 +143,26 @@ def _pick(rng: random.Random, weights: dict[Any, float]) -> Any:
     return rng.choices(list(weights), list(weights.values()))[0]
 
 
+def ip(text: str) -> str:
+    """An address as kube-proxy reads it (ParseIPSloppy: leading zeros are decimal, an
+    IPv4-mapped IPv6 address is IPv4), in its canonical spelling."""
+    got = parse_ip_sloppy(text)
+    assert got is not None, text  # the apiserver stored it
+    return str(got)
+
+
+def is_v6(text: str) -> bool:
+    return ":" in ip(text)
+
+
+def legacy(address: str, rng: random.Random) -> str:
+    """An IPv4 address in a spelling the apiserver takes with StrictIPCIDRValidation off and
+    kube-proxy reads as the same address: leading zeros, or IPv4-mapped IPv6."""
+    if rng.random() < 0.5:
+        return ".".join(f"{int(o):03d}" for o in address.split("."))
+    return f"::ffff:{address}"
+
+
 class _Gen:
     def __init__(self, seed: int) -> None:
         self.rng = rng = random.Random(seed)
@@ -151,6 +179,13 @@ class _Gen:
 
     def note(self, *what: str) -> None:
         self.features.update(what)
+
+    def spelled(self, address: str, what: str, p: float = 0.1) -> str:
+        """Now and then an IPv4 address in a legacy spelling (noted as ``spelling:<what>``)."""
+        if ":" in address or not _chance(self.rng, p):
+            return address
+        self.note(f"spelling:{what}")
+        return legacy(address, self.rng)
 
     # ---- Services
 
@@ -179,13 +214,13 @@ class _Gen:
             ips = ["None"]
             kind = "ClusterIP"
         else:
-            ips = [self.cip4.take() if f == 4 else self.cip6.take() for f in families]
+            ips = [self.spelled(self.cip4.take(), "clusterIP", 0.05) if f == 4 else self.cip6.take() for f in families]
         external = kind in ("NodePort", "LoadBalancer")
         ext_ips: list[str] = []
         if _chance(rng, 0.2):
             for _ in range(rng.randint(1, 2)):
                 fam = rng.choice(families) if _chance(rng, 0.85) else rng.choice((4, 6))
-                ext_ips.append(self.ext4.take() if fam == 4 else self.ext6.take())
+                ext_ips.append(self.spelled(self.ext4.take(), "externalIP") if fam == 4 else self.ext6.take())
             if _chance(rng, 0.1) and 4 in families:
                 ext_ips.append(c.NODE4)  # the node's own address
                 note("externalIP:node")
@@ -208,7 +243,7 @@ class _Gen:
         if kind == "LoadBalancer" or _chance(rng, 0.03):
             for _ in range(rng.choice([0, 1, 1, 1, 2])):
                 fam = rng.choice(families)
-                ing: Obj = {"ip": self.lb4.take() if fam == 4 else self.lb6.take()}
+                ing: Obj = {"ip": self.spelled(self.lb4.take(), "lb-ip") if fam == 4 else self.lb6.take()}
                 mode = _pick(rng, {None: 70, "VIP": 15, "Proxy": 15})
                 if mode:
                     ing["ipMode"] = mode
@@ -426,6 +461,7 @@ class _Gen:
         )
         if conds[1] is None:
             e["conditions"].pop("serving", None)
+        e["addresses"][0] = self.spelled(e["addresses"][0], "endpoint", 0.05)
         if _chance(rng, 0.03):  # a second address (only the first one counts)
             other = rng.choice([p for p in c.PODS if p != pod])
             e["addresses"].append(c.PODS[other][1 if fam == 4 else 2])
@@ -456,15 +492,17 @@ class _Gen:
             fixed = False
             for fam in ("IPv4", "IPv6"):
                 group = [s for s in slices if s["addressType"] == fam]
-                addrs = {e["addresses"][0] for s in group for e in s["endpoints"]}
+                addrs = {ip(e["addresses"][0]) for s in group for e in s["endpoints"]}
                 for addr in sorted(addrs):
-                    holders = [s for s in group if any(e["addresses"][0] == addr for e in s["endpoints"])]
+                    holders = [s for s in group if any(ip(e["addresses"][0]) == addr for e in s["endpoints"])]
                     if len(holders) < 2 or len({_winner(order, addr) for order in itertools.permutations(holders)}) < 2:
                         continue
                     first = _winner(holders[:1], addr)
                     assert first is not None
                     for s in holders[1:]:
-                        s["endpoints"] = [json.loads(first) if e["addresses"][0] == addr else e for e in s["endpoints"]]
+                        s["endpoints"] = [
+                            json.loads(first) if ip(e["addresses"][0]) == addr else e for e in s["endpoints"]
+                        ]
                     fixed = True
             if not fixed:
                 return
@@ -490,16 +528,16 @@ class _Gen:
             return
         how = rng.choice(["clusterIP", "externalIP", "lb"])
         if how == "clusterIP":
-            ip = next(ip for ip in a["spec"]["clusterIPs"] if (":" in ip) == (fam == "IPv6"))
+            addr = next(a_ip for a_ip in a["spec"]["clusterIPs"] if is_v6(a_ip) == (fam == "IPv6"))
         elif a["spec"].get("externalIPs"):
-            ip = a["spec"]["externalIPs"][0]
+            addr = a["spec"]["externalIPs"][0]
         else:
-            ip = self.ext4.take() if fam == "IPv4" else self.ext6.take()
-            a["spec"]["externalIPs"] = [ip]
+            addr = self.ext4.take() if fam == "IPv4" else self.ext6.take()
+            a["spec"]["externalIPs"] = [addr]
         if how == "lb" and b["spec"]["type"] == "LoadBalancer":
-            b.setdefault("status", {"loadBalancer": {"ingress": []}})["loadBalancer"]["ingress"].append({"ip": ip})
+            b.setdefault("status", {"loadBalancer": {"ingress": []}})["loadBalancer"]["ingress"].append({"ip": addr})
         else:
-            b["spec"].setdefault("externalIPs", []).append(ip)
+            b["spec"].setdefault("externalIPs", []).append(addr)
         self.note(f"takeover:{how}")
 
 
@@ -508,7 +546,7 @@ def _winner(order: Iterable[Obj], addr: str) -> str | None:
     got: Obj | None = None
     for s in order:
         for e in s["endpoints"]:
-            if e["addresses"][0] == addr and (got is None or not e["conditions"].get("terminating", False)):
+            if ip(e["addresses"][0]) == addr and (got is None or not e["conditions"].get("terminating", False)):
                 got = e
     return None if got is None else json.dumps(got, sort_keys=True)
 
@@ -556,17 +594,17 @@ def claims(svc: Obj) -> dict[tuple[str, str, int], str]:
         return {}
     spec = svc["spec"]
     fams = set(spec.get("ipFamilies", []))
-    ips: list[tuple[str, str]] = [(ip, "ClusterIP") for ip in spec.get("clusterIPs", [])]
-    ips += [(ip, "externalIP") for ip in spec.get("externalIPs", [])]
+    ips: list[tuple[str, str]] = [(ip(a), "ClusterIP") for a in spec.get("clusterIPs", [])]
+    ips += [(ip(a), "externalIP") for a in spec.get("externalIPs", [])]
     ips += [
-        (i["ip"], "LB")
+        (ip(i["ip"]), "LB")
         for i in (svc.get("status") or {}).get("loadBalancer", {}).get("ingress", [])
         if i.get("ip") and i.get("ipMode", "VIP") == "VIP"
     ]
     return {
-        (ip, p["protocol"].lower(), p["port"]): what
-        for ip, what in ips
-        if ("IPv6" if ":" in ip else "IPv4") in fams
+        (a, p["protocol"].lower(), p["port"]): what
+        for a, what in ips
+        if ("IPv6" if ":" in a else "IPv4") in fams
         for p in spec.get("ports", [])
     }
 
@@ -585,16 +623,17 @@ def contested(services: Sequence[Obj]) -> dict[tuple[str, str, int], str]:
 
 
 def _frontends(svc: Obj) -> list[tuple[str, str, int, str, tuple[str, ...]]]:
-    """(proto, host, port, what, sources) of every frontend of every port of the Service."""
+    """(proto, host, port, what, sources) of every frontend of every port of the Service, each
+    address as kube-proxy reads it."""
     spec = svc["spec"]
     fams = spec.get("ipFamilies", [])
-    lb = [i["ip"] for i in (svc.get("status") or {}).get("loadBalancer", {}).get("ingress", []) if i.get("ip")]
+    lb = [ip(i["ip"]) for i in (svc.get("status") or {}).get("loadBalancer", {}).get("ingress", []) if i.get("ip")]
+    cips = [ip(a) for a in spec.get("clusterIPs", []) if a != "None"]
     out: list[tuple[str, str, int, str, tuple[str, ...]]] = []
     for p in spec.get("ports", []):
         proto = p["protocol"].lower()
-        for ip in spec.get("clusterIPs", []):
-            if ip != "None":
-                out.append((proto, ip, p["port"], "ClusterIP", ("pod", "node")))
+        for a in cips:
+            out.append((proto, a, p["port"], "ClusterIP", ("pod", "node")))
         if p.get("nodePort"):
             for f in fams:
                 host = c.NODE4 if f == "IPv4" else c.NODE6
@@ -602,10 +641,10 @@ def _frontends(svc: Obj) -> list[tuple[str, str, int, str, tuple[str, ...]]]:
                 out.append(
                     (proto, "127.0.0.1" if f == "IPv4" else "::1", p["nodePort"], "NodePort localhost", ("node",))
                 )
-        for ip in lb:
-            out.append((proto, ip, p["port"], "LB", ("pod", "node", "ext1", "ext2")))
-        for ip in spec.get("externalIPs", []):
-            out.append((proto, ip, p["port"], "externalIP", ("pod", "node", "ext1", "ext2")))
+        for a in lb:
+            out.append((proto, a, p["port"], "LB", ("pod", "node", "ext1", "ext2")))
+        for a in spec.get("externalIPs", []):
+            out.append((proto, ip(a), p["port"], "externalIP", ("pod", "node", "ext1", "ext2")))
     return out
 
 
@@ -622,7 +661,7 @@ def refusing_families(svc: Obj, slices: Sequence[Obj]) -> set[str]:
             if p.get("protocol", "TCP") != "TCP" or "port" not in p:
                 continue
             for e in s.get("endpoints") or []:  # the apiserver stores none as null
-                if p["port"] not in (c.HOST_TCP if e["addresses"][0] in hosts else c.POD_TCP):
+                if p["port"] not in (c.HOST_TCP if ip(e["addresses"][0]) in hosts else c.POD_TCP):
                     out.add(s["addressType"])
     return out
 
@@ -670,7 +709,7 @@ def probes(seed: int, services: Sequence[Obj], slices: Sequence[Obj] = ()) -> li
                 found.append(
                     Tagged(AFFINITY_LOCAL if local else case, c.Probe("pod", proto, host, port, what, True, hops[:3]))
                 )
-        cips = [ip for ip in spec.get("clusterIPs", []) if ip != "None"]
+        cips = [ip(a) for a in spec.get("clusterIPs", []) if a != "None"]
         if cips and _chance(rng, 0.5):  # a port, or a protocol, the Service lacks
             have = {(p["port"], p["protocol"].lower()) for p in spec.get("ports", [])}
             port = rng.choice(
@@ -689,9 +728,9 @@ def probes(seed: int, services: Sequence[Obj], slices: Sequence[Obj] = ()) -> li
             ]
             if other:
                 n, pr = rng.choice(other)
-                ip = rng.choice(cips)
+                addr = rng.choice(cips)
                 negative.append(
-                    Tagged(taken.get((ip, pr, n), case), c.Probe("pod", pr, ip, n, "ClusterIP unknown proto"))
+                    Tagged(taken.get((addr, pr, n), case), c.Probe("pod", pr, addr, n, "ClusterIP unknown proto"))
                 )
     if len(found) > MAX_PROBES:
         found = rng.sample(found, MAX_PROBES)
@@ -730,12 +769,12 @@ def _local_ready(slices: Sequence[Obj], only: set[tuple[str, str]] | None) -> in
                 continue
             copies = by_port.setdefault(key, {})
             for e in s.get("endpoints") or []:
-                at = f"{e['addresses'][0]}:{p['port']}"
+                at = f"{ip(e['addresses'][0])}:{p['port']}"
                 if at not in copies or not e["conditions"].get("terminating", False):
                     copies[at] = e
     return len(
         {
-            e["addresses"][0]
+            ip(e["addresses"][0])
             for copies in by_port.values()
             for e in copies.values()
             if e["conditions"].get("ready", True) is not False and e.get("nodeName") == c.NODE

@@ -45,6 +45,7 @@ def test_worlds_cover_every_kind_of_object_the_brief_names() -> None:
         "duplicate:same-slice", "duplicate:across-slices",
         "endpoint:wrong-node", "endpoint:no-node", "endpoint:host-network", "endpoint:two-addresses",
         "takeover:clusterIP", "takeover:externalIP", "takeover:lb",
+        "spelling:clusterIP", "spelling:externalIP", "spelling:lb-ip", "spelling:endpoint",
     }  # fmt: skip
     want |= {f"conditions:{''.join(t)}" for t in itertools.product("TFU", repeat=3)} - {"conditions:TTF"}
     assert want <= seen, sorted(want - seen)
@@ -58,7 +59,7 @@ def test_endpoints_are_the_labs_pods_on_the_ports_they_serve() -> None:
             if s["kind"] != "EndpointSlice":
                 continue
             for e in s["endpoints"]:
-                assert set(e["addresses"]) <= addresses, (seed, e)
+                assert {worlds.ip(a) for a in e["addresses"]} <= addresses, (seed, e)
             for p in s.get("ports") or []:
                 assert "port" not in p or p["port"] in served[p.get("protocol", "TCP")], (seed, p)
 
@@ -69,7 +70,7 @@ def _winner(slices: tuple[c.Obj, ...], addr: str) -> str | None:
     got = None
     for s in slices:
         for e in s["endpoints"]:
-            if e["addresses"][0] == addr and (got is None or not e["conditions"].get("terminating", False)):
+            if worlds.ip(e["addresses"][0]) == addr and (got is None or not e["conditions"].get("terminating", False)):
                 got = e
     return None if got is None else json.dumps(got, sort_keys=True)
 
@@ -87,8 +88,8 @@ def test_duplicate_endpoints_resolve_alike_in_every_order_of_the_slices() -> Non
                     and o["addressType"] == fam
                     and (o["metadata"].get("labels") or {}).get(k.SERVICE_NAME) == svc["metadata"]["name"]
                 ]
-                for addr in {e["addresses"][0] for s in group for e in s["endpoints"]}:
-                    holders = [s for s in group if any(e["addresses"][0] == addr for e in s["endpoints"])]
+                for addr in {worlds.ip(e["addresses"][0]) for s in group for e in s["endpoints"]}:
+                    holders = [s for s in group if any(worlds.ip(e["addresses"][0]) == addr for e in s["endpoints"])]
                     duplicates += len(holders) > 1
                     assert len({_winner(o, addr) for o in itertools.permutations(holders)}) == 1, (seed, addr)
     assert duplicates > 20  # the check met duplicates across slices
@@ -104,7 +105,8 @@ def test_affinity_services_have_only_endpoints_that_answer() -> None:
                 for p in s.get("ports") or []:
                     assert p.get("port") in (None, *c.POD_TCP, *c.POD_UDP), (seed, p)
                 for e in s["endpoints"]:
-                    pod = next(n for n, (_, v4, v6) in {**c.PODS, **c.HOSTS}.items() if e["addresses"][0] in (v4, v6))
+                    addr = worlds.ip(e["addresses"][0])
+                    pod = next(n for n, (_, v4, v6) in {**c.PODS, **c.HOSTS}.items() if addr in (v4, v6))
                     assert pod in c.PODS and pod not in worlds.STICKY_AVOID, (seed, pod)
                     assert e.get("nodeName") in (None, c.PODS[pod][0]), (seed, e)
 
@@ -212,3 +214,19 @@ def test_a_health_check_counting_endpoints_of_ports_the_service_lacks_is_tagged_
     for alike in ([own], [own, gone], [own, {**other, "metadata": {**other["metadata"], "labels": {}}}]):
         [hp] = worlds.health_checks(5, [svc], alike)
         assert (hp.case, hp.kube_proxy, hp.own_ports) == ("fuzz-5", 1, 1)
+
+
+def test_legacy_spellings_are_read_as_kube_proxy_reads_them() -> None:
+    """An address in a legacy spelling is probed, claimed and counted as the address kube-proxy
+    reads (ParseIPSloppy): leading zeros are decimal, an IPv4-mapped address is IPv4."""
+    assert worlds.ip("010.096.100.001") == worlds.ip("::ffff:10.96.100.1") == "10.96.100.1"
+    assert not worlds.is_v6("::ffff:198.19.4.1")
+    http = [k.port(80, "http", "TCP", target=8080)]
+    a = k.service("a", ["010.096.100.001"], http, namespace=worlds.NS, ipFamilies=["IPv4"],
+                  externalIPs=["198.019.004.001"])  # fmt: skip
+    b = k.service("b", ["10.96.100.2"], http, namespace=worlds.NS, ipFamilies=["IPv4"],
+                  externalIPs=["::ffff:198.19.4.1"])  # fmt: skip
+    assert worlds.contested([a, b]) == {("198.19.4.1", "tcp", 80): "takeover-ext-contested"}
+    hosts = {t.probe.host for t in worlds.probes(3, [a, b])}
+    assert {"10.96.100.1", "198.19.4.1"} <= hosts
+    assert not any("::ffff:" in h or "010." in h for h in hosts)
