@@ -783,13 +783,14 @@ def _local_ready(slices: Sequence[Obj], only: set[tuple[str, str]] | None) -> in
 
 
 def _watched(svc: Obj, s: Obj, family: str) -> bool:
-    """Whether kube-proxy's proxier of ``family`` takes slice ``s`` as one of the Service's."""
+    """Whether kube-proxy's proxier of ``family`` takes slice ``s`` as one of the Service's (its
+    slice informer leaves out the headless label only: cmd/kube-proxy/app/server.go; the
+    service-proxy-name label filters Services)."""
     labels = s["metadata"].get("labels") or {}
     return (
         labels.get(k.SERVICE_NAME) == svc["metadata"]["name"]
         and s["addressType"] == family
         and "service.kubernetes.io/headless" not in labels
-        and "service.kubernetes.io/service-proxy-name" not in labels
     )
 
 

@@ -211,7 +211,13 @@ def test_a_health_check_counting_endpoints_of_ports_the_service_lacks_is_tagged_
     assert hp.explained("HTTP 200 localEndpoints=2 weight=2", "HTTP 200 localEndpoints=1 weight=1")
     assert not hp.explained("HTTP 200 localEndpoints=2 weight=2", "HTTP 200 localEndpoints=2 weight=2")
     assert worlds.health_checks(5, [svc], [own, udp])[0].case == worlds.HEALTH_OTHER_PORTS  # another protocol
-    for alike in ([own], [own, gone], [own, {**other, "metadata": {**other["metadata"], "labels": {}}}]):
+    proxy_name = json.loads(json.dumps(other))  # the label filters Services, not slices (seed 4)
+    proxy_name["metadata"]["labels"]["service.kubernetes.io/service-proxy-name"] = "other-proxy"
+    assert worlds.health_checks(5, [svc], [own, proxy_name])[0].kube_proxy == 2
+    headless = json.loads(json.dumps(other))
+    headless["metadata"]["labels"]["service.kubernetes.io/headless"] = ""
+    no_label = {**other, "metadata": {**other["metadata"], "labels": {}}}
+    for alike in ([own], [own, gone], [own, no_label], [own, headless]):
         [hp] = worlds.health_checks(5, [svc], alike)
         assert (hp.case, hp.kube_proxy, hp.own_ports) == ("fuzz-5", 1, 1)
 
