@@ -292,8 +292,9 @@ def compare_probe(a: Side, b: Side, p: c.Probe) -> tuple[set[str], set[str]]:
         return outcome_sticky(ra, a.hosts[p.src]), outcome_sticky(rb, b.hosts[p.src])
     ra, rb = try_probe(a, p, 6), try_probe(b, p, 6)
     sa, sb = {_fmt(r) for r in ra}, {_fmt(r) for r in rb}
-    if not any(r.ok for r in (*ra, *rb)):
-        return sa, sb  # errors only: deterministic
+    if not any(r.ok for r in (*ra, *rb)) and sa == sb:
+        return sa, sb  # the same errors only: deterministic (endpoints that refuse beside ones that
+        # time out are a random choice: more tries)
     total = 6
     for more in (14, 20, 20, 20):
         if total >= 20 and sa == sb:
