@@ -1,6 +1,6 @@
 # The two commands of a fresh machine (see README): `make demo` and `make test`.
 # `make check`: the fast tier (lint, types, unit tests, a short fuzz run; no root, apt or Kubernetes).
-.PHONY: upstream-e2e upstream-e2e-reference check demo demo-down demo-quick demo-quick-down demo-apply images e2e-images k8s-tools e2e-tools test test-fresh test-e2e-alone bench bench-cluster install lint
+.PHONY: upstream-e2e upstream-e2e-reference fuzz-differential check demo demo-down demo-quick demo-quick-down demo-apply images e2e-images k8s-tools e2e-tools test test-fresh test-e2e-alone bench bench-cluster install lint
 
 # The main job: a real cluster on this machine (kubelet nodes, images built here, helm install).
 demo: install k8s-tools
@@ -57,6 +57,15 @@ test-e2e-alone:
 
 check:
 	bash hack/check.sh
+
+# The long run of the differential fuzzer (docs/testing.md): WORLDS random worlds from SEED (default:
+# the time), in pytest batches of BATCH_MINUTES, each under the heavy lock (released between
+# batches); prints worlds, objects the apiserver refused, probes compared, matches, accepted and
+# unexplained differences. Logs in _output/fuzz-differential.
+WORLDS ?= 200
+BATCH_MINUTES ?= 10
+fuzz-differential: install k8s-tools
+	.venv/bin/python -m tests.conformance.worlds run --worlds $(WORLDS) --batch-minutes $(BATCH_MINUTES) $(if $(SEED),--seed $(SEED))
 
 bench: install
 	.venv/bin/python -m bench dataplane

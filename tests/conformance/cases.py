@@ -927,6 +927,7 @@ def catalog() -> list[Case]:
     cases += health_map_cases()
     cases += map_cases()  # the kube-proxy map's own cases (end of this file)
     cases += address_spelling_cases()
+    cases += fuzzer_finds()
     for c in cases:
         for h in c.health:
             assert h.port  # every health check names a port
@@ -1527,7 +1528,15 @@ def map_cases() -> list[Case]:
         name, np_http(), type="LoadBalancer", lb_ingress=lb(), externalTrafficPolicy="Local", healthCheckNodePort=hc
     )
     slices = [eslice(name, "a", [ep("b1")], HTTP_EP), eslice(name, "b", [ep("a1")], [sport(8081, "other")])]
-    add(Case(name, [svc, *slices], list(frontends(svc, ("pod",), ("ext1",))), [HealthCheck(hc)]))
+    # the same with a local endpoint of its own port too (the differential fuzzer, seed 6): 2 for
+    # kube-proxy, 1 here, both 200 with another weight
+    more, hc2 = f"{name}-more", next(_hc)
+    svc2 = service(
+        more, np_http(), type="LoadBalancer", lb_ingress=lb(), externalTrafficPolicy="Local", healthCheckNodePort=hc2
+    )
+    slices += [eslice(more, "a", [ep("a1"), ep("b1")], HTTP_EP), eslice(more, "b", [ep("a2")], [sport(8081, "old")])]
+    probes = [*frontends(svc, ("pod",), ("ext1",)), *frontends(svc2, ("pod",), ("ext1",))]
+    add(Case(name, [svc, svc2, *slices], probes, [HealthCheck(hc), HealthCheck(hc2)]))
 
     # ClientIP affinity under externalTrafficPolicy Local (the local policy chain's affinity
     # rules); and across a Local-policy and a Cluster-policy frontend of one port
@@ -1554,15 +1563,42 @@ def map_cases() -> list[Case]:
         for sp in svc["spec"]["ports"]
     ]
     eps = [ep("a1"), ep("b1"), ep("b2"), ep("c2")]
-    add(Case(name, [svc, eslice(name, "a", eps, http_dns_ep)], probes))
+    # externalTrafficPolicy Local (the differential fuzzer, seed 1000): a pod or the node through
+    # the ClusterIP, then the NodePort, short-circuited to the Cluster endpoints in both proxies
+    etp = f"{name}-etp-local"
+    svc2 = service(
+        etp, np_http_dns(), type="NodePort", externalTrafficPolicy="Local",
+        sessionAffinity="ClientIP", sessionAffinityConfig={"clientIP": {"timeoutSeconds": 300}},
+    )  # fmt: skip
+    cip2 = svc2["spec"]["clusterIP"]
+    probes += [
+        Probe(src, sp["protocol"].lower(), cip2, sp["port"], "ClusterIP", True, (("NodePort", NODE4, sp["nodePort"]),))
+        for src in ("pod", "node")
+        for sp in svc2["spec"]["ports"]
+    ]
+    eps5 = [ep(p) for p in ("a1", "a2", "a3", "b1", "b2")]
+    add(Case(name, [svc, eslice(name, "a", eps, http_dns_ep), svc2, eslice(etp, "a", eps5, http_dns_ep)], probes))
 
     # localhost NodePorts: an endpoint that refuses (the node's own address, port 8080: nothing
     # listens there). kube-proxy's userspace proxy dials the one endpoint it picked and closes the
     # client when that fails; nftproxy's tries the next (differences.py)
     name = "localhost-nodeport-dead-endpoint"
     svc = service(name, np_http(), type="NodePort")
-    probes = [Probe("node", "tcp", "127.0.0.1", svc["spec"]["ports"][0]["nodePort"], "NodePort localhost")]
-    add(Case(name, [svc, eslice(name, "a", [ep("a1"), ep("host-1")], HTTP_EP)], probes))
+    # and one whose only endpoint refuses (no pod serves 7777; the differential fuzzer, seed 1008):
+    # kube-proxy closes the client (an empty answer), nftproxy resets it
+    none = f"{name}-none"
+    svc2 = service(none, np_http(), type="NodePort")
+    probes = [
+        Probe("node", "tcp", "127.0.0.1", one["spec"]["ports"][0]["nodePort"], "NodePort localhost")
+        for one in (svc, svc2)
+    ]
+    objects = [
+        svc,
+        eslice(name, "a", [ep("a1"), ep("host-1")], HTTP_EP),
+        svc2,
+        eslice(none, "a", [ep("a3")], [sport(7777, "http")]),
+    ]
+    add(Case(name, objects, probes))
 
     # the longest names the API allows (63-character Service name, 15-character port name): the
     # chain names and comments kube-proxy truncates
@@ -1742,3 +1778,48 @@ def address_spelling_cases() -> list[Case]:
     ]
     add(Case("service-cidr-too-wide", [], wide))
     return cases
+
+
+# ---- fuzzer finds (kept seeds)
+# Differences the differential fuzzer (tests/conformance/worlds.py) found and nftproxy now follows
+# kube-proxy in, each as the smallest world that shows it, named after the seed that found it.
+# Finds that are intentional differences are part of their differences.py entry's case (seeds 6,
+# 1000, 1008).
+
+
+def fuzzer_finds() -> list[Case]:
+    out: list[Case] = []
+    # seed 109: one slice lists pods twice, both copies ready, under externalTrafficPolicy Local
+    # with a health check (dup-in-one-slice-* show it under internalTrafficPolicy Local).
+    # kube-proxy walks the slice in order and a copy replaces an earlier one unless it is
+    # terminating (endpointslicecache.go addEndpoints): a2's later copy is on node-2 (not local:
+    # not counted, no eTP Local traffic), a3's later copy on this node.
+    name = "fuzzer-seed-109-dup-in-one-slice"
+    hc = next(_hc)
+    svc = service(
+        name,
+        [port(80, 8080, "http", node_port=next(_np))],
+        type="LoadBalancer",
+        lb_ingress=[{"ip": next(_lb)}],
+        externalTrafficPolicy="Local",
+        healthCheckNodePort=hc,
+    )
+    eps = [ep("a2"), ep("a2", node=OTHER), ep("a3", node=OTHER), ep("a3"), ep("b1")]
+    out.append(
+        Case(name, [svc, eslice(name, "a", eps, HTTP_EP)], list(frontends(svc, ("pod",), ("ext1",))), [HealthCheck(hc)])
+    )
+    # seed 159: loadBalancerSourceRanges on a port without endpoints, IPv4 only (as
+    # fw-source-ranges-no-endpoints, dual-stack). kube-proxy programs the firewall whatever the
+    # endpoints (nftables/proxier.go): a source outside the ranges is dropped (timeout), one
+    # inside is refused.
+    name = "fuzzer-seed-159-source-ranges-without-endpoints"
+    svc = service(
+        name,
+        [port(53, 5353, "dns", "UDP", node_port=next(_np)), port(80, 8080, "http", node_port=next(_np))],
+        type="LoadBalancer",
+        lb_ingress=[{"ip": next(_lb)}],
+        loadBalancerSourceRanges=["198.18.0.100/32"],
+    )
+    probes = [p for p in frontends(svc, ("pod",), ("ext1", "ext2", "pod")) if p.what == "LB"]
+    out.append(Case(name, [svc, eslice(name, "a", [], [sport(5353, "dns", "UDP"), sport(8080, "http")])], probes))
+    return out

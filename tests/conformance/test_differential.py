@@ -13,6 +13,7 @@ README mirrors that list).
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import os
 import re
@@ -27,13 +28,17 @@ from pathlib import Path
 
 import pytest
 
+from testkit.k8s import objects as k
 from testkit.k8s.controlplane import ControlPlane
 from testkit.k8s.kubeproxy import http_get_in
 from testkit.lab.netlab import NetLab, cleanup_stale
 from tests.conformance import cases as c
+from tests.conformance import worlds
+from tests.conformance.differences import accepted
 from tests.conformance.harness import (
     CRD,
     REPORT,
+    ApiWriter,
     KubeProxyRef,
     NftProxy,
     Row,
@@ -272,6 +277,148 @@ def test_open_udp_flows_across_changes(duo: Duo) -> None:
     rows += _flow(duo, restart, "after a restart")
     rows += _new_flows(duo, restart, "after a restart")
     _check(rows)
+
+
+# ---------------------------------------------------------------------------------------- fuzzed worlds
+
+# The short run of make test: FUZZ_WORLDS worlds from FUZZ_SEED (NFTPROXY_FUZZ_SEED and
+# NFTPROXY_FUZZ_WORLDS override both; NFTPROXY_FUZZ_MINUTES stops starting worlds after that long;
+# NFTPROXY_FUZZ_OUT: the totals as JSON). The long run: `make fuzz-differential` (worlds.run).
+FUZZ_SEED = 1
+FUZZ_WORLDS = 6
+
+
+def test_fuzzed_worlds_answer_as_kube_proxy(duo: Duo) -> None:
+    """Random worlds (tests/conformance/worlds.py), one after the other: each created through the
+    apiserver object by object (what it refuses is left out of the world and counted), both
+    proxies settled, every probe derived from the stored objects made in both labs and compared
+    as the catalog's are, the world deleted and both proxies settled again. An unexplained DIFF
+    fails the test, once every world has run, with the world's seed and objects."""
+    if (only := os.environ.get("NFTPROXY_CONFORMANCE_ONLY")) and not re.search(only, "fuzz"):
+        pytest.skip("not selected (NFTPROXY_CONFORMANCE_ONLY)")
+    seed = int(os.environ.get("NFTPROXY_FUZZ_SEED", FUZZ_SEED))
+    count = int(os.environ.get("NFTPROXY_FUZZ_WORLDS", FUZZ_WORLDS))
+    minutes = float(os.environ.get("NFTPROXY_FUZZ_MINUTES", "0"))
+    out = os.environ.get("NFTPROXY_FUZZ_OUT")
+    run = _FuzzRun(duo)
+    started = time.monotonic()
+    failures: list[str] = []
+    try:
+        for s in itertools.count(seed):
+            if run.totals.worlds >= count or (minutes and time.monotonic() - started > minutes * 60):
+                break
+            run.totals.next_seed = s + 1
+            try:
+                if failure := run.world(s):
+                    failures.append(failure)
+            except BaseException:
+                run.totals.failing_seeds.append(s)
+                raise
+    finally:
+        run.api.close()
+        if out:
+            run.totals.dump(Path(out))
+    print(f"\nfuzzed worlds from seed {seed}: {run.totals.line()}")
+    assert not failures, "\n\n".join(failures)
+
+
+class _FuzzRun:
+    def __init__(self, duo: Duo) -> None:
+        self.duo = duo
+        self.api = ApiWriter(duo.cp)
+        self.totals = worlds.Totals()
+        self.flips = 0
+        self.api.put({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": worlds.NS}})
+        self.api.put(
+            k.service(worlds.SENTINEL, [worlds.SENTINEL_IP], [k.port(80, "", target=8080)], namespace=worlds.NS)
+        )
+
+    def flip_sentinel(self) -> None:
+        """A change of the sentinel's slice, written after the world's objects: settle(change=True)
+        then waits for a sync that follows it, even when nothing of the world is proxied."""
+        self.flips += 1
+        pod = "a1" if self.flips % 2 else "a2"
+        self.api.put(
+            k.endpoint_slice(
+                f"{worlds.SENTINEL}-a", worlds.SENTINEL, [k.endpoint(c.PODS[pod][1], node=c.PODS[pod][0])],
+                [k.port(8080, "")], namespace=worlds.NS,
+            )
+        )  # fmt: skip
+
+    def world(self, seed: int) -> str:
+        """Runs one world; returns the failure text ("" when every row matched or is accepted)."""
+        duo, totals = self.duo, self.totals
+        world = worlds.generate(seed)
+        stored: list[c.Obj] = []  # as the apiserver keeps them
+        kept: list[c.Obj] = []  # as written (the world, less what was refused)
+        refused: list[str] = []
+
+        def refuse(what: str, why: str) -> None:
+            totals.refused += 1
+            refused.append(f"{what}: {why}")
+            reason = re.sub(r'"[^"]*"', '"…"', why.split(" is invalid: ", 1)[-1])[:200]
+            totals.refusals[reason] = totals.refusals.get(reason, 0) + 1
+
+        since = time.time()
+        for obj in world.objects:
+            totals.objects += 1
+            what = f"{obj['kind']} {obj['metadata']['name']}"
+            got, why = self.api.create(obj)
+            if got is None:
+                refuse(what, why)
+                continue
+            if obj["kind"] == "Service" and obj.get("status"):
+                patched, why = self.api.patch_status(obj)
+                if patched is None:
+                    refuse(f"{what} status", why)
+                    obj = {key: v for key, v in obj.items() if key != "status"}
+                else:
+                    got = patched
+            stored.append(got)
+            kept.append(obj)
+        self.flip_sentinel()
+        settle(duo.sides, since, change=True)
+
+        services = [o for o in stored if o["kind"] == "Service"]
+        tagged = worlds.probes(seed, services, [o for o in stored if o["kind"] == "EndpointSlice"])
+        results = parallel(lambda t: compare_probe(duo.a, duo.b, t.probe), tagged)
+        case = f"fuzz-{seed}"
+        rows = [
+            REPORT.add(t.case, t.probe.path() if t.case == case else f"({case}) {t.probe.path()}", kp, np)
+            for t, (kp, np) in zip(tagged, results, strict=True)
+        ]
+        for hp in worlds.health_checks(seed, services, [o for o in stored if o["kind"] == "EndpointSlice"]):
+            kp, np = health(duo.a, hp.check), health(duo.b, hp.check)
+            tag = hp.case if hp.case == case or hp.explained(kp, np) else case  # other counts: unexplained
+            rows.append(
+                REPORT.add(tag, health_path(hp.check) if tag == case else f"({case}) {health_path(hp.check)}", kp, np)
+            )
+
+        since = time.time()
+        for obj in reversed(stored):
+            self.api.delete(obj)
+        self.flip_sentinel()
+        settle(duo.sides, since, change=True)
+
+        totals.worlds += 1
+        totals.probes += len(rows)
+        totals.matches += sum(r.match for r in rows)
+        totals.accepted += sum(not r.match and accepted(r.case) is not None for r in rows)
+        bad = REPORT.unexpected(rows)
+        totals.unexplained += len(bad)
+        totals.diffs += [[str(seed), r.case, r.path, r.kube_proxy, r.nftproxy] for r in rows if not r.match]
+        if not bad:
+            return ""
+        totals.failing_seeds.append(seed)
+        lines = [
+            f"fuzzed world {seed}: {len(bad)} unexplained difference(s) "
+            f"(replay: NFTPROXY_FUZZ_SEED={seed} NFTPROXY_FUZZ_WORLDS=1; "
+            f"python -m tests.conformance.worlds show {seed})",
+            *(f"  {r.case} | {r.path} | kube-proxy: {r.kube_proxy} | nftproxy: {r.nftproxy}" for r in bad),
+            *(f"  refused {r}" for r in refused),
+            world.yaml(kept),
+        ]
+        return "\n".join(lines)
 
 
 # ---------------------------------------------------------------------------------------- metrics
