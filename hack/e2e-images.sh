@@ -17,16 +17,24 @@
 #   nginx                    busybox-static httpd serving on 80 (the Endpoints/EndpointSlice tests only
 #                            need a running container with ports)
 # (each under every tag the list has for it) as docker-archive tarballs e2e-NAME.tar in
-# ${NFTPROXY_IMAGES:-${NFTPROXY_CACHE:-~/.cache/nftproxy}/images}, one archive per image holding all its
-# names (containerd's import makes one image per name), listed in e2e-images.json there:
-# {"<ref>": "<archive>", ...}. Only registry.k8s.io names are made; the others of the list are logged.
+# ${NFTPROXY_IMAGES:-${NFTPROXY_CACHE:-~/.cache/nftproxy}/images}/e2e/<K8S_VERSION> (each Kubernetes
+# version's e2e.test names its own tags), one archive per image holding all its names (containerd's
+# import makes one image per name), listed in e2e-images.json there: {"<ref>": "<archive>", ...}. Only registry.k8s.io names are made; the others of the list are logged.
 # Rebuilt only when their inputs changed (a stamp per archive): a second run prints "cached".
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=hack/k8s-versions.sh
+. hack/k8s-versions.sh
+K8S_VERSION=${K8S_VERSION:-$K8S_DEFAULT}
+export K8S_VERSION
+# the Go toolchain k8s.io/kubernetes v1.38 needs (its module is read below for porter's certificate)
+export GOTOOLCHAIN=go1.27.3
 
 CACHE=${NFTPROXY_CACHE:-$HOME/.cache/nftproxy}
 OUT=${NFTPROXY_IMAGES:-$CACHE/images}
-BIN=$CACHE/bin
+E2E_OUT=$OUT/e2e/$K8S_VERSION   # this version's archives, stamps and e2e-images.json
+BIN=$CACHE/k8s/$K8S_VERSION/bin  # e2e.test, agnhost, regression-issue-74839 (hack/e2e-tools.sh)
+TOOLBIN=$CACHE/bin               # coredns
 STORE=$OUT/storage
 RUNROOT=$OUT/run
 SUITE=bookworm
@@ -43,7 +51,7 @@ log() { printf '==> [e2e-images %4ss] %s\n' "$((SECONDS - START))" "$*"; }
 bash hack/e2e-tools.sh
 bash hack/images.sh
 
-mkdir -p "$OUT" "$RUNROOT"
+mkdir -p "$OUT" "$RUNROOT" "$E2E_OUT"
 exec 9>"$OUT/.images.lock"   # the same lock as hack/images.sh: one buildah storage
 flock 9
 
@@ -56,12 +64,19 @@ bah() {
   unshare --mount --propagation private -- \
     buildah --root "$STORE" --runroot "$RUNROOT" --storage-driver vfs "$@"
 }
-stamp_ok() { [ -f "$OUT/$1.tar" ] && [ "$(cat "$OUT/.$1.stamp" 2>/dev/null)" = "$2" ]; }
-stamp() { echo "$2" > "$OUT/.$1.stamp"; }
+# stamp_ok NAME KEY: E2E_OUT/NAME.tar was built from KEY; one that the earlier layout (one version,
+# in $OUT itself) built from KEY is hard-linked in instead of being built again.
+stamp_ok() {
+  [ -f "$E2E_OUT/$1.tar" ] && [ "$(cat "$E2E_OUT/.$1.stamp" 2>/dev/null)" = "$2" ] && return 0
+  [ -f "$OUT/$1.tar" ] && [ "$(cat "$OUT/.$1.stamp" 2>/dev/null)" = "$2" ] || return 1
+  ln -f "$OUT/$1.tar" "$E2E_OUT/$1.tar" 2>/dev/null || cp -f "$OUT/$1.tar" "$E2E_OUT/$1.tar"
+  echo "$2" > "$E2E_OUT/.$1.stamp"
+}
+stamp() { echo "$2" > "$E2E_OUT/.$1.stamp"; }
 # archive NAME REF...: the image REF (the first) as a docker-archive at $OUT/NAME.tar carrying every
 # REF as a name (its manifest.json's RepoTags), atomically.
 archive() {
-  local name=$1 tmp=$OUT/$1.tar.tmp; shift
+  local name=$1 tmp=$E2E_OUT/$1.tar.tmp; shift
   rm -f "$tmp"
   bah push -q "$1" "docker-archive:$tmp:$1" >/dev/null
   if [ $# -gt 1 ]; then
@@ -83,7 +98,7 @@ with tarfile.open(path) as src, tarfile.open(path + ".tags", "w", format=src.for
 os.replace(path + ".tags", path)
 EOF
   fi
-  mv -f "$tmp" "$OUT/$name.tar"
+  mv -f "$tmp" "$E2E_OUT/$name.tar"
 }
 # commit_rootfs REF ROOTFS_TAR CONFIG...: an image of one layer.
 commit_rootfs() {
@@ -115,7 +130,7 @@ refs() {
 }
 
 declare -A JSON=()   # ref -> archive
-made() { local name=$1 r; shift; for r in "$@"; do JSON[$r]=$OUT/$name.tar; done; }
+made() { local name=$1 r; shift; for r in "$@"; do JSON[$r]=$E2E_OUT/$name.tar; done; }
 
 e2e_version=$(cat "$BIN/.e2e.test.version")
 script_key="r$E2E_RECIPE $(sha256sum hack/e2e-images.sh | cut -c1-16) $(sha256sum "$BUSYBOX" | cut -c1-16)"
@@ -125,18 +140,18 @@ script_key="r$E2E_RECIPE $(sha256sum hack/e2e-images.sh | cut -c1-16) $(sha256su
 mapfile -t agnhost_refs < <(refs agnhost glibc-dns-testing jessie-dnsutils distroless-iptables)
 agnhost=${agnhost_refs[0]:-}
 [[ $agnhost == */agnhost:* ]] || { echo "e2e-images: e2e.test --list-images lists no agnhost" >&2; exit 1; }
-agnhost_key="$script_key ${agnhost_refs[*]} $AGNHOST_PKGS $e2e_version $(cat "$BIN/.coredns.version")"
-agnhost_key+=" $(sha256sum "$BIN/agnhost" "$BIN/coredns" | cut -c1-16 | tr '\n' ' ')"
+agnhost_key="$script_key ${agnhost_refs[*]} $AGNHOST_PKGS $e2e_version $(cat "$TOOLBIN/.coredns.version")"
+agnhost_key+=" $(sha256sum "$BIN/agnhost" "$TOOLBIN/coredns" | cut -c1-16 | tr '\n' ' ')"
 if stamp_ok e2e-agnhost "$agnhost_key"; then
   log "$agnhost: cached"
 else
-  kdir=$(GOFLAGS=-mod=mod GOTOOLCHAIN=local "$GO" mod download -json "k8s.io/kubernetes@${e2e_version%% *}" \
+  kdir=$(GOFLAGS=-mod=mod "$GO" mod download -json "k8s.io/kubernetes@${e2e_version%% *}" \
     | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",\{0,1\}$/\1/p')
   [ -f "$kdir/test/images/agnhost/porter/localhost.crt" ] || { echo "e2e-images: no porter certificate in $kdir" >&2; exit 1; }
   log "[agnhost] mmdebstrap --variant=minbase $SUITE + $AGNHOST_PKGS: ~3 min, downloads from the Debian mirror"
   tmp=$(mktemp -d /var/tmp/nftproxy-e2e-agnhost.XXXXXX)
   trap 'rm -rf "$tmp"' EXIT
-  cp "$BIN/agnhost" "$BIN/coredns" "$kdir/test/images/agnhost/porter/localhost.crt" \
+  cp "$BIN/agnhost" "$TOOLBIN/coredns" "$kdir/test/images/agnhost/porter/localhost.crt" \
     "$kdir/test/images/agnhost/porter/localhost.key" "$tmp/"
   chmod 644 "$tmp/localhost.crt" "$tmp/localhost.key"
   unshare --mount --propagation private -- mmdebstrap --quiet --variant=minbase --include="$AGNHOST_PKGS" \
@@ -161,7 +176,7 @@ else
   rm -rf "$tmp"
   trap - EXIT
   stamp e2e-agnhost "$agnhost_key"
-  log "[agnhost] ${agnhost_refs[*]} built ($(du -h "$OUT/e2e-agnhost.tar" | cut -f1))"
+  log "[agnhost] ${agnhost_refs[*]} built ($(du -h "$E2E_OUT/e2e-agnhost.tar" | cut -f1))"
 fi
 made e2e-agnhost "${agnhost_refs[@]}"
 
@@ -199,7 +214,7 @@ EOF
   bah rmi -f "$1" >/dev/null 2>&1 || true
   rm -rf "$tmp"
   stamp "$name" "$key"
-  log "$* built ($(du -h "$OUT/$name.tar" | cut -f1))"
+  log "$* built ($(du -h "$E2E_OUT/$name.tar" | cut -f1))"
   made "$name" "$@"
 }
 
@@ -260,6 +275,6 @@ log "not made here (${#missing[@]} of the list): $(printf '%s\n' "${missing[@]}"
   done
   echo
   echo "}"
-} > "$OUT/e2e-images.json.tmp"
-mv -f "$OUT/e2e-images.json.tmp" "$OUT/e2e-images.json"
-log "ready: $OUT/e2e-images.json (${#JSON[@]} images) in $((SECONDS - START)) s"
+} > "$E2E_OUT/e2e-images.json.tmp"
+mv -f "$E2E_OUT/e2e-images.json.tmp" "$E2E_OUT/e2e-images.json"
+log "ready: $E2E_OUT/e2e-images.json (${#JSON[@]} images, Kubernetes $K8S_VERSION) in $((SECONDS - START)) s"

@@ -94,12 +94,20 @@ done
 
 # ---------------------------------------------------------------- k8s.io/kubernetes: e2e.test, agnhost, ...
 k8s_stamp="$K8S_VERSION r$E2E_RECIPE"
+IPTW_REPLACE="" IPTW_STAMP=""
+if wants e2e.test; then
+  # e2e.test imports pkg/kubelet, so sigs.k8s.io/iptables-wrappers from v1.38 (hack/iptables-wrappers.sh)
+  # shellcheck source=hack/iptables-wrappers.sh
+  . "$ROOT/hack/iptables-wrappers.sh"
+  iptables_wrappers "$K8S_VERSION"
+fi
+e2e_stamp="$k8s_stamp$IPTW_STAMP"
 cmds=()     # the main packages under test/images wanted and not fresh
 want_e2e=
 for t in agnhost regression-issue-74839; do
   wants "$t" && ! fresh "$t" "$k8s_stamp" && ! adopt "$t" "$k8s_stamp" && cmds+=("$t")
 done
-wants e2e.test && ! fresh e2e.test "$k8s_stamp" && ! adopt e2e.test "$k8s_stamp" && want_e2e=1
+wants e2e.test && ! fresh e2e.test "$e2e_stamp" && ! adopt e2e.test "$e2e_stamp" && want_e2e=1
 if [ ${#cmds[@]} -eq 0 ] && [ -z "$want_e2e" ]; then
   for t in e2e.test agnhost regression-issue-74839; do wants "$t" && log "$t $K8S_VERSION: cached"; done
 else
@@ -115,6 +123,7 @@ else
   # v0.X.Y releases), taken afresh each build; the test-only modules are added to the copy only.
   sed 's#^module .*#module nftproxy.local/e2e-tools#' "$base/go.mod" > go.mod
   cp "$base/go.sum" go.sum
+  if [ -n "$IPTW_REPLACE" ] && ! grep -qF "$IPTW_REPLACE" go.mod; then printf '\nreplace %s\n' "$IPTW_REPLACE" >> go.mod; fi
 
   pkgs=()
   [ -n "$want_e2e" ] && pkgs+=(k8s.io/kubernetes/test/e2e)
@@ -140,7 +149,7 @@ else
     log "[k8s 3/3] compiling e2e.test (go test -c k8s.io/kubernetes/test/e2e: ~3-4 min with k8s-tools' Go cache warm)"
     timed "[k8s 3/3] go test -c e2e.test" \
       "$GO" test -c -trimpath -ldflags "$ldflags" -o "$out/e2e.test" k8s.io/kubernetes/test/e2e
-    install_bin "$out/e2e.test" e2e.test "$k8s_stamp"
+    install_bin "$out/e2e.test" e2e.test "$e2e_stamp"
     log "built $BIN/e2e.test ($K8S_VERSION, $(du -h "$BIN/e2e.test" | cut -f1))"
   fi
   rm -rf "$out"

@@ -70,10 +70,20 @@ exec 9>"$CACHE/.k8s-tools.lock"
 flock 9
 log "go: $("$GO" version); cache: $CACHE"
 
+# ---------------------------------------------------------------- sigs.k8s.io/iptables-wrappers
+# k8s.io/kubernetes v1.38 moved pkg/util/iptables out to sigs.k8s.io/iptables-wrappers. When the
+# module proxy does not serve that module's source, hack/iptables-wrappers-standin.go stands in
+# (read it): the previous release's package with the v1.38 API. The binaries that import it carry
+# "+ iptables-wrappers stand-in" in their version stamp (rebuilt once the real module is served).
+# shellcheck source=hack/iptables-wrappers.sh
+. "$ROOT/hack/iptables-wrappers.sh"
+iptables_wrappers "$K8S_VERSION"   # sets IPTW_REPLACE (a go.mod replace line, or empty) and IPTW_STAMP
+stamp_of() { case " $IPTW_CMDS " in *" $1 "*) echo "$K8S_VERSION$IPTW_STAMP";; *) echo "$K8S_VERSION";; esac; }
+
 # ---------------------------------------------------------------- k8s.io/kubernetes commands
 read -r -a K8S_CMDS <<< "${K8S_TOOLS:-kube-apiserver kubectl kube-controller-manager kube-scheduler kubelet kube-proxy}"
 missing=()
-for c in "${K8S_CMDS[@]}"; do fresh "$c" "$K8S_VERSION" || adopt "$c" "$K8S_VERSION" || missing+=("$c"); done
+for c in "${K8S_CMDS[@]}"; do fresh "$c" "$(stamp_of "$c")" || adopt "$c" "$(stamp_of "$c")" || missing+=("$c"); done
 if [ ${#missing[@]} -eq 0 ]; then
   log "${K8S_CMDS[*]} $K8S_VERSION: cached"
 else
@@ -105,6 +115,7 @@ else
     echo
     echo "replace ("
     for m in "${staging[@]}"; do echo "	$m => $m $staging_version"; done
+    [ -n "$IPTW_REPLACE" ] && echo "	$IPTW_REPLACE"
     echo ")"
   } > go.mod.new
   if ! cmp -s go.mod.new go.mod.in 2>/dev/null; then
@@ -135,8 +146,8 @@ else
   out=$(mktemp -d "$CACHE/build/out.XXXXXX")
   "$GO" build -trimpath -ldflags "$ldflags" -o "$out/" "${pkgs[@]}"
   for c in "${missing[@]}"; do
-    install_bin "$out/$c" "$c" "$K8S_VERSION"
-    log "built $BIN/$c ($K8S_VERSION)"
+    install_bin "$out/$c" "$c" "$(stamp_of "$c")"
+    log "built $BIN/$c ($(stamp_of "$c"))"
   done
   rmdir "$out"
 fi

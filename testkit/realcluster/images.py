@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from testkit.k8s import versions
 from testkit.k8s.controlplane import cache_dir
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -106,12 +107,13 @@ def load(out: Path | None = None) -> dict[str, Any]:
 
 
 def e2e_images_json(out: Path | None = None) -> Path:
-    return (out or images_dir()) / "e2e-images.json"
+    """This Kubernetes version's (K8S_VERSION) e2e images list: each version's e2e.test names its own tags."""
+    return (out or images_dir()) / "e2e" / versions.current() / "e2e-images.json"
 
 
 def e2e_test() -> Path:
     """Upstream's e2e.test (hack/e2e-tools.sh; :func:`build_e2e` makes it)."""
-    return cache_dir() / "bin" / "e2e.test"
+    return versions.bin_dir(cache_dir()) / "e2e.test"
 
 
 def build_e2e(log: Callable[[str], None], *, out: Path | None = None) -> dict[str, str]:

@@ -37,6 +37,7 @@ from typing import Any
 
 import yaml
 
+from testkit.k8s import versions
 from testkit.k8s.controlplane import find_binary
 from testkit.k8s.kubeproxy import kube_proxy_config
 from testkit.realcluster import addons
@@ -184,7 +185,7 @@ def kube_proxy_image(log: Log) -> tuple[str, str]:
         log("    " + line)
     if p.returncode != 0:
         raise ClusterError(f"hack/kube-proxy-image.sh failed: {(p.stderr or p.stdout)[-1500:]}")
-    info = json.loads((imagelib.images_dir() / "kube-proxy.json").read_text())
+    info = json.loads((imagelib.images_dir() / f"kube-proxy-{versions.current()}.json").read_text())
     return str(info["ref"]), str(info["archive"])
 
 
