@@ -937,6 +937,7 @@ class FlowCase:
     source_port: int
     restart: bool = False  # the change is made while both proxies are stopped (full sync at start)
     frontend: str = "ClusterIP"  # ClusterIP (from the client pod) | externalIP | LB | NodePort (from ext1)
+    deletes: list[tuple[str, str]] = field(default_factory=list)  # (kind, name) deleted with ``after``
 
     @property
     def probe(self) -> Probe:
@@ -1007,7 +1008,7 @@ def flow_cases() -> list[FlowCase]:
                 frontend=frontend,
             )
         )
-    return out
+    return out + deleted_service_flows()
 
 
 # --------------------------------------------------------------------------- changes to Services
@@ -1115,3 +1116,34 @@ def json_copy(obj: Obj) -> Obj:
     import json  # noqa: PLC0415
 
     return dict(json.loads(json.dumps(obj)))
+
+
+# --------------------------------------------------------------------------- UDP flows of a deleted Service
+
+
+def deleted_service_flows() -> list[FlowCase]:
+    """kube-proxy 1.38 (kubernetes#141371): a UDP Service deleted loses the open flows to its
+    ClusterIP, externalIPs and LB IPs (not its NodePort's: matched by port number alone); 1.37 kept
+    them, so a client went on reaching the Service's pods (differences.py). Deleted while both
+    proxies are stopped, neither knows it was there: the flow stays with both."""
+    dns_ep = [sport(5353, "dns", "UDP")]
+    out: list[FlowCase] = []
+    for i, (name, restart, frontend) in enumerate(
+        (
+            ("udp-service-deleted", False, "ClusterIP"),
+            ("udp-service-deleted-externalip", False, "externalIP"),
+            ("udp-service-deleted-nodeport", False, "NodePort"),
+            ("udp-service-deleted-during-restart", True, "ClusterIP"),
+        )
+    ):
+        if frontend == "NodePort":
+            svc = service(name, [port(53, 5353, "dns", "UDP", node_port=next(_np))], type="NodePort")
+        elif frontend == "externalIP":
+            svc = service(name, [port(53, 5353, "dns", "UDP")], externalIPs=[next(_ext)])
+        else:
+            svc = service(name, [port(53, 5353, "dns", "UDP")])
+        before = [svc, eslice(name, "a", [ep("a1")], dns_ep)]
+        out.append(
+            FlowCase(name, before, [], 41100 + i, restart=restart, frontend=frontend, deletes=[("service", name)])
+        )
+    return out

@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
+from nftproxy.compiler import features
+from testkit.k8s import versions
 from testkit.k8s.controlplane import ControlPlane
 from testkit.k8s.kubeproxy import KubeProxy, KubeProxyError, http_get_in, wait_synced
 from testkit.lab.netlab import (
@@ -52,6 +54,9 @@ TRY_TIMEOUT = 0.5  # seconds per try (an answer here takes a few ms; a drop cost
 # A timeout seen on one side only, beside answers, is tried again with this per try (_settle_stalls)
 STALL_TIMEOUT = 3.0
 STALL_TRIES = 20
+REFERENCE_MINOR = versions.minor(versions.current())  # the reference kube-proxy's release (K8S_VERSION)
+# both proxies' feature gates: localhost NodePorts on (kube-proxy 1.37's alpha gate; 1.38's default)
+FEATURE_GATES = {features.LOCALHOST_NODEPORTS: True}
 
 
 # --------------------------------------------------------------------------- labs
@@ -156,8 +161,8 @@ class KubeProxyRef(Proxy):
     title = "kube-proxy"
 
     def __init__(self, side: Side, cp: ControlPlane, workdir: Path) -> None:
-        # localhost NodePorts: kube-proxy v1.37's userspace proxy behind its (alpha) gate, with
-        # the keywords; nftproxy gets the same --nodeport-addresses (NftProxy.start)
+        # localhost NodePorts: kube-proxy's userspace proxy behind its gate (alpha in 1.37), with
+        # the keywords; nftproxy gets the same --nodeport-addresses and gates (NftProxy.start)
         self.kp = KubeProxy(
             side.node.netns,
             c.NODE,
@@ -165,7 +170,7 @@ class KubeProxyRef(Proxy):
             workdir,
             node_ip=c.NODE4,
             nodeport_addresses=c.NODEPORT_ADDRESSES,
-            extra_config={"featureGates": {"KubeProxyNFTablesLocalhostNodePorts": True}},
+            extra_config={"featureGates": FEATURE_GATES},
         )
 
     def start(self) -> None:
@@ -209,6 +214,7 @@ class NftProxy(Proxy):
             "--min-sync-period", "0",
             "--status-period", "1s",
             "--nodeport-addresses", ",".join(c.NODEPORT_ADDRESSES),
+            "--feature-gates", ",".join(f"{g}={str(on).lower()}" for g, on in FEATURE_GATES.items()),
         ]  # fmt: skip
         with self.log.open("ab") as log:
             self.proc = subprocess.Popen(argv, stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True)
@@ -347,7 +353,7 @@ class Row:
     def verdict(self) -> str:
         if self.match:
             return "MATCH"
-        return "DIFF (intentional)" if accepted(self.case) else "DIFF"
+        return "DIFF (intentional)" if accepted(self.case, REFERENCE_MINOR) else "DIFF"
 
 
 @dataclass

@@ -219,6 +219,12 @@ def test_changes_reach_the_kernel_as_with_kube_proxy(duo: Duo) -> None:
     _check(rows)
 
 
+def _delete(duo: Duo, flows: list[c.FlowCase]) -> None:
+    for f in flows:
+        for kind, name in f.deletes:
+            duo.cp.kubectl("delete", kind, name, "-n", c.NS, "--wait=false")
+
+
 def _flow(duo: Duo, flows: list[c.FlowCase], label: str) -> list[Row]:
     """One datagram of each flow (fixed source port), in both labs."""
     out: list[Row] = []
@@ -254,6 +260,7 @@ def test_open_udp_flows_across_changes(duo: Duo) -> None:
     rows = _flow(duo, duo.flows, "first datagram")
     since = time.time()
     duo.apply([o for f in live for o in f.after])
+    _delete(duo, live)
     settle(duo.sides, since, change=True)
     rows += _flow(duo, live, "after the change")
     rows += _new_flows(duo, live, "after the change")
@@ -263,6 +270,7 @@ def test_open_udp_flows_across_changes(duo: Duo) -> None:
         assert s.proxy is not None
         s.proxy.stop()
     duo.apply([o for f in restart for o in f.after])
+    _delete(duo, restart)
     since = time.time()
     for s in duo.sides:
         assert s.proxy is not None
