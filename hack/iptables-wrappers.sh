@@ -34,7 +34,10 @@ iptables_wrappers() {
   # the previous package, its constructors and interface renamed (the v1.38 API takes those names)
   perl -pe 's/(?<![.\w])Interface\b/legacyInterface/g; s/^func New\(/func legacyNew(/; s/^func NewBestEffort\(/func legacyNewBestEffort(/' \
     "$src/iptables.go" > "$dir.tmp/pkg/iptables/iptables.go"
-  cp "$src/save_restore.go" "$src/doc.go" "$dir.tmp/pkg/iptables/"
+  # GetChainsFromTable: a k8s.io/utils/set.Set in v1.38's API (an apimachinery sets.Set before)
+  sed -e 's#"k8s.io/apimachinery/pkg/util/sets"#"k8s.io/utils/set"#' -e 's/sets\.Set\[Chain\]/set.Set[Chain]/g' \
+    -e 's/sets\.New\[Chain\]/set.New[Chain]/g' "$src/save_restore.go" > "$dir.tmp/pkg/iptables/save_restore.go"
+  cp "$src/doc.go" "$dir.tmp/pkg/iptables/"
   cp "$ROOT/hack/iptables-wrappers-standin.go" "$dir.tmp/pkg/iptables/standin.go"
   chmod -R u+w "$dir.tmp"
   mod() { sed -n "s#^[[:space:]]*$1 \\(v[^[:space:]]*\\).*#\\1#p" "$kmod" | head -1; }

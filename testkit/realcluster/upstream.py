@@ -37,6 +37,7 @@ from typing import Any
 
 import yaml
 
+from nftproxy.compiler import features
 from testkit.k8s import versions
 from testkit.k8s.controlplane import find_binary
 from testkit.k8s.kubeproxy import kube_proxy_config
@@ -53,8 +54,9 @@ SELECTIONS = {
     "make-test": r"\[sig-network\].*\[Conformance\]|\[sig-network\] KubeProxy should set TCP CLOSE_WAIT timeout",
     "full": r"\[sig-network\]",
 }
-# localhost NodePorts on (both proxies): kube-proxy v1.37's gate and nodePortAddresses, nftproxy's flag
+# localhost NodePorts on (both proxies): the gate (off by default in 1.37) and nodePortAddresses
 LOCALHOST_NODEPORTS = ["primary", "localhost"]
+LOCALHOST_GATE = {features.LOCALHOST_NODEPORTS: True}
 Log = Callable[[str], None]
 NODE_NAME = {"fieldPath": "spec.nodeName"}
 
@@ -101,7 +103,7 @@ def kube_proxy_manifests(cluster: RealCluster, image: str, *, localhost_nodeport
         min_sync_period="1s",  # kube-proxy's defaults
         sync_period="30s",
         nodeport_addresses=LOCALHOST_NODEPORTS if localhost_nodeports else None,
-        extra={"featureGates": {"KubeProxyNFTablesLocalhostNodePorts": True}} if localhost_nodeports else None,
+        extra={"featureGates": LOCALHOST_GATE} if localhost_nodeports else None,
     )
     sa = "/var/run/secrets/kubernetes.io/serviceaccount"
     kubeconfig = {
@@ -190,10 +192,13 @@ def kube_proxy_image(log: Log) -> tuple[str, str]:
 
 
 def install_proxy(cluster: RealCluster, proxy: str, log: Log, *, localhost_nodeports: bool = False) -> None:
-    """``localhost_nodeports``: both proxies with ``nodePortAddresses: [primary, localhost]``
-    (kube-proxy v1.37 also needs its gate KubeProxyNFTablesLocalhostNodePorts)."""
+    """``localhost_nodeports``: both proxies with ``nodePortAddresses: [primary, localhost]`` and
+    the gate KubeProxyNFTablesLocalhostNodePorts on (its default from 1.38)."""
     if proxy == "nftproxy":
-        values = {"nodePortAddresses": "{" + ",".join(LOCALHOST_NODEPORTS) + "}"} if localhost_nodeports else None
+        values = None
+        if localhost_nodeports:
+            values = {"nodePortAddresses": "{" + ",".join(LOCALHOST_NODEPORTS) + "}"}
+            values.update({f"featureGates.{g}": str(on).lower() for g, on in LOCALHOST_GATE.items()})
         w.helm_install(cluster, values)
         return
     ref, archive = kube_proxy_image(log)
@@ -328,7 +333,7 @@ def main(argv: list[str] | None = None) -> int:
     )  # fmt: skip
     p.add_argument(
         "--localhost-nodeports", action="store_true",
-        help="both proxies with nodePortAddresses [primary, localhost] (kube-proxy: with its v1.37 gate); "
+        help="both proxies with nodePortAddresses [primary, localhost] and the gate KubeProxyNFTablesLocalhostNodePorts on; "
         "with --cluster, the proxy is installed (upgraded) so first",
     )  # fmt: skip
     args = p.parse_args(argv)
