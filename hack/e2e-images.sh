@@ -7,6 +7,11 @@
 #                            (dig, curl, nc, ip/ss, iperf, bash, socat, wget, ps, ping, conntrack), /agnhost,
 #                            /agnhost-2, porter's /localhost.crt+key, /uploads, /coredns (one DNS test
 #                            runs it), uid 1000 in gid 50000 as upstream; ENTRYPOINT /agnhost, CMD pause.
+#                            /var/registry, what `agnhost fake-registry-server` serves: upstream fills it
+#                            at build time with the images of fakeregistryserver/images.txt
+#                            (prepare_registry.sh, from registry.k8s.io); here each is the cluster's
+#                            pause image (hack/images.sh), in the same layout (a tag file holding the
+#                            manifest's digest, manifests and blobs under sha256/<2>/<digest>/data)
 #                            Its archive also carries the framework's other agnhost tag (AgnhostPrev) and
 #                            the names glibc-dns-testing (the DNS tests' glibc prober: dig and /coredns),
 #                            jessie-dnsutils (older releases' name) and distroless-iptables (one
@@ -42,7 +47,7 @@ PAUSE_REF=localhost/nftproxy-pause:1   # hack/images.sh's
 # Upstream's agnhost Dockerfile installs (Alpine) bind-tools curl netcat-openbsd iproute2 iperf bash
 # util-linux-misc socat, and its busybox base brings wget, nslookup, ps, ping...
 AGNHOST_PKGS=bind9-dnsutils,curl,netcat-openbsd,iproute2,bash,iperf,ca-certificates,socat,wget,procps,iputils-ping,conntrack
-E2E_RECIPE=1  # bump when the build steps below change
+E2E_RECIPE=2  # bump when the build steps below change (2: /var/registry filled)
 
 START=$SECONDS
 log() { printf '==> [e2e-images %4ss] %s\n' "$((SECONDS - START))" "$*"; }
@@ -135,13 +140,54 @@ made() { local name=$1 r; shift; for r in "$@"; do JSON[$r]=$E2E_OUT/$name.tar; 
 e2e_version=$(cat "$BIN/.e2e.test.version")
 script_key="r$E2E_RECIPE $(sha256sum hack/e2e-images.sh | cut -c1-16) $(sha256sum "$BUSYBOX" | cut -c1-16)"
 
+# fake_registry IMAGES_TXT DIR: DIR as agnhost's fake-registry-server reads /var/registry, holding the
+# images IMAGES_TXT names ("name tag internal_tag" lines; upstream pulls name:tag from registry.k8s.io,
+# here the cluster's pause image stands for "pause") under their internal tags. Each image is pushed
+# by buildah as an OCI layout, then its manifest and blobs are laid out as the server looks them up.
+fake_registry() {
+  local list=$1 dir=$2 name tag internal
+  [ -f "$list" ] || { echo "e2e-images: no $list" >&2; exit 1; }
+  mkdir -p "$dir"
+  while read -r name tag internal; do
+    [[ -z "$name" || "$name" == \#* ]] && continue
+    [ "$name" = pause ] || { echo "e2e-images: no image here for the fake registry's $name:$tag" >&2; exit 1; }
+    rm -rf "$dir.oci"
+    bah push -q "$PAUSE_REF" "oci:$dir.oci:$internal" >/dev/null
+    python3 - "$dir.oci" "$dir/$name" "$internal" <<'PY'
+import hashlib, json, os, sys
+src, dst, tag = sys.argv[1:]
+def blob(digest):
+    algo, h = digest.split(":")
+    with open(f"{src}/blobs/{algo}/{h}", "rb") as f:
+        return f.read()
+def place(kind, data):
+    h = hashlib.sha256(data).hexdigest()
+    path = f"{dst}/{kind}/sha256/{h[:2]}/{h}/data"
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(data)
+    return f"sha256:{h}"
+(entry,) = json.load(open(f"{src}/index.json"))["manifests"]
+manifest = json.loads(blob(entry["digest"]))
+manifest.setdefault("mediaType", entry.get("mediaType", "application/vnd.oci.image.manifest.v1+json"))
+for d in [manifest["config"], *manifest["layers"]]:
+    assert place("blobs", blob(d["digest"])) == d["digest"], d
+digest = place("manifests", json.dumps(manifest).encode())  # the server sends it with its mediaType
+with open(f"{dst}/manifests/{tag}", "w") as f:
+    f.write(digest + "\n")
+PY
+    rm -rf "$dir.oci"
+    log "[agnhost] fake registry: $name:$internal (the cluster's pause image, for upstream's $name:$tag)"
+  done < "$list"
+}
+
 # ------------------------------------------------------------------ agnhost (+ glibc-dns-testing, ...)
 # agnhost is listed twice (Agnhost and AgnhostPrev): the newest is the image's own name.
 mapfile -t agnhost_refs < <(refs agnhost glibc-dns-testing jessie-dnsutils distroless-iptables)
 agnhost=${agnhost_refs[0]:-}
 [[ $agnhost == */agnhost:* ]] || { echo "e2e-images: e2e.test --list-images lists no agnhost" >&2; exit 1; }
 agnhost_key="$script_key ${agnhost_refs[*]} $AGNHOST_PKGS $e2e_version $(cat "$TOOLBIN/.coredns.version")"
-agnhost_key+=" $(sha256sum "$BIN/agnhost" "$TOOLBIN/coredns" | cut -c1-16 | tr '\n' ' ')"
+agnhost_key+=" $(sha256sum "$BIN/agnhost" "$TOOLBIN/coredns" | cut -c1-16 | tr '\n' ' ') $(cat "$OUT/.pause.stamp")"
 if stamp_ok e2e-agnhost "$agnhost_key"; then
   log "$agnhost: cached"
 else
@@ -154,10 +200,12 @@ else
   cp "$BIN/agnhost" "$TOOLBIN/coredns" "$kdir/test/images/agnhost/porter/localhost.crt" \
     "$kdir/test/images/agnhost/porter/localhost.key" "$tmp/"
   chmod 644 "$tmp/localhost.crt" "$tmp/localhost.key"
+  fake_registry "$kdir/test/images/agnhost/fakeregistryserver/images.txt" "$tmp/registry"
   unshare --mount --propagation private -- mmdebstrap --quiet --variant=minbase --include="$AGNHOST_PKGS" \
     --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-exclude=/usr/share/man/*' \
     --dpkgopt='path-exclude=/usr/share/locale/*' \
     --customize-hook="copy-in $tmp/agnhost $tmp/coredns $tmp/localhost.crt $tmp/localhost.key /" \
+    --customize-hook="copy-in $tmp/registry /var" \
     --customize-hook='chroot "$1" sh -ec "
       ln -s agnhost /agnhost-2
       ln -s /usr/bin/iperf /usr/local/bin/iperf

@@ -50,8 +50,8 @@ def images_json(out: Path | None = None) -> Path:
 
 def build(log: Callable[[str], None], *, source: Path = ROOT, out: Path | None = None) -> dict[str, Any]:
     """Run hack/images.sh (a no-op when nothing changed), its progress lines through LOG. SOURCE: the
-    tree whose script and sources to build (another commit's worktree); OUT: the images directory
-    (default images_dir())."""
+    tree whose script and sources to build (another commit's worktree, which gets no K8S_VERSION:
+    its scripts build with their own default); OUT: the images directory (default images_dir())."""
     _run_script(source, "images.sh", log, out)
     return load(out)
 
@@ -60,6 +60,9 @@ def _run_script(source: Path, script: str, log: Callable[[str], None], out: Path
     """SOURCE/hack/SCRIPT (images into OUT, default images_dir()), its ``==>`` lines through LOG;
     RuntimeError with the output's tail when it fails."""
     env = dict(os.environ)
+    if source != ROOT:  # another commit's scripts may know no such version (nor its Go toolchain)
+        env.pop("K8S_VERSION", None)
+        env.pop("GOTOOLCHAIN", None)
     if out is not None:
         env["NFTPROXY_IMAGES"] = str(out)
     proc = subprocess.Popen(

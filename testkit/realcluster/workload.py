@@ -17,7 +17,7 @@ from typing import Any
 from testkit.k8s import objects
 from testkit.k8s.controlplane import find_binary
 from testkit.realcluster.cluster import ROOT, RealCluster
-from testkit.realcluster.node import CLUSTER_CIDR
+from testkit.realcluster.node import CLUSTER_CIDRS
 
 CHART = ROOT / "charts" / "nftproxy"
 RELEASE = "nftproxy"
@@ -37,7 +37,7 @@ def chart_values(cluster: RealCluster, extra: Mapping[str, str] | None = None, i
         # each node's 127.0.0.1).
         "apiServer.host": "127.0.0.1",
         "apiServer.port": str(cluster.apiserver_port),
-        "clusterCIDR": "{" + CLUSTER_CIDR + "}",
+        "clusterCIDR": "{" + ",".join(CLUSTER_CIDRS) + "}",
         "statusPeriod": "1s",
     }
     out: list[str] = []
