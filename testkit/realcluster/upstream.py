@@ -198,10 +198,10 @@ def install_proxy(cluster: RealCluster, proxy: str, log: Log, *, localhost_nodep
     """``localhost_nodeports``: both proxies with ``nodePortAddresses: [primary, localhost]`` and
     the gate KubeProxyNFTablesLocalhostNodePorts on (its default from 1.38)."""
     if proxy == "nftproxy":
-        values = None
+        values: dict[str, str | bool] | None = None
         if localhost_nodeports:
             values = {"nodePortAddresses": "{" + ",".join(LOCALHOST_NODEPORTS) + "}"}
-            values.update({f"featureGates.{g}": str(on).lower() for g, on in LOCALHOST_GATE.items()})
+            values.update({f"featureGates.{g}": on for g, on in LOCALHOST_GATE.items()})
         w.helm_install(cluster, values)
         return
     ref, archive = kube_proxy_image(log)

@@ -26,8 +26,11 @@ WEB_NODEPORT = 30080
 WEB_LOCAL_NODEPORT = 30081
 
 
-def chart_values(cluster: RealCluster, extra: Mapping[str, str] | None = None, image: str | None = None) -> list[str]:
-    """The values for this cluster; IMAGE: another nftproxy image than the cluster's own build."""
+def chart_values(
+    cluster: RealCluster, extra: Mapping[str, str | bool] | None = None, image: str | None = None
+) -> list[str]:
+    """The values for this cluster; EXTRA: strings (--set-string) or booleans; IMAGE: another
+    nftproxy image than the cluster's own build."""
     repo, tag = (image or cluster.images["nftproxy"]).rsplit(":", 1)
     values = {
         "image.repository": repo,
@@ -44,18 +47,18 @@ def chart_values(cluster: RealCluster, extra: Mapping[str, str] | None = None, i
     for k, v in values.items():
         out += ["--set", f"{k}={v}"]
     for k, v in (extra or {}).items():
-        out += ["--set-string", f"{k}={v}"]
+        out += ["--set", f"{k}={str(v).lower()}"] if isinstance(v, bool) else ["--set-string", f"{k}={v}"]
     return out
 
 
-def helm_install(cluster: RealCluster, values: Mapping[str, str] | None = None) -> str:
+def helm_install(cluster: RealCluster, values: Mapping[str, str | bool] | None = None) -> str:
     """`helm upgrade --install` of the chart with the local image (waits for the pods)."""
     return helm_upgrade(cluster, values, "--install")
 
 
 def helm_upgrade(
     cluster: RealCluster,
-    values: Mapping[str, str] | None = None,
+    values: Mapping[str, str | bool] | None = None,
     *flags: str,
     chart: Path = CHART,
     image: str | None = None,
