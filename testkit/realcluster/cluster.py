@@ -510,11 +510,24 @@ class RealCluster:
         self._on_each_node(lambda node: self._import_missing(node, {ref: str(archive)}))
 
     def _import_missing(self, node: str, wanted: dict[str, str]) -> set[str]:
-        """Import the images of WANTED (ref -> archive) that NODE lacks; return what it had."""
+        """Import the images of WANTED (ref -> archive) that NODE lacks, or holds from another
+        build of the archive (the same tag rebuilt: e.g. agnhost, whose tag is upstream's, built
+        anew for another Kubernetes version); return what it had. What each ref was imported
+        from is recorded beside the node's containerd root."""
         have = set(self.ctr(node, "images", "ls", "-q").split())
+        record = self.containerd_root(self._node(node)).parent / f"{node}.imported.json"
+        try:
+            imported: dict[str, str] = json.loads(record.read_text())
+        except (OSError, ValueError):
+            imported = {}
         for ref, tar in wanted.items():
-            if ref not in have:
+            st = os.stat(tar)
+            ident = f"{tar} {st.st_size} {st.st_mtime_ns}"
+            if ref not in have or imported.get(ref) != ident:
                 self.ctr(node, "images", "import", tar)
+                imported[ref] = ident
+                record.parent.mkdir(parents=True, exist_ok=True)
+                record.write_text(json.dumps(imported, indent=1) + "\n")
         return have
 
     def _on_each_node(self, fn: Callable[[str], object]) -> None:
