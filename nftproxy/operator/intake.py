@@ -104,8 +104,12 @@ class Intake:
     def server_version(self, info: Mapping[str, Any]) -> None:
         """The apiserver's ``/version``: the feature gates follow its defaults (read once, before
         the first sync; --feature-gates overrides them)."""
-        text = features.server_version(info)
-        version = features.parse_version(text)
+        try:
+            text = features.server_version(info)
+            version = features.parse_version(text)
+        except ValueError as e:  # never expected of an apiserver: the flags' gates alone, and say so
+            log.warning("the apiserver's version is unreadable (%s): feature gates from --feature-gates alone", e)
+            return
         if version != self.version:
             log.info("Kubernetes %s: %s", text, features.describe(version, self.settings.feature_gates))
             self._queue(("version", text), version)

@@ -126,3 +126,11 @@ def test_the_operator_follows_the_apiservers_version() -> None:
     assert _synced_rejects("v1.37.2", {}) is None
     assert _synced_rejects("v1.37.2", {GATE: True}) is not None
     assert _synced_rejects("v1.38.0", {GATE: False}) is None
+
+
+def test_an_unreadable_version_leaves_the_flags_gates(caplog: pytest.LogCaptureFixture) -> None:
+    """Never expected of an apiserver; the proxy goes on with --feature-gates alone, and says so."""
+    syncer, _ = support.make()
+    syncer.server_version({"major": "", "minor": "", "gitVersion": "unknown"})
+    assert syncer.intake.version is None
+    assert "unreadable" in caplog.text
