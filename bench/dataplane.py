@@ -24,6 +24,7 @@ from bench.workload import cluster, endpoint_slice
 from nftproxy.compiler import ProxyConfig
 from nftproxy.dataplane.sync import Dataplane
 from nftproxy.model.types import EndpointSlice, Service
+from nftproxy.nft.conntrack import KernelConntrack
 from nftproxy.nft.fake import FakeBackend
 from nftproxy.nft.kernel import KernelBackend
 from testkit.lab.netlab import bare_netns
@@ -63,14 +64,15 @@ def full_sync(services: int, endpoints: int, nodeports: int, mix: bool = False, 
     compiled = time.perf_counter() - start
     del alone
     with fresh_netns() as ns:
-        backend = KernelBackend(ns)
+        backend, ct = KernelBackend(ns), KernelConntrack(ns)
         backend.run("list tables")  # open the netlink socket outside the timing
         start = time.perf_counter()
-        dp = Dataplane(backend, CONFIG)
+        dp = Dataplane(backend, CONFIG, ct)
         feed(dp, svcs, slices)
         dp.sync()
         done = time.perf_counter()
         backend.close()
+        ct.close()
     return {"compile": compiled, "total": done - start}
 
 
@@ -79,8 +81,8 @@ def incremental(services: int, endpoints: int, rounds: int) -> list[float]:
     svcs, slices = cluster(services, endpoints)
     times = []
     with fresh_netns() as ns:
-        backend = KernelBackend(ns)
-        dp = Dataplane(backend, CONFIG)
+        backend, ct = KernelBackend(ns), KernelConntrack(ns)
+        dp = Dataplane(backend, CONFIG, ct)
         feed(dp, svcs, slices)
         dp.sync()
         for r in range(rounds):
@@ -91,6 +93,7 @@ def incremental(services: int, endpoints: int, rounds: int) -> list[float]:
             times.append(time.perf_counter() - start)
             assert not result.full
         backend.close()
+        ct.close()
     return times
 
 

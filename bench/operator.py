@@ -51,7 +51,8 @@ from bench.apiserver import (
     warm_up,
 )
 from bench.figures import figure
-from nftproxy.nft.kernel import KernelBackend, NftError
+from nftproxy.nft.backend import NftError
+from nftproxy.nft.kernel import KernelBackend
 from nftproxy.nft.objects import Family
 from nftproxy.operator import kube
 from testkit.k8s.controlplane import ControlPlane

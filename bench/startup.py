@@ -24,6 +24,7 @@ from bench.figures import figure
 from bench.listed import endpoint_slice, service
 from nftproxy.compiler import ProxyConfig
 from nftproxy.dataplane.sync import Dataplane
+from nftproxy.nft.conntrack import KernelConntrack
 from nftproxy.nft.kernel import KernelBackend
 from nftproxy.operator.metrics import Metrics
 from nftproxy.operator.settings import Settings
@@ -49,8 +50,8 @@ def one(n: int, netns: str) -> None:
     gc.collect()
     base = rss()[0]
     settings = Settings(ProxyConfig(node_name="node-1"), None, 0.0, 30.0, None, None, netns, 5.0, "info", False)
-    backend = KernelBackend(netns)
-    syncer = Syncer(Dataplane(backend, settings.proxy), settings, Metrics())
+    backend, ct = KernelBackend(netns), KernelConntrack(netns)
+    syncer = Syncer(Dataplane(backend, settings.proxy, ct), settings, Metrics())
     marks: list[tuple[str, float, float, float, float]] = []
     cpu = [time.process_time()]
 
@@ -84,6 +85,7 @@ def one(n: int, netns: str) -> None:
 
     asyncio.run(go())
     backend.close()
+    ct.close()
     print(f"{n} Services x 10 endpoints (RSS before: {base:.0f} MB, the raw pages included)")
     for what, seconds, cpu_s, now, peak in marks:
         for field, value, unit in (

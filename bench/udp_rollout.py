@@ -100,23 +100,26 @@ def proxy_child(impl: str, netns: str, node_ip: str, endpoints: int) -> int:
     from nftproxy.compiler import ProxyConfig  # noqa: PLC0415
     from nftproxy.dataplane.sync import Dataplane  # noqa: PLC0415
     from nftproxy.model.types import Service, ServicePort  # noqa: PLC0415
+    from nftproxy.nft.conntrack import KernelConntrack  # noqa: PLC0415
     from nftproxy.nft.kernel import KernelBackend  # noqa: PLC0415
 
-    class SubprocessBackend(KernelBackend):
-        """KernelBackend as it was before ctnetlink: `conntrack` children of the worker thread
-        (they start in its network namespace)."""
+    class SubprocessConntrack(KernelConntrack):
+        """Conntrack as it was before ctnetlink: `conntrack` children of the worker thread (they
+        start in its network namespace)."""
 
         def udp_flows(self, family: Family) -> list[UdpFlow]:
-            return self._call(lambda _: _old_udp_flows(family))
+            return self._worker.call(lambda: _old_udp_flows(family))
 
-        def delete_udp_flows(self, family: Family, flows: Iterable[UdpFlow]) -> None:
+        def delete_udp_flows(self, family: Family, flows: Iterable[UdpFlow]) -> int:
             todo = sorted(set(flows))
             if todo:
-                self._call(lambda _: _old_delete_udp_flows(family, todo))
+                self._worker.call(lambda: _old_delete_udp_flows(family, todo))
+            return len(todo)
 
     cfg = ProxyConfig(node_name="node1", node_ips=(ip_address(node_ip),), cluster_cidrs=(ip_network("10.244.0.0/16"),))
-    backend = SubprocessBackend(netns) if impl == "subprocess" else KernelBackend(netns)
-    dp = Dataplane(backend, cfg)
+    backend = KernelBackend(netns)
+    ct = SubprocessConntrack(netns) if impl == "subprocess" else KernelConntrack(netns)
+    dp = Dataplane(backend, cfg, ct)
     dp.set_service(Service("default", "dns", "ClusterIP", (ip_address(VIP),), (ServicePort("dns", "UDP", PORT),)))
     dp.set_slice(_slice(OLD, endpoints))
     dp.sync()
@@ -144,6 +147,7 @@ def proxy_child(impl: str, netns: str, node_ip: str, endpoints: int) -> int:
     print(json.dumps(out), flush=True)
     sys.stdin.readline()
     backend.close()
+    ct.close()
     return 0
 
 

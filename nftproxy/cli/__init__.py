@@ -16,8 +16,10 @@ from nftproxy.compiler.build import Desired
 from nftproxy.compiler.config import this_node
 from nftproxy.dataplane.sync import Dataplane
 from nftproxy.model.manifests import Inputs, ManifestError, load
+from nftproxy.nft.backend import NftError, PartialLoadError
+from nftproxy.nft.conntrack import KernelConntrack
 from nftproxy.nft.diff import plan
-from nftproxy.nft.kernel import KernelBackend, NftError, PartialLoadError
+from nftproxy.nft.kernel import KernelBackend
 from nftproxy.operator.settings import Settings
 
 
@@ -53,9 +55,9 @@ def cmd_render(args: argparse.Namespace) -> int:
 def cmd_apply(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     inputs = _load(args)
-    backend = KernelBackend()
+    backend, conntrack = KernelBackend(), KernelConntrack()
     try:
-        dp = Dataplane(backend, _merged(config, inputs))
+        dp = Dataplane(backend, _merged(config, inputs), conntrack)
         for svc in inputs.services:
             dp.set_service(svc)
         for key in inputs.ignored:
@@ -72,6 +74,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
             print(f"nftproxy: skipped {s}", file=sys.stderr)
     finally:
         backend.close()
+        conntrack.close()
     print(
         f"nftproxy: applied {n_svc} Services, {n_eps} endpoints: "
         f"{result.operations} operations, {result.element_changes} element changes, "

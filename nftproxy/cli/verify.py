@@ -12,7 +12,8 @@ from typing import Any
 from nftproxy.cli.flags import feature_gates
 from nftproxy.compiler import ProxyConfig, features
 from nftproxy.diagnose.verify import Report, check, expected, read_kernel
-from nftproxy.nft.kernel import Backend, KernelBackend, NftError
+from nftproxy.nft.backend import Backend, NftError
+from nftproxy.nft.kernel import KernelBackend
 from nftproxy.operator import kube
 
 Objs = list[dict[str, Any]]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
-from ipaddress import IPv4Address, IPv6Address, ip_network
+from ipaddress import IPv4Address, IPv6Address, ip_address, ip_network
 
 from nftproxy.compiler import features
 from nftproxy.model.types import IPAddress, IPNetwork, Node
@@ -15,6 +15,7 @@ LOOPBACK = {4: ip_network("127.0.0.0/8"), 6: ip_network("::1/128")}
 LOCALHOST = {4: IPv4Address("127.0.0.1"), 6: IPv6Address("::1")}  # where localhost NodePorts listen
 LOCALHOST_PROTOCOLS = ("tcp", "udp", "sctp")  # a localhost NodePort of each: served (TCP) or rejected
 _ALL = {4: ip_network("0.0.0.0/0"), 6: ip_network("::/0")}
+_LOOPBACK_IP = {4: ip_address("127.0.0.1"), 6: ip_address("::1")}
 
 
 def nodeport_address(text: str) -> tuple[IPNetwork | str, ...]:
@@ -65,6 +66,13 @@ class ProxyConfig:
     def with_service_cidrs(self, cidrs: Iterable[IPNetwork]) -> ProxyConfig:
         """This config with the cluster's ServiceCIDRs (sorted: the same set is the same config)."""
         return replace(self, service_cidrs=tuple(sorted(set(cidrs), key=lambda n: (n.version, str(n)))))
+
+    def node_ip(self, version: int) -> IPAddress:
+        """This node's IP of one family as kube-proxy's proxier of that family holds it
+        (cmd/kube-proxy detectNodeIPs): the first of that family among the node's IPs (--node-ip,
+        else the Node's InternalIPs then ExternalIPs), else loopback (127.0.0.1, ::1)."""
+        mine = [ip for ip in self.node_ips if ip.version == version]
+        return mine[0] if mine else _LOOPBACK_IP[version]
 
     def nodeport_networks(self, version: int) -> list[IPNetwork]:
         """The CIDRs of one family NodePorts are accepted on, as kube-proxy's NodePortAddresses:

@@ -31,11 +31,17 @@ class Categorized:
     any_usable: bool  # a usable endpoint exists anywhere (no local one -> drop, none -> reject)
 
 
+def _replaces(new: Endpoint) -> bool:
+    """Within one slice, upstream's rule (endpointslicecache.go addEndpoints): a later copy of an
+    ip:port replaces an earlier one unless it is terminating (kube-proxy v1.36+,
+    kubernetes#135593: an IP reused by a new pod before the old Pod object is gone)."""
+    return not new.terminating
+
+
 def _wins(new: Endpoint, old: Endpoint, node: str | None) -> bool:
-    """Of two copies of one ip:port: a non-terminating copy beats a terminating one (kube-proxy
-    v1.36+, kubernetes#135593: an IP reused by a new pod before the old Pod object is gone);
-    between equals, the copy on this node, then the later one (upstream keeps the last copy of a
-    slice, and walks several slices in random order; this order is the same at every sync)."""
+    """Of two copies of one ip:port in two slices: a non-terminating copy beats a terminating one
+    (as upstream, whatever the order); between equals, the copy on this node, then the later one
+    (upstream walks the slices in Go's map order, random: this choice is the same at every sync)."""
     if new.terminating != old.terminating:
         return not new.terminating
     if node is not None and (new.node_name == node) != (old.node_name == node):
@@ -48,7 +54,8 @@ def targets(port: ServicePort, slices: Sequence[EndpointSlice], node: str | None
 
     The EndpointSlice controller resolves named targetPorts per slice, so the slice's port with the
     Service port's name (and protocol) gives this slice's endpoint port. Duplicates (an endpoint
-    listed twice, by one slice or two) count once, chosen by :func:`_wins`.
+    listed twice) count once: within one slice chosen as upstream (:func:`_replaces`), between
+    slices by :func:`_wins`.
     """
     if len(slices) == 1:  # the common case: one slice, one port number (sorted by address)
         s = slices[0]
@@ -59,20 +66,21 @@ def targets(port: ServicePort, slices: Sequence[EndpointSlice], node: str | None
         if len(chosen) != len(s.endpoints):  # duplicates: choose among the copies
             chosen = {}
             for ep in s.endpoints:
-                had = chosen.get(ep.address)
-                if had is None or _wins(ep, had, node):
+                if ep.address not in chosen or _replaces(ep):
                     chosen[ep.address] = ep
         return [_new(Target, (a, number, chosen[a])) for a in sorted(chosen)]
     found: dict[tuple[str, int], Target] = {}
-    for s in slices:
+    origin: dict[tuple[str, int], int] = {}  # the slice each chosen copy came from
+    for i, s in enumerate(slices):
         number = next((p.port for p in s.ports if p.name == port.name and p.protocol == port.protocol), None)
         if number is None:
             continue
         for ep in s.endpoints:
             k = (ep.address, number)
             prev = found.get(k)
-            if prev is None or _wins(ep, prev.endpoint, node):
+            if prev is None or (_replaces(ep) if origin[k] == i else _wins(ep, prev.endpoint, node)):
                 found[k] = _new(Target, (ep.address, number, ep))
+                origin[k] = i
     return [found[k] for k in sorted(found)]
 
 

@@ -2,16 +2,16 @@
 
 A fragment depends only on the Service, its EndpointSlices and the config, so the syncer can
 recompute one Service alone and send just the difference. ``compile_fragment`` reads as the
-steps kube-proxy takes per Service port: no endpoints → reject; the ClusterIP under
-internalTrafficPolicy; external IPs and the NodePort under externalTrafficPolicy; affinity;
-source ranges; hairpin.
+steps kube-proxy takes per Service port: source ranges; no endpoints → reject; the ClusterIP
+under internalTrafficPolicy; external IPs and the NodePort under externalTrafficPolicy;
+affinity; hairpin.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from ipaddress import collapse_addresses
+from ipaddress import collapse_addresses, ip_network
 from typing import NamedTuple
 
 from nftproxy.compiler import balancing, names
@@ -20,7 +20,7 @@ from nftproxy.compiler.balancing import with_tag
 from nftproxy.compiler.config import ProxyConfig
 from nftproxy.compiler.endpoints import Categorized, Target, categorize, targets
 from nftproxy.compiler.localhost import LocalhostNodePort
-from nftproxy.model.types import EndpointSlice, Service, ServicePort
+from nftproxy.model.types import EndpointSlice, IPAddress, IPNetwork, Service, ServicePort
 from nftproxy.nft.objects import Element, Family, Key, Slot, address, prefix
 
 REJECT = ("goto reject-chain",)
@@ -45,7 +45,9 @@ class Fragment(NamedTuple):
     # UDP frontends -> IPs of their serving endpoints: conntrack entries of a frontend DNATed to
     # any other address are stale (kube-proxy's CleanStaleEntries; none serving: left alone).
     udp_serving: tuple[tuple[Key, frozenset[str]], ...] = ()
-    warnings: tuple[str, ...] = ()  # reported like skips, the Service is programmed (bad annotation)
+    # reported like skips, the Service is programmed (a bad annotation, externalIP, source range,
+    # load balancer IP, or an endpoint left out of one of its slices)
+    warnings: tuple[str, ...] = ()
     # ClientIP affinity records (map names) -> the endpoints a record of it may hold (stale.py)
     affinity: tuple[tuple[str, frozenset[Slot]], ...] = ()
     # per Service port with usable endpoints but none here under a Local policy: "internal" /
@@ -164,7 +166,7 @@ class _Frontends(NamedTuple):
     cluster_ip: str
     externals: tuple[str, ...]  # externalIPs and LoadBalancer IPs (not the ClusterIP)
     lb_ips: tuple[str, ...]  # LoadBalancer IPs (source ranges apply to these)
-    ranges: tuple[str, ...]  # loadBalancerSourceRanges
+    ranges: tuple[str, ...]  # the sources loadBalancerSourceRanges let in (see _allowed_sources)
     itp_local: bool
     etp_local: bool
 
@@ -180,7 +182,19 @@ class _Port(NamedTuple):
     port: str
 
 
-def _frontends(svc: Service, family: Family) -> _Frontends | None:
+def _allowed_sources(svc: Service, version: int, node_ip: IPAddress) -> tuple[str, ...]:
+    """The sources a Service's loadBalancerSourceRanges let reach its LoadBalancer IPs, in one
+    family: its ranges of that family and, when one of them holds the node's IP, the
+    LoadBalancer IPs themselves, as kube-proxy's allowFromNode: a node that holds a VIP on an
+    interface (kube-vip, a VIP-style load balancer) connects to it from the VIP. Collapsed, so
+    that no two elements overlap (the kernel refuses overlapping intervals)."""
+    mine: list[IPNetwork] = [r for r in svc.load_balancer_source_ranges if r.version == version]
+    if any(node_ip in r for r in mine):
+        mine += [ip_network(ip) for ip in svc.load_balancer_ips if ip.version == version]
+    return tuple(prefix(r) for r in collapse_addresses(mine))  # type: ignore[type-var]
+
+
+def _frontends(svc: Service, family: Family, node_ip: IPAddress) -> _Frontends | None:
     version = family.version
     cluster_ips = [ip for ip in svc.cluster_ips if ip.version == version]
     if not cluster_ips:
@@ -194,8 +208,7 @@ def _frontends(svc: Service, family: Family) -> _Frontends | None:
         both = dict.fromkeys((*svc.external_ips, *svc.load_balancer_ips))
         externals = tuple(s for s in (address(ip) for ip in both if ip.version == version) if s != cluster_ip)
     if svc.load_balancer_source_ranges:
-        mine = [r for r in svc.load_balancer_source_ranges if r.version == version]
-        ranges = tuple(prefix(r) for r in collapse_addresses(mine))  # type: ignore[type-var]
+        ranges = _allowed_sources(svc, version, node_ip)
     return _Frontends(
         cluster_ip,
         externals,
@@ -321,7 +334,9 @@ def _affinity(
 
 
 def _source_ranges(out: _Out, p: _Port, fe: _Frontends) -> None:
-    """loadBalancerSourceRanges: only listed sources reach the LoadBalancer IPs (not NodePorts)."""
+    """loadBalancerSourceRanges: only listed sources reach the LoadBalancer IPs (not NodePorts),
+    whether the port has endpoints or not (as kube-proxy: another source is dropped, not told
+    that the port has no endpoints). Checked on new connections only (skeleton.py)."""
     for ip in fe.lb_ips:
         k = (ip, p.proto, p.port)
         out.add(names.FIREWALL_IPS, k)
@@ -394,7 +409,7 @@ def compile_fragment(
     svc: Service, slices: Sequence[EndpointSlice], family: Family, config: ProxyConfig
 ) -> Fragment | None:
     """The elements Service ``svc`` contributes to ``family``'s table (None: not in this family)."""
-    fe = _frontends(svc, family)
+    fe = _frontends(svc, family, config.node_ip(family.version))
     if fe is None:
         return None
     atype = "IPv4" if family is Family.IP else "IPv6"
@@ -403,6 +418,8 @@ def compile_fragment(
     algorithm = svc.load_balancing or config.load_balancing
     rejected = config.localhost_rejected(family.version)  # empty: the gate is off
     affinity, warnings = svc.session_affinity_timeout, svc.warnings
+    if any(s.warnings for s in mine):  # endpoints left out of its slices: reported with the Service
+        warnings += tuple(f"EndpointSlice {s.name}: {w}" for s in mine for w in s.warnings)
     out.add(names.CLUSTER_IPS, (fe.cluster_ip,))
     for port in svc.ports:
         p = _port_keys(svc, fe, port)
@@ -414,6 +431,8 @@ def compile_fragment(
         cat = categorize(found, config.node_name, config.node_zone)
         if rejected and p.node_port:
             _localhost(out, p, svc, port.name or str(port.port), algorithm, cat, fe.etp_local, rejected)
+        if fe.ranges:
+            _source_ranges(out, p, fe)
         if not cat.any_usable:
             _no_endpoints(out, p)
             continue
@@ -432,8 +451,6 @@ def compile_fragment(
                 _external(out, NODEPORT, p.node_port, p.comment, cluster, local, fe.etp_local)
         if affinity:
             _affinity(out, p, fe, svc.key, port.name or str(port.port), affinity, (cluster, local))
-        if fe.ranges:
-            _source_ranges(out, p, fe)
         _hairpin(out, cat, config.node_name, p.proto)
     return Fragment(
         svc.key,

@@ -170,13 +170,13 @@ class Renderer:
             new = [e for e in new_els if e not in old_els]
             if new:
                 adds.setdefault(map_name, []).extend(new)
+        for set_name in (*deletes, *adds):  # first: the elements are checked against them
+            with contextlib.suppress(KeyError):
+                tx.sets[set_name] = self.set_named(store, set_name)
         for set_name, keys in deletes.items():
             tx.delete_elements(set_name, keys)
         for set_name, els in adds.items():
             tx.add_elements(set_name, els)
-        for set_name in (*deletes, *adds):
-            with contextlib.suppress(KeyError):
-                tx.sets[set_name] = self.set_named(store, set_name)
         for obj in sorted(removed):
             ss, cs = self.object_parts(obj)
             for c in cs:

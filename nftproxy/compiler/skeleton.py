@@ -17,15 +17,33 @@ LAYOUT = 5  # 5: nodeport-ips a plain set when it holds host addresses (see base
 # filter-output-post-dnat; 2: ClientIP affinity per Service port
 MASQ_MARK = "0x4000"
 
+# As kube-proxy v1.37's nftables proxier (pkg/proxy/nftables/proxier.go, nftablesJumpChains):
+# * loadBalancerSourceRanges judge new connections only (``ct state new jump firewall-check``): a
+#   connection or UDP flow open when the ranges are tightened or added goes on; new ones from a
+#   source no longer listed are dropped.
+# * A NodePort without endpoints is rejected in filter-input only, also for the node's own
+#   connections: the packet goes out through lo and is refused on the way in, so the sender
+#   sees ICMP port unreachable (a connected UDP socket: ECONNREFUSED; TCP: connection refused).
+#   Rejected in filter-output, a UDP send() would fail with EPERM instead (see LOCALHOST_CHECK).
 BASE_CHAINS: tuple[tuple[str, Hook, tuple[str, ...]], ...] = (
     (
         "filter-prerouting",
-        Hook("filter", "prerouting", -110, "-110: before DNAT (-100), while daddr is still the LoadBalancer IP"),
-        ("jump firewall-check",),
+        Hook(
+            "filter",
+            "prerouting",
+            -110,
+            "-110: before DNAT (-100), daddr is still the LB IP; source ranges judge new connections, open ones go on",
+        ),
+        ("ct state new jump firewall-check",),
     ),
     (
         "filter-input",
-        Hook("filter", "input", -110, "-110: ahead of host firewalls (0); rejects NodePorts with no endpoints"),
+        Hook(
+            "filter",
+            "input",
+            -110,
+            "-110: ahead of host firewalls (0); rejects NodePorts with no endpoints, the node's own too (ECONNREFUSED)",
+        ),
         ("ct state new jump nodeport-endpoints-check", "ct state new jump service-endpoints-check"),
     ),
     (
@@ -35,12 +53,13 @@ BASE_CHAINS: tuple[tuple[str, Hook, tuple[str, ...]], ...] = (
     ),
     (
         "filter-output",
-        Hook("filter", "output", -110, "-110: before nat-output's DNAT (-100), daddr is still the Service IP"),
-        (
-            "ct state new jump service-endpoints-check",
-            "ct state new jump nodeport-endpoints-check",
-            "jump firewall-check",
+        Hook(
+            "filter",
+            "output",
+            -110,
+            "-110: before nat-output's DNAT (-100), daddr is still the Service IP; NodePorts: refused in filter-input",
         ),
+        ("ct state new jump firewall-check", "ct state new jump service-endpoints-check"),
     ),
     (
         "filter-output-post-dnat",

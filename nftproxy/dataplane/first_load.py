@@ -18,9 +18,9 @@ from nftproxy.compiler.assembly import Assembly
 from nftproxy.compiler.config import ProxyConfig
 from nftproxy.compiler.fragment import compile_fragment
 from nftproxy.dataplane.tracker import InputTracker
+from nftproxy.nft.backend import Backend, NftError, PartialLoadError
 from nftproxy.nft.bulk import ElementLoad, LoadStep
 from nftproxy.nft.diff import create
-from nftproxy.nft.kernel import Backend, NftError, PartialLoadError
 from nftproxy.nft.objects import Element, Family, Spread
 from nftproxy.nft.transaction import Transaction
 
@@ -65,8 +65,10 @@ class FirstLoad:
                 batched = self.backend.load(record(self._steps()))
         except NftError as e:
             if self._roll_back():
-                raise NftError(f"{e} (the first load was rolled back: no nftproxy table, as before)") from e
-            raise PartialLoadError(f"{e} (a half-loaded table could not be removed: see `nft list ruleset`)") from e
+                raise NftError(f"{e} (the first load was rolled back: no nftproxy table, as before)", e.errno) from e
+            raise PartialLoadError(
+                f"{e} (a half-loaded table could not be removed: see `nft list ruleset`)", e.errno
+            ) from e
         batched -= sum(tx.element_changes() for s in steps for tx in s.txs)
         return [tx for s in steps for tx in s.txs], batched
 

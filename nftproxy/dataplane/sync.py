@@ -29,10 +29,11 @@ from nftproxy.dataplane import stale
 from nftproxy.dataplane.first_load import FirstLoad
 from nftproxy.dataplane.tracker import InputTracker
 from nftproxy.model.types import EndpointSlice, Service, Skipped
+from nftproxy.nft.backend import Backend, NftError
+from nftproxy.nft.conntrack import Conntrack
 from nftproxy.nft.diff import create, plan
-from nftproxy.nft.kernel import Backend, NftError
 from nftproxy.nft.objects import Family, Key, Slot, Table
-from nftproxy.nft.transaction import Transaction
+from nftproxy.nft.transaction import DeleteTable, Transaction
 
 log = logging.getLogger("nftproxy.dataplane")
 
@@ -58,8 +59,9 @@ class SyncResult:
 
 
 class Dataplane:
-    def __init__(self, backend: Backend, config: ProxyConfig) -> None:
+    def __init__(self, backend: Backend, config: ProxyConfig, conntrack: Conntrack | None = None) -> None:
         self.backend = backend
+        self.conntrack = conntrack  # None: stale UDP flows are left to expire
         self.config = config
         self.inputs = InputTracker()
         self.assemblies = self._assemblies(config)
@@ -343,7 +345,7 @@ class Dataplane:
         txs = [plan(applied[f], t) for f, t in targets.items()]
         handover = names.handover_table(table)
         stale_handover = [f for f in targets if self.backend.chain_names(f, handover) is not None]
-        if any(op.what == "table" and op.verb == "delete" for tx in txs for op in tx.ops):
+        if any(isinstance(op, DeleteTable) for tx in txs for op in tx.ops):
             self._replace_with_handover(txs, targets, handover, stale_handover)
         else:
             self.backend.apply(*txs, *(_delete_table(f, handover) for f in stale_handover))
@@ -390,12 +392,12 @@ class Dataplane:
         try:
             frontends = None if full else a.udp_changed()
             gone = a.udp_gone()  # a UDP Service (port) deleted: every flow to its addresses
-            if (a.store.udp_serving and (frontends is None or frontends)) or gone:
+            if self.conntrack is not None and ((a.store.udp_serving and (frontends is None or frontends)) or gone):
                 looked = conntrack = True
                 start = time.perf_counter()
-                flows = self.backend.udp_flows(a.family)
+                flows = self.conntrack.udp_flows(a.family)
                 doomed = stale.stale_udp_flows(a, flows, frontends, gone)
-                self.backend.delete_udp_flows(a.family, doomed)
+                self.conntrack.delete_udp_flows(a.family, doomed)
                 seconds, deleted = time.perf_counter() - start, len(doomed)
             if full or a.affinity_changed():
                 looked = True

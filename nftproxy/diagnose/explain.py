@@ -299,7 +299,12 @@ def _frontend(view: TableView, set_name: str, el: Element) -> Frontend:
     d = _Describer(view, el.key, nodeport)
     steps: list[Step] = []
     if not nodeport and el.key in view.els(names.FIREWALL_IPS):
-        allowed = sorted(k[3] for k in view.keys(names.FIREWALL_ALLOW) if k[:3] == el.key)
+        # a LoadBalancer IP as a source: a range holds the node's IP (kube-proxy's allowFromNode)
+        vips = {k[0] for k in view.keys(names.FIREWALL_IPS)}
+        allowed = [
+            f"{a} (a LoadBalancer IP: a range holds the node's IP)" if a in vips else a
+            for a in sorted(k[3] for k in view.keys(names.FIREWALL_ALLOW) if k[:3] == el.key)
+        ]
         steps.append(Step("source-ranges", f"loadBalancerSourceRanges: only from {', '.join(allowed)}; others dropped"))
     if set_name in (NO_EP_IP, NO_EP_NODEPORT):
         if verdict == "drop":

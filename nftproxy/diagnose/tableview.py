@@ -11,7 +11,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from nftproxy.nft.kernel import KernelBackend
+from nftproxy.nft.backend import Backend
 from nftproxy.nft.objects import Element, Family, Key, Table
 
 
@@ -39,38 +39,13 @@ def view_of(table: Table) -> TableView:
     )
 
 
-_CHAIN = re.compile(r"^\s*chain (\S+) \{\s*$")
-_SKIP = re.compile(r"^\s*(type |comment |policy |counter$|\}|$)")
-
-
-def parse_rules(listing: str) -> dict[str, tuple[str, ...]]:
-    """Chain name -> rules from `nft -t list table …` (terse: no set elements)."""
-    chains: dict[str, list[str]] = {}
-    current: list[str] | None = None
-    for line in listing.splitlines():
-        m = _CHAIN.match(line)
-        if m:
-            current = chains.setdefault(m.group(1), [])
-            continue
-        stripped = line.strip()
-        if current is None:
-            continue
-        if stripped == "}":
-            current = None
-            continue
-        if _SKIP.match(line) or re.match(r"^(set|map) \S+ \{", stripped):
-            continue
-        current.append(stripped)
-    return {name: tuple(rules) for name, rules in chains.items()}
-
-
-def read_view(backend: KernelBackend, family: Family, table: str) -> TableView | None:
+def read_view(backend: Backend, family: Family, table: str) -> TableView | None:
     """The kernel's table (None: it does not exist)."""
     t = backend.read(family, table)
-    if t is None:
+    rules = backend.chain_rules(family, table) if t is not None else None
+    if t is None or rules is None:
         return None
-    listing = backend.run(f"list table {family.value} {table}", terse=True)
-    return TableView(family, table, parse_rules(listing), {name: dict(els) for name, els in t.elements.items()})
+    return TableView(family, table, rules, {name: dict(els) for name, els in t.elements.items()})
 
 
 def normalize(rule: str) -> str:

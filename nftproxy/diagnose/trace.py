@@ -28,7 +28,8 @@ from typing import Any
 from nftproxy.compiler import names
 from nftproxy.diagnose.tableview import TableView, normalize
 from nftproxy.nft.kernel import KernelBackend
-from nftproxy.nft.objects import Family
+from nftproxy.nft.objects import Chain, Family, Hook
+from nftproxy.nft.transaction import Transaction
 
 PRIORITY = -190  # after conntrack (-200): ct state is known; before our filter (-110) and nat (-100)
 PROTOCOLS = ("tcp", "udp", "sctp")
@@ -77,20 +78,20 @@ def match_rule(target: Target, source: str | None, deadline: float) -> str:
     return " ".join(parts) + f' meta nftrace set 1 comment "{names.TRACE_COMMENT}"'
 
 
-def install_script(family: Family, table: str, chains: tuple[str, str], rule: str) -> str:
-    t = f"{family.value} {table}"
-    lines = []
+def install(family: Family, table: str, chains: tuple[str, str], rule: str) -> Transaction:
+    tx = Transaction(family, table)
+    why = f"{names.TRACE_COMMENT}: temporary, removed when the trace ends"
     for name, hook in zip(chains, ("prerouting", "output"), strict=True):
-        lines.append(
-            f"add chain {t} {name} {{ type filter hook {hook} priority {PRIORITY}; policy accept; "
-            f'comment "{names.TRACE_COMMENT}: temporary, removed when the trace ends"; }}'
-        )
-        lines.append(f"add rule {t} {name} {rule}")
-    return "\n".join(lines) + "\n"
+        tx.add_chain(Chain(name, hook=Hook("filter", hook, PRIORITY, why)))
+        tx.add_rule(name, rule)
+    return tx
 
 
-def remove_script(family: Family, table: str, chains: Iterable[str]) -> str:
-    return "".join(f"delete chain {family.value} {table} {n}\n" for n in chains)
+def remove(family: Family, table: str, chains: Iterable[str]) -> Transaction:
+    tx = Transaction(family, table)
+    for name in chains:
+        tx.delete_chain(name)
+    return tx
 
 
 # -- reading trace events -------------------------------------------------------------------
@@ -294,12 +295,6 @@ def render_packet(i: int, p: Packet) -> str:
 # -- running ----------------------------------------------------------------------------------
 
 
-def _die_with_parent() -> None:  # pragma: no cover - runs in the forked child
-    import ctypes  # noqa: PLC0415
-
-    ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-
-
 class Tracer:
     """Installs the rule, runs the monitor, removes both (also from ``close`` after a signal)."""
 
@@ -313,20 +308,12 @@ class Tracer:
     def start(self, target: Target, source: str | None, timeout: float) -> None:
         if self.backend.chain_names(self.family, self.table) is None:
             raise LookupError(f"table {self.family.value} {self.table} does not exist: nftproxy is not programming it")
-        # The monitor starts first (a child forked from the backend's thread: same netns).
-        self.monitor = self.backend._call(
-            lambda _: subprocess.Popen(
-                ["nft", "monitor", "trace"],
-                stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL,
-                bufsize=0,
-                preexec_fn=_die_with_parent,  # noqa: PLW1509  (prctl only) a killed trace leaves no monitor
-            )
-        )
+        # The monitor starts first (a child of the backend's thread: same netns; it dies with us).
+        self.monitor = self.backend.monitor("trace")
         time.sleep(0.2)  # the monitor subscribes before the first marked packet
         deadline = time.time() + timeout + 5
         self.names = names.trace_chains(deadline, os.getpid())
-        self.backend.run(install_script(self.family, self.table, self.names, match_rule(target, source, deadline)))
+        self.backend.apply(install(self.family, self.table, self.names, match_rule(target, source, deadline)))
 
     def lines(self, count: int, timeout: float) -> Iterator[str]:
         """Monitor lines until ``count`` packets have started (+ a short grace) or the timeout."""
@@ -363,7 +350,7 @@ class Tracer:
             have = self.backend.chain_names(self.family, self.table) or set()
             gone = [n for n in names if n in have]
             if gone:
-                self.backend.run(remove_script(self.family, self.table, gone))
+                self.backend.apply(remove(self.family, self.table, gone))
         if self.monitor is not None:
             self.monitor.terminate()
             try:

@@ -24,7 +24,7 @@ from nftproxy.compiler.build import Desired
 from nftproxy.compiler.config import this_node
 from nftproxy.model.parse import SERVICE_NAME_LABEL, parse_endpoint_slice, parse_node, parse_service, parse_service_cidr
 from nftproxy.model.types import EndpointSlice, Node, Service, ServiceCIDR, Skipped
-from nftproxy.nft.kernel import Backend
+from nftproxy.nft.backend import Backend
 from nftproxy.nft.objects import Element, Family, Key, Table
 
 _DISPATCH = set(names.DISPATCH_MAPS)  # the verdict finding the frontend: one of these holds it

@@ -10,7 +10,14 @@ from typing import Any
 
 import yaml
 
-from nftproxy.model.parse import Ignored, parse_endpoint_slice, parse_node, parse_service, parse_service_cidr
+from nftproxy.model.parse import (
+    Ignored,
+    parse_endpoint_slice,
+    parse_node,
+    parse_service,
+    parse_service_cidr,
+    warnings_report,
+)
 from nftproxy.model.types import EndpointSlice, Node, Service, ServiceCIDR, Skipped
 
 
@@ -103,6 +110,8 @@ def classify(objects: Iterable[Any], proxy_name: str | None = None) -> Inputs:
             name = str(meta.get("name", "?")) if isinstance(meta, Mapping) else "?"
             skipped.append(Skipped(str(kind), "", name, "not a Service, EndpointSlice, Node or ServiceCIDR"))
             continue
+        if isinstance(result, Node | ServiceCIDR) and (report := warnings_report(result)) is not None:
+            skipped.append(report)  # used, with an item left out
         if isinstance(result, Service):
             services.append(result)
         elif isinstance(result, EndpointSlice):

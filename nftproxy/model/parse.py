@@ -1,6 +1,10 @@
 """Turn API objects (dicts, as kubectl/the API serve them) into the validated model.
 
-Every problem becomes a Skipped with a reason naming the object; nothing here raises.
+Every problem becomes a Skipped with a reason naming the object; nothing here raises. Addresses
+and CIDRs are read with kube-proxy's parsers (``sloppy``: the spellings an apiserver before 1.36
+stored), and where kube-proxy leaves out one bad item (an externalIP, a source range, a load
+balancer IP, an endpoint, a Node address, a ServiceCIDR's CIDR) only that item is left out, with a
+warning reported as skips are (the object is still used).
 """
 
 from __future__ import annotations
@@ -8,11 +12,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from functools import lru_cache
-from ipaddress import IPv4Address, ip_address, ip_network
 from socket import AF_INET, inet_pton
 from typing import Any
 
 from nftproxy.model import balancing
+from nftproxy.model.sloppy import go_trim_space, parse_cidr_sloppy, parse_ip_sloppy
 from nftproxy.model.types import (
     PROTOCOLS,
     Endpoint,
@@ -68,47 +72,68 @@ def _list(value: Any, what: str) -> list[Any]:
     return value
 
 
+def _sloppy_ip(value: Any) -> IPAddress | None:
+    """kube-proxy's ParseIPSloppy (no trimming); None for what it refuses, and for a non-string."""
+    return parse_ip_sloppy(value) if type(value) is str else None
+
+
 def _ip(value: Any, what: str) -> IPAddress:
-    if type(value) is str:
-        try:  # inet_pton takes exactly canonical dotted-quad IPv4 (no leading zeros, no spaces)
-            return IPv4Address(inet_pton(AF_INET, value))
-        except (OSError, ValueError):  # ValueError: an embedded NUL (then the slow path says why)
-            pass
-    return _ip_slow(value, what)
+    """An address the object cannot do without (a ClusterIP)."""
+    addr = _sloppy_ip(value)
+    if addr is None:
+        raise _Invalid(f"{what}: invalid IP address {value!r}")
+    return addr
 
 
-@lru_cache(maxsize=4096)
-def _ip_text(text: str) -> IPAddress:
-    return ip_address(text.strip())
+def _left_out(what: str, problem: str, kind: str = "Service") -> str:
+    return f"{what}: {problem}: left out (the rest of the {kind} is used)"
 
 
-def _ip_slow(value: Any, what: str) -> IPAddress:
-    try:
-        return _ip_text(str(value))
-    except ValueError:
-        raise _Invalid(f"{what}: invalid IP address {value!r}") from None
+def _ips(values: Any, what: str, warnings: list[str]) -> tuple[IPAddress, ...]:
+    """A list of addresses: a bad one is left out with a warning (kube-proxy's MapIPsByIPFamily
+    logs "Skipping invalid IP" and goes on)."""
+    out = []
+    for i, value in enumerate(_list(values, what)):
+        addr = _sloppy_ip(value)
+        if addr is None:
+            warnings.append(_left_out(f"{what}[{i}]", f"invalid IP address {value!r}"))
+        else:
+            out.append(addr)
+    return tuple(out)
 
 
-def _endpoint_address(value: Any, version: int, what: str) -> str:
-    """The canonical text of an endpoint's address: for IPv4 that inet_pton takes, the text
-    itself (~0.1 µs, no IPv4Address object: the compiler only needs the text)."""
+def _source_ranges(values: Any, what: str, warnings: list[str]) -> tuple[IPNetwork, ...]:
+    """loadBalancerSourceRanges, as kube-proxy reads them: each trimmed (Go's TrimSpace: the API
+    allows padding), then ParseCIDRSloppy; a bad one is left out with a warning (kube-proxy's
+    MapCIDRsByIPFamily: "Invalid CIDR ignored")."""
+    out = []
+    for i, value in enumerate(_list(values, what)):
+        net = parse_cidr_sloppy(go_trim_space(value)) if type(value) is str else None
+        if net is None:
+            warnings.append(_left_out(f"{what}[{i}]", f"invalid CIDR {value!r}"))
+        else:
+            out.append(net)
+    return tuple(out)
+
+
+def _endpoint_address(value: Any, version: int) -> str | None:
+    """The canonical text of an endpoint's address (kube-proxy: ParseIPSloppy(...).String()), None
+    when it is not one of the slice's family. For IPv4 that inet_pton takes, the text itself
+    (~0.1 µs, no IPv4Address object: the compiler only needs the text)."""
     if version == 4 and type(value) is str:
         try:
             inet_pton(AF_INET, value)
             return value
-        except (OSError, ValueError):
+        except (OSError, ValueError):  # ValueError: an embedded NUL
             pass
-    addr = _ip_slow(value, what)
-    if addr.version != version:
-        raise _Invalid(f"{what}: {addr} is not an IPv{version} address")
-    return str(addr)
+    return _address_text(value, version) if type(value) is str else None
 
 
-def _cidr(value: Any, what: str) -> IPNetwork:
-    try:
-        return ip_network(str(value).strip(), strict=False)
-    except ValueError:
-        raise _Invalid(f"{what}: invalid CIDR {value!r}") from None
+@lru_cache(maxsize=4096)
+def _address_text(text: str, version: int) -> str | None:
+    """(IPv6 endpoints: str() of an IPv6Address costs ~1.5 µs, paid once per address.)"""
+    addr = parse_ip_sloppy(text)
+    return str(addr) if addr is not None and addr.version == version else None
 
 
 def _opt_str(value: Any, what: str) -> str | None:
@@ -155,14 +180,15 @@ def _service(obj: Mapping[str, Any], ns: str, name: str, proxy_name: str | None)
     if cluster_ips is None:
         return Ignored("headless (clusterIP None)")
     ports = _service_ports(spec, svc_type)
-    external_ips = tuple(_ip(ip, "spec.externalIPs") for ip in _list(spec.get("externalIPs"), "spec.externalIPs"))
-    ranges = tuple(
-        _cidr(r, "spec.loadBalancerSourceRanges")
-        for r in _list(spec.get("loadBalancerSourceRanges"), "spec.loadBalancerSourceRanges")
-    )
+    warnings: list[str] = []
+    external_ips = _ips(spec.get("externalIPs"), "spec.externalIPs", warnings)
+    ranges = _source_ranges(spec.get("loadBalancerSourceRanges"), "spec.loadBalancerSourceRanges", warnings)
+    lb_ips = _load_balancer_ips(obj, warnings) if svc_type == "LoadBalancer" else ()
     etp, itp = _traffic_policies(spec)
     hc = spec.get("healthCheckNodePort")
     algorithm, warning = balancing.from_annotations(_map(meta.get("annotations"), "metadata.annotations"))
+    if warning:
+        warnings.append(warning)
     return Service(
         namespace=ns,
         name=name,
@@ -170,14 +196,14 @@ def _service(obj: Mapping[str, Any], ns: str, name: str, proxy_name: str | None)
         cluster_ips=cluster_ips,
         ports=ports,
         external_ips=external_ips,
-        load_balancer_ips=_load_balancer_ips(obj) if svc_type == "LoadBalancer" else (),
+        load_balancer_ips=lb_ips,
         external_traffic_policy=etp,
         internal_traffic_policy=itp,
         session_affinity_timeout=_affinity_timeout(spec),
         load_balancer_source_ranges=ranges,
         health_check_node_port=_port(hc, "spec.healthCheckNodePort") if hc else None,
         load_balancing=algorithm,
-        warnings=(warning,) if warning else (),
+        warnings=tuple(warnings),
         created=str(meta.get("creationTimestamp") or ""),
     )
 
@@ -220,14 +246,20 @@ def _service_ports(spec: Mapping[str, Any], svc_type: str) -> tuple[ServicePort,
     return tuple(ports)
 
 
-def _load_balancer_ips(obj: Mapping[str, Any]) -> tuple[IPAddress, ...]:
-    """status.loadBalancer.ingress IPs, except those in ipMode Proxy (the LB proxies itself)."""
+def _load_balancer_ips(obj: Mapping[str, Any], warnings: list[str]) -> tuple[IPAddress, ...]:
+    """status.loadBalancer.ingress IPs in ipMode VIP (unset: VIP; Proxy: the LB proxies itself),
+    as kube-proxy's IsVIPMode; a bad one is left out (kube-proxy: silently)."""
     lb = _map(_map(obj.get("status"), "status").get("loadBalancer"), "status.loadBalancer")
     lb_ips: list[IPAddress] = []
-    for ing in _list(lb.get("ingress"), "status.loadBalancer.ingress"):
-        ing = _map(ing, "status.loadBalancer.ingress[]")
-        if ing.get("ip") and ing.get("ipMode") != "Proxy":
-            lb_ips.append(_ip(ing["ip"], "status.loadBalancer.ingress"))
+    for i, ing in enumerate(_list(lb.get("ingress"), "status.loadBalancer.ingress")):
+        ing = _map(ing, f"status.loadBalancer.ingress[{i}]")
+        if not ing.get("ip") or ing.get("ipMode") not in (None, "VIP"):
+            continue
+        addr = _sloppy_ip(ing["ip"])
+        if addr is None:
+            warnings.append(_left_out(f"status.loadBalancer.ingress[{i}].ip", f"invalid IP address {ing['ip']!r}"))
+        else:
+            lb_ips.append(addr)
     return tuple(lb_ips)
 
 
@@ -274,15 +306,21 @@ def _slice(obj: Mapping[str, Any], ns: str, name: str) -> EndpointSlice | Ignore
     if atype not in ("IPv4", "IPv6"):
         raise _Invalid(f"unknown addressType {atype!r}")
     version = 4 if atype == "IPv4" else 6
-    endpoints = tuple(_endpoint(e, i, version) for i, e in enumerate(_list(obj.get("endpoints"), "endpoints")))
+    endpoints: list[Endpoint] = []
+    warnings: list[str] = []
+    for i, e in enumerate(_list(obj.get("endpoints"), "endpoints")):
+        endpoint = _endpoint(e, i, version, warnings)
+        if endpoint is not None:
+            endpoints.append(endpoint)
     return EndpointSlice(
         namespace=ns,
         name=name,
         service_name=str(service),
         address_type=str(atype),
         ports=_slice_ports(obj),
-        endpoints=endpoints,
+        endpoints=tuple(endpoints),
         trigger_time=_opt_str(_map(meta.get("annotations"), "metadata.annotations").get(TRIGGER_TIME), TRIGGER_TIME),
+        warnings=tuple(warnings),
     )
 
 
@@ -307,16 +345,24 @@ def _slice_ports(obj: Mapping[str, Any]) -> tuple[EndpointPort, ...]:
 _NO_CONDITIONS: Mapping[str, Any] = {}
 
 
-def _endpoint(e: Any, i: int, version: int) -> Endpoint:
-    """One endpoint (~10^5 per big list: plain dicts take the short way, ~1.5 µs each)."""
+def _endpoint(e: Any, i: int, version: int, warnings: list[str]) -> Endpoint | None:
+    """One endpoint (~10^5 per big list: plain dicts take the short way, ~1.5 µs each); None,
+    with a warning, for one kube-proxy cannot use: no address, or a first address that is not an
+    address of the slice's family (kube-proxy skips one without addresses, "Ignoring invalid
+    endpoint port with empty address"; the API refuses a bad one)."""
     if type(e) is not dict:
         e = _map(e, f"endpoints[{i}]")
     addrs = e.get("addresses")
     if type(addrs) is not list:
         addrs = _list(addrs, f"endpoints[{i}].addresses")
     if not addrs:
-        raise _Invalid(f"endpoints[{i}] has no addresses")
-    address = _endpoint_address(addrs[0], version, f"endpoints[{i}]")
+        warnings.append(_left_out(f"endpoints[{i}]", "no addresses", "EndpointSlice"))
+        return None
+    address = _endpoint_address(addrs[0], version)
+    if address is None:
+        problem = f"{addrs[0]!r} is not an IPv{version} address"
+        warnings.append(_left_out(f"endpoints[{i}].addresses[0]", problem, "EndpointSlice"))
+        return None
     cond = e.get("conditions")
     if type(cond) is not dict:
         cond = _map(cond, f"endpoints[{i}].conditions") if cond is not None else _NO_CONDITIONS
@@ -386,10 +432,17 @@ def parse_node(obj: Mapping[str, Any]) -> Node | Skipped:
     try:
         status = _map(obj.get("status"), "status")
         by_type: dict[str, list[IPAddress]] = {"InternalIP": [], "ExternalIP": []}
-        for a in _list(status.get("addresses"), "status.addresses"):
-            a = _map(a, "status.addresses[]")
+        warnings: list[str] = []
+        for i, a in enumerate(_list(status.get("addresses"), "status.addresses")):
+            a = _map(a, f"status.addresses[{i}]")
             if isinstance(a.get("type"), str) and a["type"] in by_type:
-                by_type[a["type"]].append(_ip(a.get("address"), "status.addresses"))
+                # the API does not validate them; kube-proxy's GetNodeHostIPs skips a bad one
+                addr = _sloppy_ip(a.get("address"))
+                if addr is None:
+                    problem = f"invalid {a['type']} {a.get('address')!r}"
+                    warnings.append(_left_out(f"status.addresses[{i}]", problem, "Node"))
+                else:
+                    by_type[a["type"]].append(addr)
         meta = _map(obj.get("metadata"), "metadata")
         labels = _map(meta.get("labels"), "metadata.labels")
         taints = _list(_map(obj.get("spec"), "spec").get("taints"), "spec.taints")
@@ -399,20 +452,46 @@ def parse_node(obj: Mapping[str, Any]) -> Node | Skipped:
             addresses=tuple(by_type["InternalIP"] + by_type["ExternalIP"]),
             labels=tuple(sorted((str(k), str(v)) for k, v in labels.items())),
             eligible=not meta.get("deletionTimestamp") and not doomed,
+            warnings=tuple(warnings),
         )
     except (_Invalid, KeyError) as e:
         return Skipped("Node", "", name or "?", str(e))
 
 
+# A ServiceCIDR's unallocated addresses are dropped (after DNAT, in forward and output, as
+# kube-proxy does): a CIDR wider than this would drop traffic to pods, nodes and the Internet.
+# kube-proxy v1.37 programs any width (a 0.0.0.0/0 ServiceCIDR cuts every new forwarded or
+# outgoing IPv4 connection of the node); nftproxy leaves such a CIDR out, alone, with a warning.
+WIDEST_SERVICE_CIDR = {4: 8, 6: 16}
+
+
 def parse_service_cidr(obj: Mapping[str, Any]) -> ServiceCIDR | Skipped:
-    """A ServiceCIDR's ``spec.cidrs`` (kube-proxy drops traffic to their unallocated addresses)."""
+    """A ServiceCIDR's ``spec.cidrs`` (kube-proxy drops traffic to their unallocated addresses).
+    Each CIDR on its own: a bad or too wide one is left out with a warning, the other (the other
+    family's) is used. The API keeps them canonical (strict validation since ServiceCIDRs exist)."""
     _, name = _meta(obj)
     try:
         spec = _map(obj.get("spec"), "spec")
-        cidrs = tuple(_cidr(c, "spec.cidrs") for c in _list(spec.get("cidrs"), "spec.cidrs"))
-        for c in cidrs:  # its unallocated addresses are dropped: never the whole address space
-            if c.prefixlen < (8 if c.version == 4 else 16):
-                raise _Invalid(f"spec.cidrs: {c} is too wide to drop its unallocated addresses")
-        return ServiceCIDR(name=name, cidrs=cidrs)
+        cidrs: list[IPNetwork] = []
+        warnings: list[str] = []
+        for i, value in enumerate(_list(spec.get("cidrs"), "spec.cidrs")):
+            net = parse_cidr_sloppy(value) if type(value) is str else None
+            if net is None:
+                warnings.append(_left_out(f"spec.cidrs[{i}]", f"invalid CIDR {value!r}", "ServiceCIDR"))
+            elif net.prefixlen < WIDEST_SERVICE_CIDR[net.version]:
+                widest = WIDEST_SERVICE_CIDR[net.version]
+                problem = f"{net} is wider than /{widest}: too wide to drop its unallocated addresses"
+                warnings.append(_left_out(f"spec.cidrs[{i}]", problem, "ServiceCIDR"))
+            else:
+                cidrs.append(net)
+        return ServiceCIDR(name=name, cidrs=tuple(cidrs), warnings=tuple(warnings))
     except _Invalid as e:
         return Skipped("ServiceCIDR", "", name or "?", str(e))
+
+
+def warnings_report(value: Node | ServiceCIDR) -> Skipped | None:
+    """A Node's or ServiceCIDR's warnings as one report (used, and reported as skips are)."""
+    if not value.warnings:
+        return None
+    kind = "Node" if isinstance(value, Node) else "ServiceCIDR"
+    return Skipped(kind, "", value.name or "?", "; ".join(value.warnings))

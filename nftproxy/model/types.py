@@ -70,6 +70,8 @@ class EndpointSlice:
     ports: tuple[EndpointPort, ...]
     endpoints: tuple[Endpoint, ...]
     trigger_time: str | None = None  # endpoints.kubernetes.io/last-change-trigger-time
+    # endpoints left out (no address, or not one of the slice's family): reported with the Service
+    warnings: tuple[str, ...] = ()
 
     @property
     def key(self) -> str:
@@ -88,6 +90,7 @@ class Node:
     # not being deleted, nor tainted ToBeDeletedByClusterAutoscaler (kube-proxy's NodeEligible:
     # /healthz answers 503 otherwise, so load balancers drain the node; /livez does not)
     eligible: bool = True
+    warnings: tuple[str, ...] = ()  # addresses left out (not IPs): reported, the Node still used
 
     @property
     def zone(self) -> str | None:
@@ -100,6 +103,7 @@ class ServiceCIDR:
 
     name: str
     cidrs: tuple[IPNetwork, ...]
+    warnings: tuple[str, ...] = ()  # CIDRs left out (invalid, too wide): reported, the rest used
 
 
 @dataclass(frozen=True, slots=True)

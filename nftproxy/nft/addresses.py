@@ -9,14 +9,21 @@ import struct
 from ipaddress import IPv4Address, IPv6Address, ip_address
 
 from nftproxy.nft import netns as netns_mod
-from nftproxy.nft.netlink import NLMSG, NLMSG_DONE, NLMSG_ERROR, error_code, messages
+from nftproxy.nft.nlmsg import (
+    NETLINK_ROUTE,
+    NLM_F_DUMP,
+    NLM_F_REQUEST,
+    NLMSG,
+    NLMSG_DONE,
+    NLMSG_ERROR,
+    attrs,
+    error_code,
+    messages,
+)
 
-NETLINK_ROUTE = 0
 RTM_NEWADDR, RTM_GETADDR = 20, 22
-NLM_F_REQUEST, NLM_F_DUMP = 0x1, 0x300
 IFA_ADDRESS, IFA_LOCAL = 1, 2
 _IFADDR = struct.Struct("=BBBBI")  # ifaddrmsg
-_RTA = struct.Struct("=HH")
 IPAddress = IPv4Address | IPv6Address
 
 
@@ -39,18 +46,10 @@ def parse(data: bytes) -> tuple[list[IPAddress], bool]:
             return out, True
         if kind == RTM_NEWADDR:
             family = data[off + NLMSG.size]
-            attrs: dict[int, bytes] = {}
-            a = off + NLMSG.size + _IFADDR.size
-            end = off + length
-            while a + _RTA.size <= end:
-                alen, atype = _RTA.unpack_from(data, a)
-                if alen < _RTA.size:
-                    break
-                attrs[atype] = data[a + _RTA.size : a + alen]
-                a += (alen + 3) & ~3
-            raw = attrs.get(IFA_LOCAL) or attrs.get(IFA_ADDRESS)  # IFA_LOCAL: the own end of a p-t-p link
+            found = attrs(data, off + NLMSG.size + _IFADDR.size, off + length)  # rtattr: as nlattr
+            raw = found.get(IFA_LOCAL) or found.get(IFA_ADDRESS)  # IFA_LOCAL: the own end of a p-t-p link
             if raw is not None and family in (socket.AF_INET, socket.AF_INET6):
-                out.append(ip_address(raw))
+                out.append(ip_address(bytes(raw)))
     return out, False
 
 

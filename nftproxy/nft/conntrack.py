@@ -1,4 +1,8 @@
-"""UDP conntrack entries over ctnetlink (NETLINK_NETFILTER, subsystem NFNL_SUBSYS_CTNETLINK), in
+"""Conntrack apart from nftables, as kube-proxy's pkg/proxy/conntrack: the ``Conntrack`` interface
+(list the DNATed UDP flows, delete flows), ``KernelConntrack`` (its network namespace's table),
+and its fake (``nft/fake.FakeConntrack``). The dataplane gets it as a dependency of its own.
+
+UDP conntrack entries over ctnetlink (NETLINK_NETFILTER, subsystem NFNL_SUBSYS_CTNETLINK), in
 the calling thread's network namespace: listing the DNATed ones, deleting some. No `conntrack`
 process: as kube-proxy (pkg/proxy/conntrack over vishvananda/netlink), inside the process.
 
@@ -22,30 +26,40 @@ import errno
 import os
 import socket
 import struct
-from collections.abc import Iterable, Iterator
-from typing import NamedTuple
+from collections.abc import Iterable
+from typing import NamedTuple, Protocol
 
-from nftproxy.nft.netlink import NLMSG, NLMSG_DONE, NLMSG_ERROR, error_code, messages
+from nftproxy.nft import netns as netns_mod
+from nftproxy.nft import nlmsg
+from nftproxy.nft.nlmsg import (
+    NFGEN,
+    NLA_F_NESTED,
+    NLM_F_ACK,
+    NLM_F_DUMP,
+    NLM_F_REQUEST,
+    NLMSG,
+    NLMSG_DONE,
+    NLMSG_ERROR,
+    acks,
+    attrs,
+    error_code,
+    messages,
+    nla,
+)
 from nftproxy.nft.objects import Family, UdpFlow
 
-NETLINK_NETFILTER = 12
 NFNL_SUBSYS_CTNETLINK = 1
 IPCTNL_MSG_CT_NEW, IPCTNL_MSG_CT_GET, IPCTNL_MSG_CT_DELETE = 0, 1, 2
-NLM_F_REQUEST, NLM_F_MULTI, NLM_F_ACK, NLM_F_DUMP = 0x1, 0x2, 0x4, 0x300
-NLA_F_NESTED, NLA_TYPE_MASK = 0x8000, 0x3FFF
 CTA_TUPLE_ORIG, CTA_TUPLE_REPLY, CTA_STATUS, CTA_ID, CTA_ZONE = 1, 2, 3, 12, 18
 CTA_TUPLE_IP, CTA_TUPLE_PROTO = 1, 2
 CTA_IP_V4_SRC, CTA_IP_V4_DST, CTA_IP_V6_SRC, CTA_IP_V6_DST = 1, 2, 3, 4
 CTA_PROTO_NUM, CTA_PROTO_SRC_PORT, CTA_PROTO_DST_PORT = 1, 2, 3
 IPPROTO_UDP = 17
 IPS_DST_NAT = 1 << 5  # CTA_STATUS bit (linux/netfilter/nf_conntrack_common.h)
-SO_SNDBUFFORCE, SO_RCVBUFFORCE = 32, 33
 PER_SEND = 512  # delete messages per send (~100 bytes each; their acks must fit the receive buffer)
 
 _AF = {Family.IP: socket.AF_INET, Family.IP6: socket.AF_INET6}
-_NFGEN = struct.Struct("=BBH")
-_NLA = struct.Struct("=HH")
-_HEAD = NLMSG.size + _NFGEN.size
+_HEAD = NLMSG.size + NFGEN.size
 
 
 class Tuple(NamedTuple):
@@ -80,14 +94,8 @@ class Entry(NamedTuple):
 # ------------------------------------------------------------------------------ packing
 
 
-def _nla(kind: int, payload: bytes) -> bytes:
-    length = _NLA.size + len(payload)
-    return _NLA.pack(length, kind) + payload + b"\0" * (-length % 4)
-
-
 def _message(kind: int, flags: int, seq: int, family: int, body: bytes = b"") -> bytes:
-    payload = _NFGEN.pack(family, 0, 0) + body
-    return NLMSG.pack(NLMSG.size + len(payload), (NFNL_SUBSYS_CTNETLINK << 8) | kind, flags, seq, 0) + payload
+    return nlmsg.nfnl_message((NFNL_SUBSYS_CTNETLINK << 8) | kind, flags, seq, family, body)
 
 
 def dump_request(family: int, seq: int = 1) -> bytes:
@@ -98,44 +106,32 @@ def dump_request(family: int, seq: int = 1) -> bytes:
 def pack_tuple(family: int, t: Tuple) -> bytes:
     """The nested CTA_TUPLE_IP and CTA_TUPLE_PROTO of a tuple (the outer attribute not included)."""
     src, dst = (CTA_IP_V4_SRC, CTA_IP_V4_DST) if family == socket.AF_INET else (CTA_IP_V6_SRC, CTA_IP_V6_DST)
-    ip = _nla(src, socket.inet_pton(family, t.src)) + _nla(dst, socket.inet_pton(family, t.dst))
-    proto = _nla(CTA_PROTO_NUM, bytes((t.proto,)))
-    proto += _nla(CTA_PROTO_SRC_PORT, struct.pack(">H", t.sport)) + _nla(CTA_PROTO_DST_PORT, struct.pack(">H", t.dport))
-    return _nla(CTA_TUPLE_IP | NLA_F_NESTED, ip) + _nla(CTA_TUPLE_PROTO | NLA_F_NESTED, proto)
+    ip = nla(src, socket.inet_pton(family, t.src)) + nla(dst, socket.inet_pton(family, t.dst))
+    proto = nla(CTA_PROTO_NUM, bytes((t.proto,)))
+    proto += nla(CTA_PROTO_SRC_PORT, struct.pack(">H", t.sport)) + nla(CTA_PROTO_DST_PORT, struct.pack(">H", t.dport))
+    return nla(CTA_TUPLE_IP | NLA_F_NESTED, ip) + nla(CTA_TUPLE_PROTO | NLA_F_NESTED, proto)
 
 
 def delete_request(family: int, e: Entry, seq: int) -> bytes:
     """IPCTNL_MSG_CT_DELETE of one entry by its original tuple; with its id, a newer entry that
     took the same tuple meanwhile is left alone (ENOENT)."""
-    body = _nla(CTA_TUPLE_ORIG | NLA_F_NESTED, pack_tuple(family, e.orig))
+    body = nla(CTA_TUPLE_ORIG | NLA_F_NESTED, pack_tuple(family, e.orig))
     if e.zone:
-        body += _nla(CTA_ZONE, struct.pack(">H", e.zone))
+        body += nla(CTA_ZONE, struct.pack(">H", e.zone))
     if e.id is not None:
-        body += _nla(CTA_ID, struct.pack(">I", e.id))
+        body += nla(CTA_ID, struct.pack(">I", e.id))
     return _message(IPCTNL_MSG_CT_DELETE, NLM_F_REQUEST | NLM_F_ACK, seq, family, body)
 
 
 # ------------------------------------------------------------------------------ parsing
 
 
-def _attrs(data: bytes | memoryview, off: int, end: int) -> dict[int, memoryview]:
-    out: dict[int, memoryview] = {}
-    view = memoryview(data)
-    while off + _NLA.size <= end:
-        length, kind = _NLA.unpack_from(data, off)
-        if length < _NLA.size:
-            break
-        out[kind & NLA_TYPE_MASK] = view[off + _NLA.size : off + length]
-        off += (length + 3) & ~3
-    return out
-
-
 def _tuple(family: int, raw: memoryview) -> Tuple | None:
-    t = _attrs(raw, 0, len(raw))
+    t = attrs(raw, 0, len(raw))
     ip, proto = t.get(CTA_TUPLE_IP), t.get(CTA_TUPLE_PROTO)
     if ip is None or proto is None:
         return None
-    a, p = _attrs(ip, 0, len(ip)), _attrs(proto, 0, len(proto))
+    a, p = attrs(ip, 0, len(ip)), attrs(proto, 0, len(proto))
     src, dst = (CTA_IP_V4_SRC, CTA_IP_V4_DST) if family == socket.AF_INET else (CTA_IP_V6_SRC, CTA_IP_V6_DST)
     if src not in a or dst not in a or CTA_PROTO_NUM not in p:
         return None
@@ -154,7 +150,7 @@ def parse_entry(data: bytes, off: int, length: int) -> Entry | None:
     family = data[off + NLMSG.size]
     if family not in (socket.AF_INET, socket.AF_INET6):
         return None
-    a = _attrs(data, off + _HEAD, off + length)
+    a = attrs(data, off + _HEAD, off + length)
     orig = _tuple(family, a[CTA_TUPLE_ORIG]) if CTA_TUPLE_ORIG in a else None
     reply = _tuple(family, a[CTA_TUPLE_REPLY]) if CTA_TUPLE_REPLY in a else None
     if orig is None or reply is None:
@@ -182,13 +178,6 @@ def parse(data: bytes) -> tuple[list[Entry], bool]:
     return out, False
 
 
-def acks(data: bytes) -> Iterator[tuple[int, int]]:
-    """(sequence number, error: 0 or a negative errno) of each NLMSG_ERROR in ``data``."""
-    for kind, seq, off, _length in messages(data):
-        if kind == NLMSG_ERROR:
-            yield seq, error_code(data, off)
-
-
 def _raise(err: int, what: str) -> None:
     if err:
         raise OSError(-err, f"{what}: ctnetlink: {os.strerror(-err)} ({errno.errorcode.get(-err, err)})")
@@ -198,15 +187,7 @@ def _raise(err: int, what: str) -> None:
 
 
 def _socket() -> socket.socket:
-    s = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_NETFILTER)
-    try:
-        s.setsockopt(socket.SOL_SOCKET, SO_SNDBUFFORCE, 4 << 20)
-        s.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, 16 << 20)
-    except PermissionError:
-        pass  # without CAP_NET_ADMIN the dump below fails with a clearer error
-    s.bind((0, 0))
-    s.settimeout(30)
-    return s
+    return nlmsg.open_socket(nlmsg.NETLINK_NETFILTER, rcvbuf=16 << 20, sndbuf=4 << 20)
 
 
 def entries(family: Family, sock: socket.socket | None = None) -> list[Entry]:
@@ -291,3 +272,44 @@ def delete_udp_flows(family: Family, flows: Iterable[UdpFlow], listed: Iterable[
             have = udp_entries(family, s)
         doomed = [e for e in have if match(e) is not None]
         return delete_entries(family, doomed, s)[0] if doomed else 0
+
+
+# ------------------------------------------------------------------------------ the interface
+
+
+class Conntrack(Protocol):
+    """What the dataplane needs of conntrack (kube-proxy's conntrack.Interface)."""
+
+    def udp_flows(self, family: Family) -> list[UdpFlow]:
+        """The DNATed UDP entries of ``family``, one flow each (frontend, port, endpoint)."""
+
+    def delete_udp_flows(self, family: Family, flows: Iterable[UdpFlow]) -> int:
+        """Delete every DNATed UDP entry of these flows; return how many entries went."""
+
+
+class KernelConntrack:
+    """The conntrack table of network namespace ``netns`` (None: this one), over ctnetlink, from
+    a worker thread of its own that entered it."""
+
+    def __init__(self, netns: str | None = None) -> None:
+        self.netns = netns
+        self._worker = netns_mod.Worker(netns, "conntrack")
+        self._listed: dict[Family, list[Entry]] = {}  # the last udp_flows, per family
+
+    def close(self) -> None:
+        self._worker.close()
+
+    def udp_flows(self, family: Family) -> list[UdpFlow]:
+        def go() -> list[UdpFlow]:
+            entries = udp_entries(family)
+            self._listed[family] = entries  # for the delete that follows: no second dump
+            return [e.flow for e in entries]
+
+        return self._worker.call(go)
+
+    def delete_udp_flows(self, family: Family, flows: Iterable[UdpFlow]) -> int:
+        todo = sorted(set(flows))
+        listed = self._listed.pop(family, None)
+        if not todo:
+            return 0
+        return self._worker.call(lambda: delete_udp_flows(family, todo, listed))

@@ -8,14 +8,32 @@ a failing transaction leaves the previous state untouched. Real-kernel tests sta
 from __future__ import annotations
 
 import copy
+import errno
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
+from nftproxy.nft.backend import NftError, invalid
 from nftproxy.nft.bulk import LoadStep, expand
-from nftproxy.nft.kernel import NftError
+from nftproxy.nft.diff import create
+from nftproxy.nft.located import errno_of, error, of_errno
 from nftproxy.nft.objects import Chain, Counter, DynamicElement, Element, Family, Key, Set, Table, UdpFlow
-from nftproxy.nft.transaction import Op, Transaction
+from nftproxy.nft.transaction import (
+    AddChain,
+    AddCounter,
+    AddElements,
+    AddRule,
+    AddSet,
+    AddTable,
+    DeleteChain,
+    DeleteCounter,
+    DeleteElements,
+    DeleteSet,
+    DeleteTable,
+    FlushChain,
+    Op,
+    Transaction,
+)
 
 _SET_REF = re.compile(r"@([\w.-]+)")
 _CHAIN_REF = re.compile(r"\b(?:goto|jump) ([\w.-]+)")
@@ -46,8 +64,6 @@ class FakeBackend:
         self.refuse: Callable[[Element], str | None] | None = None
         self.checks = 0  # dry runs (check)
         self.timeouts: dict[tuple[Family, str, str, Key], int] = {}  # of the packet path's elements
-        self.flows: dict[Family, list[UdpFlow]] = {}  # conntrack, as a test sets it up
-        self.flows_deleted: list[tuple[Family, UdpFlow]] = []
 
     def apply(self, *txs: Transaction) -> None:
         self._commit(txs, ())
@@ -63,15 +79,19 @@ class FakeBackend:
     def check(self, *txs: Transaction) -> None:
         """A dry run: the same checks as a commit, on a copy that is thrown away."""
         self.checks += 1
+        if (refused := invalid(txs)) is not None:
+            raise refused
         touched = {(tx.family, tx.table) for tx in txs}
         self._run(txs, (), {k: copy.deepcopy(t) if k in touched else t for k, t in self.tables.items()})
 
     def _commit(self, txs: Iterable[Transaction], loads: Iterable[tuple[Family, str, str, list[Element]]]) -> None:
         """All of it or nothing, like one kernel transaction."""
+        txs = list(txs)
+        if (refused := invalid(txs)) is not None:
+            raise refused
         if self.fail_next:
             msg, self.fail_next = self.fail_next, None
-            raise NftError(msg)
-        txs = list(txs)
+            raise error(msg)  # read as nft's output is: "… No buffer space available" is ENOBUFS
         work = copy.deepcopy(self.tables)
         self._run(txs, loads, work, injected=True)
         self.tables = work
@@ -84,17 +104,17 @@ class FakeBackend:
         work: dict[tuple[Family, str], _Table],
         injected: bool = False,
     ) -> None:
-        ops = [((tx.family, tx.table), op) for tx in txs for op in tx.ops]
-        ops += [((fam, table), Op("add", "elements", name, elements=tuple(els))) for fam, table, name, els in loads]
+        ops: list[tuple[tuple[Family, str], Op]] = [((tx.family, tx.table), op) for tx in txs for op in tx.ops]
+        ops += [((fam, table), AddElements(name, tuple(els))) for fam, table, name, els in loads]
         for i, (key, op) in enumerate(ops):
             if injected and self.fail_at_op == i:
                 self.fail_at_op = None
                 raise NftError(f"Error: injected failure at operation {i}")
-            if self.refuse is not None and op.verb == "add" and op.what == "elements":
+            if self.refuse is not None and isinstance(op, AddElements):
                 for e in op.elements:
                     if (why := self.refuse(e)) is not None:
-                        where = f"add element {key[0].value} {key[1]} {op.name} {{ {e.render()} }}"
-                        raise NftError(f"Error: {why} [{where}]")
+                        where = f"add element {key[0].value} {key[1]} {op.set_name} {{ {e.render()} }}"
+                        raise NftError(f"Error: {why} [{where}]", errno_of(f"Error: {why}"))
             _apply_op(work, key, op)
 
     def read(self, family: Family, table: str) -> Table | None:
@@ -119,6 +139,10 @@ class FakeBackend:
         t = self.tables.get((family, table))
         return set(t.chains) if t else None
 
+    def chain_rules(self, family: Family, table: str) -> dict[str, tuple[str, ...]] | None:
+        t = self.tables.get((family, table))
+        return {name: tuple(t.rules[name]) for name in t.chains} if t else None
+
     def packet_path_writes(self, family: Family, table: str, set_name: str, entry: DynamicElement) -> None:
         """What a packet's `update @set { … }` does (tests: a client that got an endpoint)."""
         self.tables[(family, table)].elements[set_name][entry.key] = Element(entry.key, entry.value)
@@ -127,7 +151,7 @@ class FakeBackend:
     def read_dynamic(self, family: Family, table: str, set_name: str) -> list[DynamicElement]:
         els = self.tables[(family, table)].elements.get(set_name)
         if els is None:
-            raise NftError(f"Error: No such file or directory (map {set_name})")
+            raise of_errno(errno.ENOENT, f"map {set_name}")
         timeouts = self.timeouts
         return [DynamicElement(k, e.value or (), timeouts[(family, table, set_name, k)]) for k, e in els.items()]
 
@@ -135,13 +159,59 @@ class FakeBackend:
         t = self.tables.get((family, table))
         return {n: t.packets.get(n, 0) for n in t.counters} if t else {}
 
+    def dump(self) -> str:
+        """Every table as the nft statements that would create it, one line per object, rule and
+        element, sorted (tables, then chains, sets and counters by name; rules in their chain's
+        order; elements by key): one stable text to compare, as knftables' Fake.Dump()."""
+        lines = (line for key in sorted(self.tables) for line in _dump_table(*key, self.tables[key]))
+        return "".join(line + "\n" for line in lines)
+
+
+class FakeConntrack:
+    """An in-memory conntrack table (kube-proxy's conntrack.NewFake): the DNATed UDP flows a test
+    sets up, one entry each; a deleted flow takes the entries it names (any endpoint port when
+    its own is "", as KernelConntrack's)."""
+
+    def __init__(self) -> None:
+        self.flows: dict[Family, list[UdpFlow]] = {}
+        self.deleted: list[tuple[Family, UdpFlow]] = []  # what the dataplane asked to delete
+
     def udp_flows(self, family: Family) -> list[UdpFlow]:
         return list(self.flows.get(family, []))
 
-    def delete_udp_flows(self, family: Family, flows: Iterable[UdpFlow]) -> None:
-        gone = set(flows)
-        self.flows_deleted += [(family, f) for f in sorted(gone)]
-        self.flows[family] = [f for f in self.flows.get(family, []) if f not in gone]
+    def delete_udp_flows(self, family: Family, flows: Iterable[UdpFlow]) -> int:
+        wanted = set(flows)
+        self.deleted += [(family, f) for f in sorted(wanted)]
+        have = self.flows.get(family, [])
+        kept = [f for f in have if f not in wanted and f._replace(reply_sport="") not in wanted]
+        self.flows[family] = kept
+        return len(have) - len(kept)
+
+
+def dump_of(*tables: Table) -> str:
+    """The dump (``FakeBackend.dump``) of these desired tables, as a backend holds them once
+    created: what a test compares the fake's dump with."""
+    fake = FakeBackend()
+    for table in tables:
+        tx = Transaction(table.family, table.name)
+        create(tx, table)
+        fake.apply(tx)
+    return fake.dump()
+
+
+def _dump_table(family: Family, name: str, t: _Table) -> Iterator[str]:
+    where = f"{family.value} {name}"
+    yield AddTable(t.comment).render(where)
+    chains = sorted(t.chains)
+    sets = sorted(t.sets)
+    yield from (AddChain(t.chains[c]).render(where) for c in chains)
+    yield from (AddSet(t.sets[s]).render(where) for s in sets)
+    yield from (AddCounter(t.counters[c]).render(where) for c in sorted(t.counters))
+    for c in chains:
+        yield from (AddRule(c, rule).render(where) for rule in t.rules[c])
+    for s in sets:
+        els = t.elements[s]
+        yield from (AddElements(s, (els[k],)).render(where) for k in sorted(els))
 
 
 def _refs(t: _Table) -> tuple[set[str], set[str]]:
@@ -159,95 +229,89 @@ def _refs(t: _Table) -> tuple[set[str], set[str]]:
 
 
 def _apply_op(tables: dict[tuple[Family, str], _Table], key: tuple[Family, str], op: Op) -> None:
-    if op.what == "table":
-        if op.verb == "add":
-            tables.setdefault(key, _Table(op.comment))
-        elif tables.pop(key, None) is None:
-            raise NftError("Error: No such file or directory (table)")
+    if isinstance(op, AddTable):
+        tables.setdefault(key, _Table(op.comment))
+        return
+    if isinstance(op, DeleteTable):
+        if tables.pop(key, None) is None:
+            raise of_errno(errno.ENOENT, "table")
         return
     t = tables.get(key)
     if t is None:
-        raise NftError("Error: No such file or directory (table)")
-    if op.what == "chain":
-        _chain_op(t, op)
-    elif op.what == "rule":
-        if op.name not in t.chains:
-            raise NftError(f"Error: No such file or directory (chain {op.name})")
-        for c in _CHAIN_REF.findall(op.rule):
-            if c not in t.chains:
-                raise NftError(f"Error: No such file or directory (chain {c})")
-        for s in _SET_REF.findall(op.rule):
-            if s not in t.sets:
-                raise NftError(f"Error: No such file or directory (set {s})")
-        for c in _COUNTER_REF.findall(op.rule):
-            if c not in t.counters:
-                raise NftError(f"Error: No such file or directory (counter {c})")
-        t.rules[op.name].append(op.rule)
-    elif op.what in ("set", "map"):
-        _set_op(t, op)
-    elif op.what == "counter":
-        _counter_op(t, op)
-    else:
-        _elements_op(t, op)
+        raise of_errno(errno.ENOENT, "table")
+    match op:
+        case AddChain(chain):
+            t.chains.setdefault(chain.name, chain)
+            t.rules.setdefault(chain.name, [])
+        case FlushChain(name):
+            _chain(t, name)
+            t.rules[name] = []
+        case DeleteChain(name):
+            _chain(t, name)
+            if t.rules[name] or name in _refs(t)[0]:
+                raise of_errno(errno.EBUSY, f"chain {name}")
+            del t.chains[name], t.rules[name]
+        case AddRule(chain, rule):
+            _add_rule(t, chain, rule)
+        case AddSet(s):
+            old = t.sets.get(s.name)
+            if old is not None and old.spec != s.spec:
+                raise of_errno(errno.EEXIST, f"set {s.name} with another type")
+            t.sets.setdefault(s.name, s)
+            t.elements.setdefault(s.name, {})
+        case DeleteSet(name):
+            _set(t, name)
+            if name in _refs(t)[1]:
+                raise of_errno(errno.EBUSY, f"set {name}")
+            del t.sets[name], t.elements[name]
+        case AddCounter(counter):
+            t.counters.setdefault(counter.name, counter)
+        case DeleteCounter(name):
+            if name not in t.counters:
+                raise of_errno(errno.ENOENT, f"counter {name}")
+            if any(name in _COUNTER_REF.findall(r) for rules in t.rules.values() for r in rules):
+                raise of_errno(errno.EBUSY, f"counter {name}")
+            del t.counters[name]
+            t.packets.pop(name, None)
+        case AddElements(name, elements):
+            _add_elements(t, name, elements)
+        case DeleteElements(name, keys):
+            els = _set(t, name)
+            for k in keys:
+                if els.pop(k, None) is None:
+                    raise of_errno(errno.ENOENT, f"element {' . '.join(k)}")
 
 
-def _chain_op(t: _Table, op: Op) -> None:
-    if op.verb == "add" and op.chain is not None:
-        t.chains.setdefault(op.name, op.chain)
-        t.rules.setdefault(op.name, [])
-        return
-    if op.name not in t.chains:
-        raise NftError(f"Error: No such file or directory (chain {op.name})")
-    if op.verb == "flush":
-        t.rules[op.name] = []
-        return
-    if t.rules[op.name] or op.name in _refs(t)[0]:
-        raise NftError(f"Error: Device or resource busy (chain {op.name})")
-    del t.chains[op.name], t.rules[op.name]
+def _chain(t: _Table, name: str) -> None:
+    if name not in t.chains:
+        raise of_errno(errno.ENOENT, f"chain {name}")
 
 
-def _set_op(t: _Table, op: Op) -> None:
-    if op.verb == "add" and op.set is not None:
-        old = t.sets.get(op.name)
-        if old is not None and old.spec != op.set.spec:
-            raise NftError(f"Error: File exists (set {op.name} with another type)")
-        t.sets.setdefault(op.name, op.set)
-        t.elements.setdefault(op.name, {})
-        return
-    if op.name not in t.sets:
-        raise NftError(f"Error: No such file or directory (set {op.name})")
-    if op.name in _refs(t)[1]:
-        raise NftError(f"Error: Device or resource busy (set {op.name})")
-    del t.sets[op.name], t.elements[op.name]
+def _set(t: _Table, name: str) -> dict[Key, Element]:
+    if name not in t.sets:
+        raise of_errno(errno.ENOENT, f"set {name}")
+    return t.elements[name]
 
 
-def _counter_op(t: _Table, op: Op) -> None:
-    if op.verb == "add" and op.counter is not None:
-        t.counters.setdefault(op.name, op.counter)
-        return
-    if op.name not in t.counters:
-        raise NftError(f"Error: No such file or directory (counter {op.name})")
-    if any(op.name in _COUNTER_REF.findall(r) for rules in t.rules.values() for r in rules):
-        raise NftError(f"Error: Device or resource busy (counter {op.name})")
-    del t.counters[op.name]
-    t.packets.pop(op.name, None)
+def _add_rule(t: _Table, chain: str, rule: str) -> None:
+    _chain(t, chain)
+    for c in _CHAIN_REF.findall(rule):
+        _chain(t, c)
+    for s in _SET_REF.findall(rule):
+        _set(t, s)
+    for c in _COUNTER_REF.findall(rule):
+        if c not in t.counters:
+            raise of_errno(errno.ENOENT, f"counter {c}")
+    t.rules[chain].append(rule)
 
 
-def _elements_op(t: _Table, op: Op) -> None:
-    if op.name not in t.sets:
-        raise NftError(f"Error: No such file or directory (set {op.name})")
-    els = t.elements[op.name]
-    if op.verb == "delete":
-        for k in op.keys:
-            if els.pop(k, None) is None:
-                raise NftError(f"Error: No such file or directory (element {' . '.join(k)})")
-        return
-    for e in op.elements:
+def _add_elements(t: _Table, name: str, elements: tuple[Element, ...]) -> None:
+    els = _set(t, name)
+    for e in elements:
         old = els.get(e.key)
         if old is not None and old != e:
-            raise NftError(f"Error: File exists (element {' . '.join(e.key)})")
+            raise of_errno(errno.EEXIST, f"element {' . '.join(e.key)}")
         for part in e.value or ():
             for c in _CHAIN_REF.findall(part):
-                if c not in t.chains:
-                    raise NftError(f"Error: No such file or directory (chain {c})")
+                _chain(t, c)
         els[e.key] = e

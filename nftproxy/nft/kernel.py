@@ -1,24 +1,26 @@
-"""The libnftables backend: applies a Transaction as one kernel transaction, reads tables back."""
+"""The libnftables backend: applies a Transaction as one kernel transaction, reads tables back
+(nft's listings are read by listing.py, its errors by located.py)."""
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
-import re
+import signal
 import socket
 import subprocess
 import threading
 from collections.abc import Callable, Iterable
-from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import suppress
-from typing import Any, Protocol, TypeVar, cast
+from concurrent.futures import Future
+from typing import Any, TypeVar, cast
 
-from nftproxy.nft import bulk, conntrack, netlink
+from nftproxy.nft import bulk, listing, located, netlink
 from nftproxy.nft import netns as netns_mod
+from nftproxy.nft.backend import NftError, invalid, is_not_found
 from nftproxy.nft.bulk import LoadStep
 from nftproxy.nft.netlink import FAMILIES, Batch, Layout
-from nftproxy.nft.objects import Chain, Counter, DynamicElement, Element, Family, Key, Set, Table, UdpFlow
-from nftproxy.nft.transaction import Transaction
+from nftproxy.nft.objects import DynamicElement, Element, Family, Set, Table
+from nftproxy.nft.transaction import AddElements, DeleteElements, Transaction
 
 T = TypeVar("T")
 log = logging.getLogger("nftproxy.nft")
@@ -26,86 +28,38 @@ log = logging.getLogger("nftproxy.nft")
 BULK = 256 * 1024  # scripts larger than this (thousands of elements) go through an `nft` child
 
 
-class NftError(Exception):
-    """The kernel (or nft's parser) refused a transaction; nothing of it was applied."""
-
-
-class PartialLoadError(NftError):
-    """A load in several kernel transactions failed half-way and its first steps stayed."""
-
-
-class Backend(Protocol):
-    """What the syncer needs of the kernel (KernelBackend) or of its stand-in (FakeBackend)."""
-
-    def apply(self, *txs: Transaction) -> None:
-        """Commit all of ``txs`` as ONE kernel transaction, or raise NftError and change nothing."""
-
-    def load(self, steps: Iterable[LoadStep]) -> int:
-        """Commit each step (one kernel transaction each, in order); return the elements sent.
-        Steps are pulled one at a time, so the caller may compute the next one meanwhile. On a
-        failure, raise NftError once the steps already queued are done (earlier ones stay)."""
-
-    def read(self, family: Family, table: str) -> Table | None: ...
-
-    def delete(self, family: Family, table: str) -> bool: ...
-
-    def check(self, *txs: Transaction) -> None:
-        """Would the kernel take ``txs`` as one transaction? Raise NftError (with the refused
-        statement) if not. A dry run: nothing changes in the kernel."""
-
-    def chain_names(self, family: Family, table: str) -> set[str] | None:
-        """The table's chain names (cheap: no set elements are fetched); None if it is absent."""
-
-    def read_dynamic(self, family: Family, table: str, set_name: str) -> list[DynamicElement]:
-        """The elements the packet path wrote into a dynamic map, with their timeouts."""
-
-    def counter_packets(self, family: Family, table: str) -> dict[str, int]:
-        """The packets each named counter of the table counted ({} without the table)."""
-
-    def udp_flows(self, family: Family) -> list[UdpFlow]:
-        """The DNATed UDP conntrack entries of this network namespace."""
-
-    def delete_udp_flows(self, family: Family, flows: Iterable[UdpFlow]) -> None: ...
-
-
 def _run_child(args: list[str], stdin: str | None) -> str:
     r = subprocess.run(["nft", *args], input=stdin, capture_output=True, text=True, check=False)
     if r.returncode != 0:
-        raise NftError(_first_error(r.stderr, stdin))
+        raise located.error(r.stderr, stdin)
     return r.stdout
 
 
-def _located(script: str, err: str) -> str:
-    """The error of a script that libnftables refused, naming the statement it refused.
+def _dry_run(script: str) -> None:
+    _run_child(["-c", "-f", "-"], script)
 
-    libnftables 1.0.6 quotes the FIRST line of a buffer in its error (an `add table` line, so the
-    message pointed at the wrong place) and gives no line number; `nft -c -f -` (a dry run: no
-    kernel state changes) gives ``/dev/stdin:LINE:COLUMNS``, read back against our own script."""
-    try:
-        _run_child(["-c", "-f", "-"], script)
-    except NftError as e:
-        return str(e)
-    return _first_error(err)  # the dry run passed (the kernel's state changed meanwhile?)
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the forked child
+    import ctypes  # noqa: PLC0415
+
+    ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 class KernelBackend:
     """libnftables through Debian's ``nftables`` Python module.
 
-    All calls run on one worker thread, which first enters ``netns`` when given: the rest of the
-    process (API client, metrics) stays where it is.
+    All calls run on one worker thread (netns.Worker), which first enters ``netns`` when given:
+    the rest of the process (API client, metrics) stays where it is.
     """
 
     def __init__(self, netns: str | None = None) -> None:
         self.netns = netns
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nft")
+        self._worker = netns_mod.Worker(netns, "nft")
         self._local = threading.local()
-        self._listed: dict[Family, list[conntrack.Entry]] = {}  # the last udp_flows, per family
         self._layouts: dict[tuple[Family, str, Set], Layout | None] = {}  # how each set's elements pack
 
     def close(self) -> None:
-        with suppress(RuntimeError):  # already shut down
-            self._pool.submit(self._drop_socket)  # in the worker thread, whose socket it is
-        self._pool.shutdown(wait=True)
+        self._worker.close(self._drop_socket)  # in the worker thread, whose socket it is
 
     def _socket(self) -> socket.socket:
         """The worker thread's netlink socket for element batches, kept open (netlink.open_socket)."""
@@ -133,20 +87,19 @@ class KernelBackend:
         return self._submit(fn).result()
 
     def _submit(self, fn: Callable[[Any], T]) -> Future[T]:
-        """Queue ``fn`` for the worker thread: calls run one at a time, in submission order."""
-        return self._pool.submit(self._in_worker, fn)
+        """Queue ``fn(context)`` for the worker thread: calls run one at a time, in order."""
+        return self._worker.submit(lambda: fn(self._context()))
 
-    def _in_worker(self, fn: Callable[[Any], T]) -> T:
+    def _context(self) -> Any:
+        """The worker thread's libnftables context."""
         ctx = getattr(self._local, "ctx", None)
         if ctx is None:
-            if self.netns:
-                netns_mod.enter(self.netns)
             import nftables  # noqa: PLC0415  (Debian module, linked into the venv by install.sh)
 
             ctx = nftables.Nftables()
             ctx.set_json_output(False)
             self._local.ctx = ctx
-        return fn(ctx)
+        return ctx
 
     def run(self, script: str, json_output: bool = False, terse: bool = False) -> str:
         def go(ctx: Any) -> str:
@@ -158,7 +111,7 @@ class KernelBackend:
                 ctx.set_json_output(False)
                 ctx.set_terse_output(False)
             if rc != 0:
-                raise NftError(_first_error(err))
+                raise located.error(err)
             return str(out)
 
         return self._call(go)
@@ -174,6 +127,10 @@ class KernelBackend:
         transaction, as the script would be) without nft's parser and cache fetch (~1 ms). If
         the kernel refuses the batch (it then committed nothing), the script is sent as before,
         so the error is nft's, with the refused statement."""
+        if (error := invalid(txs)) is not None:
+            failed: Future[None] = Future()
+            failed.set_exception(error)
+            return failed
         script = "".join(tx.render() for tx in txs)
         batch = self._element_batch(txs)
 
@@ -189,7 +146,7 @@ class KernelBackend:
             elif script:
                 rc, _, err = ctx.cmd(script)
                 if rc != 0:
-                    raise NftError(_located(script, err))
+                    raise located.located(script, err, _dry_run)
 
         return self._submit(go)
 
@@ -201,18 +158,18 @@ class KernelBackend:
             if tx.family.value not in FAMILIES:
                 return None
             for op in tx.ops:
-                s = tx.sets.get(op.name) if op.what == "elements" else None
+                if not isinstance(op, AddElements | DeleteElements):
+                    return None
+                s = tx.sets.get(op.set_name)
                 lay = self._layout(tx.family, tx.table, s) if s is not None else None
                 if lay is None:
                     return None
                 try:
-                    if op.verb == "add":
-                        batch.add(tx.family.value, tx.table, op.name, lay.pack_all(op.elements))
-                    elif op.verb == "delete":
-                        keys = [Element(k) for k in op.keys]
-                        batch.add(tx.family.value, tx.table, op.name, lay.pack_all(keys), delete=True)
+                    if isinstance(op, AddElements):
+                        batch.add(tx.family.value, tx.table, op.set_name, lay.pack_all(op.elements))
                     else:
-                        return None
+                        keys = [Element(k) for k in op.keys]
+                        batch.add(tx.family.value, tx.table, op.set_name, lay.pack_all(keys), delete=True)
                 except (OSError, ValueError):  # e.g. an address nft would refuse: nft says so
                     return None
         return batch if batch.count else None
@@ -228,6 +185,8 @@ class KernelBackend:
         cache that a dry run leaves behind (seen: the next dry run of the same table then
         failed with "interval overlaps with an existing one"), and the child also gives the
         refused statement's line."""
+        if (error := invalid(txs)) is not None:
+            raise error
         script = "".join(tx.render() for tx in txs)
         if script:
             self._child(["-c", "-f", "-"], script)
@@ -243,49 +202,52 @@ class KernelBackend:
         try:
             out = self._child(["-j", "list", "table", family.value, table])
         except NftError as e:
-            if "No such file or directory" in str(e):
+            if is_not_found(e):
                 return None
             raise
         # nft 1.0.6 leaves the table comment out of JSON: read it from a terse text listing.
         terse = self.run(f"list table {family.value} {table}", terse=True)
-        m = _TABLE_COMMENT.search(terse)
-        return table_from_json(json.loads(out), family, table, m.group(1) if m else "")
+        return listing.table_from_json(json.loads(out), family, table, listing.table_comment(terse))
+
+    def chain_rules(self, family: Family, table: str) -> dict[str, tuple[str, ...]] | None:
+        try:
+            terse = self.run(f"list table {family.value} {table}", terse=True)
+        except NftError as e:
+            if is_not_found(e):
+                return None
+            raise
+        return listing.parse_rules(terse)
+
+    def monitor(self, *args: str) -> subprocess.Popen[bytes]:
+        """``nft monitor ARGS`` (its output piped), forked by the worker thread: in the backend's
+        network namespace, and ended when this process dies (PR_SET_PDEATHSIG follows the thread
+        that forked it, which lives as long as the backend)."""
+        return self._call(
+            lambda _: subprocess.Popen(
+                ["nft", "monitor", *args],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                bufsize=0,
+                preexec_fn=_die_with_parent,  # noqa: PLW1509  (prctl only)
+            )
+        )
 
     def chain_names(self, family: Family, table: str) -> set[str] | None:
         doc = json.loads(self.run(f"list chains {family.value}", json_output=True))
-        names = {
-            item["chain"]["name"]
-            for item in doc.get("nftables", [])
-            if "chain" in item and item["chain"].get("table") == table
-        }
-        return names or None
+        return listing.chain_names(doc, table)
 
     def read_dynamic(self, family: Family, table: str, set_name: str) -> list[DynamicElement]:
         doc = json.loads(self.run(f"list map {family.value} {table} {set_name}", json_output=True))
-        out = []
-        for item in doc.get("nftables", []):
-            obj = item.get("map")
-            if obj:
-                default = int(obj.get("timeout", 0))
-                protos = _proto_fields(obj.get("type"))
-                for raw in obj.get("elem", []):
-                    key = raw[0]["elem"] if isinstance(raw[0], dict) and "elem" in raw[0] else {"val": raw[0]}
-                    parts = _proto_names(_parts(key["val"]), protos)
-                    out.append(DynamicElement(parts, _parts(raw[1]), int(key.get("timeout", default))))
-        return out
+        return listing.dynamic_elements(doc)
 
     def counter_packets(self, family: Family, table: str) -> dict[str, int]:
         try:
             doc = json.loads(self.run(f"list counters table {family.value} {table}", json_output=True))
         except NftError as e:
-            if "No such file or directory" in str(e):
+            if is_not_found(e):
                 return {}
             raise
-        return {
-            c["name"]: int(c.get("packets", 0))
-            for item in doc.get("nftables", [])
-            if (c := item.get("counter")) and c.get("table") == table
-        }
+        return listing.counter_packets(doc, table)
 
     def load(self, steps: Iterable[LoadStep]) -> int:
         """Each step's transactions by nft, its element loads as one packed nfnetlink batch (nft's
@@ -312,7 +274,7 @@ class KernelBackend:
                     for key, values in ld.spreads:
                         packed += lay.pack_spread(key, values)
                 except (OSError, ValueError) as e:  # an element nft would refuse as well
-                    raise NftError(f"Error: an element of {ld.set.name} cannot be packed: {e}") from e
+                    raise NftError(f"Error: an element of {ld.set.name} cannot be packed: {e}", errno.EINVAL) from e
                 batch.add(ld.family.value, ld.table, ld.set.name, packed)
             pending.append(self.apply_async(*step.txs, *text))
             if batch.count:
@@ -337,153 +299,15 @@ class KernelBackend:
             try:
                 self._send(batch)
             except OSError as e:
-                raise NftError(f"Error: {e.strerror or e}") from None
+                raise NftError(f"Error: {e.strerror or e}", e.errno or errno.EINVAL) from None
 
         return self._submit(go)
-
-    def udp_flows(self, family: Family) -> list[UdpFlow]:
-        # in the worker thread: its ctnetlink socket is opened in our network namespace
-        def go(_: Any) -> list[UdpFlow]:
-            entries = conntrack.udp_entries(family)
-            self._listed[family] = entries  # for the delete that follows: no second dump
-            return [e.flow for e in entries]
-
-        return self._call(go)
-
-    def delete_udp_flows(self, family: Family, flows: Iterable[UdpFlow]) -> None:
-        todo = sorted(set(flows))
-        listed = self._listed.pop(family, None)
-        if todo:
-            self._call(lambda _: conntrack.delete_udp_flows(family, todo, listed))
 
     def delete(self, family: Family, table: str) -> bool:
         try:
             self.run(f"delete table {family.value} {table}")
         except NftError as e:
-            if "No such file or directory" in str(e):
+            if is_not_found(e):
                 return False
             raise
         return True
-
-
-_LOCATION = re.compile(r":(\d+):(\d+)-(\d+): Error:")
-
-
-def _first_error(err: str, script: str | None = None) -> str:
-    """nft's first error, with the statement it refused: from ``script`` at the location nft
-    gives (``FILE:LINE:FIRST-LAST: Error: …``), else the line nft printed after it."""
-    lines = [ln for ln in str(err).splitlines() if ln.strip()]
-    for i, ln in enumerate(lines):
-        if "Error:" in ln:
-            msg = ln[ln.index("Error:") :]
-            m = _LOCATION.search(ln)
-            if m and script:
-                number, first, last = (int(g) for g in m.groups())
-                source = script.split("\n", number)[number - 1] if number >= 1 else ""
-                if source:
-                    return f"{msg} [{statement_at(source, first, last)}]"
-            where = lines[i + 1].strip() if i + 1 < len(lines) else ""
-            return f"{msg} [{where[:160]}]" if where else msg
-    return lines[0] if lines else "nft failed"
-
-
-def statement_at(line: str, first: int, last: int) -> str:
-    """The refused part of one script line (nft's columns are 1-based): of an ``add element``
-    line of thousands of elements, the statement with just the element at those columns."""
-    if " element " in line[:40] and "{ " in line:
-        head = line.index("{ ") + 2
-        at = max(head, min(first - 1, len(line)))
-        start = line.rfind(", ", head, at)
-        start = head if start < 0 else start + 2
-        end = line.find(", ", max(at, last - 1))
-        end = line.rfind(" }") if end < 0 else end
-        if start < end:
-            return f"{line[:head]}{line[start:end]} }}"
-    return line if len(line) <= 200 else line[:200] + " …"
-
-
-_TABLE_COMMENT = re.compile(r'^table [^\n]*\{\n\s*comment "([^"]*)"', re.M)
-
-
-def table_from_json(doc: dict[str, Any], family: Family, name: str, comment: str) -> Table:
-    """Build an adopted Table (names, comment, elements) from `nft -j list table`."""
-    chains: dict[str, Chain] = {}
-    sets: dict[str, Set] = {}
-    counters: dict[str, Counter] = {}
-    elements: dict[str, dict[Key, Element]] = {}
-    for item in doc.get("nftables", []):
-        if "chain" in item:
-            chains[item["chain"]["name"]] = Chain(item["chain"]["name"])
-        elif "counter" in item:
-            counters[item["counter"]["name"]] = Counter(item["counter"]["name"])
-        elif "set" in item or "map" in item:
-            is_map = "map" in item
-            obj = item["map"] if is_map else item["set"]
-            sname = obj["name"]
-            sets[sname] = Set(sname, spec="type ? : ?" if is_map else "type ?")
-            els: dict[Key, Element] = {}
-            protos = _proto_fields(obj.get("type"))
-            for raw in obj.get("elem", []):
-                e = _element(raw, is_map)
-                if protos:
-                    e = e._replace(key=_proto_names(e.key, protos))
-                els[e.key] = e
-            elements[sname] = els
-    return Table(family, name, comment, chains, sets, elements, adopted=True, counters=counters)
-
-
-# nft prints a protocol by its /etc/protocols name, and by number where that file is missing (a
-# minimal container image): read back, numbers are named as the compiler names them, or every
-# full sync would see every map element as changed.
-_PROTO_NAMES = {"6": "tcp", "17": "udp", "132": "sctp", "1": "icmp", "58": "ipv6-icmp"}
-
-
-def _proto_fields(types: Any) -> tuple[int, ...]:
-    """The key's protocol fields, from the set's JSON "type": datatype names (nft 1.0.6, also for
-    typeof sets), or ``{"typeof": expression}`` (nft >= 1.1 for typeof sets: ``meta l4proto``)."""
-    if isinstance(types, dict) and "typeof" in types:
-        expr = types["typeof"]
-        parts = expr["concat"] if isinstance(expr, dict) and "concat" in expr else [expr]
-        return tuple(i for i, p in enumerate(parts) if p == {"meta": {"key": "l4proto"}})
-    types = [types] if isinstance(types, str) else types or []
-    return tuple(i for i, t in enumerate(types) if t == "inet_proto")
-
-
-def _proto_names(key: Key, fields: tuple[int, ...]) -> Key:
-    return tuple(_PROTO_NAMES.get(part, part) if i in fields else part for i, part in enumerate(key))
-
-
-def _element(raw: Any, is_map: bool) -> Element:
-    key_raw, val_raw = (raw[0], raw[1]) if is_map else (raw, None)
-    comment = None
-    if isinstance(key_raw, dict) and "elem" in key_raw:
-        comment = key_raw["elem"].get("comment")
-        key_raw = key_raw["elem"]["val"]
-    value = None if val_raw is None else _parts(val_raw)
-    return Element(_parts(key_raw), value, comment)
-
-
-_VERDICTS = ("accept", "drop", "continue", "return")
-
-
-def _parts(x: Any) -> tuple[str, ...]:
-    if isinstance(x, dict) and "concat" in x:
-        return tuple(_atom(p) for p in x["concat"])
-    return (_atom(x),)
-
-
-def _atom(x: Any) -> str:
-    if isinstance(x, str | int):
-        return str(x)
-    if isinstance(x, dict):
-        if "prefix" in x:
-            return f"{x['prefix']['addr']}/{x['prefix']['len']}"
-        if "range" in x:
-            return f"{x['range'][0]}-{x['range'][1]}"
-        for verdict in ("goto", "jump"):
-            if verdict in x:
-                return f"{verdict} {x[verdict]['target']}"
-        for verdict in _VERDICTS:
-            if verdict in x:
-                return verdict
-    raise ValueError(f"unexpected element part in nft JSON: {x!r}")

@@ -12,18 +12,14 @@ import functools
 import os
 import socket
 import struct
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
+from nftproxy.nft import nlmsg
+from nftproxy.nft.nlmsg import NLA, NLA_F_NESTED, NLM_F_ACK, NLM_F_CREATE, NLM_F_REQUEST, nested, nla
 from nftproxy.nft.objects import Element, Set
 
-NETLINK_NETFILTER = 12
 NFNL_SUBSYS_NFTABLES = 10
-NFNL_MSG_BATCH_BEGIN, NFNL_MSG_BATCH_END = 0x10, 0x11
 NFT_MSG_NEWSETELEM, NFT_MSG_DELSETELEM = 12, 14
-NLM_F_REQUEST, NLM_F_ACK, NLM_F_CREATE = 0x1, 0x4, 0x400
-NLMSG_ERROR, NLMSG_DONE = 2, 3
-NLMSG = struct.Struct("=IHHII")  # nlmsghdr: length, type, flags, sequence number, port id
-NLA_F_NESTED = 0x8000
 # Attribute types (linux/netfilter/nf_tables.h)
 NFTA_SET_ELEM_LIST_TABLE, NFTA_SET_ELEM_LIST_SET, NFTA_SET_ELEM_LIST_ELEMENTS = 1, 2, 3
 NFTA_LIST_ELEM = 1
@@ -32,7 +28,6 @@ NFTA_DATA_VALUE, NFTA_DATA_VERDICT = 1, 2
 NFTA_VERDICT_CODE, NFTA_VERDICT_CHAIN = 1, 2
 NFTNL_UDATA_SET_ELEM_COMMENT = 0  # libnftnl's userdata TLV type of an element comment
 NF_DROP, NF_ACCEPT, NFT_CONTINUE, NFT_JUMP, NFT_GOTO, NFT_RETURN = 0, 1, -1, -3, -4, -5
-SO_SNDBUFFORCE, SO_RCVBUFFORCE = 32, 33
 # Bytes of elements per message: their nested list attribute has a 16-bit length (64 KiB).
 MESSAGE_BYTES = 60_000
 
@@ -78,11 +73,7 @@ def _component(expr: str) -> Packer | None:
     return TYPES.get(expr)
 
 
-_HEADER = struct.Struct("=HH")
-
-
-def _header(length: int, kind: int) -> bytes:
-    return _HEADER.pack(length, kind)
+_header = NLA.pack  # an attribute's header: length, type
 
 
 class _Cache(dict[str, bytes]):
@@ -128,7 +119,7 @@ class Layout:
             if self.verdict:
                 v = self._verdicts.get(e.value[0])
                 if v is None:
-                    v = self._verdicts[e.value[0]] = _nested(NFTA_SET_ELEM_DATA, _verdict(e.value[0]))
+                    v = self._verdicts[e.value[0]] = nested(NFTA_SET_ELEM_DATA, _verdict(e.value[0]))
                 attrs += v
             elif self.data is not None:
                 data = b"".join([p(x) for p, x in zip(self.data, e.value, strict=True)])
@@ -140,7 +131,7 @@ class Layout:
                 attrs += dh + data
         if e.comment:
             text = e.comment.encode()[:127] + b"\0"
-            attrs += _nla(NFTA_SET_ELEM_USERDATA, struct.pack("=BB", NFTNL_UDATA_SET_ELEM_COMMENT, len(text)) + text)
+            attrs += nla(NFTA_SET_ELEM_USERDATA, struct.pack("=BB", NFTNL_UDATA_SET_ELEM_COMMENT, len(text)) + text)
         return _header(len(attrs) + 4, NFTA_LIST_ELEM | NLA_F_NESTED) + attrs
 
     def pack_all(self, elements: Iterable[Element]) -> list[bytes]:
@@ -236,32 +227,6 @@ class Layout:
         return cls([k for k in key if k], [d for d in data if d], False)
 
 
-def messages(data: bytes) -> Iterator[tuple[int, int, int, int]]:
-    """(type, sequence number, offset, length) of each netlink message in one received chunk (the
-    one walk of nlmsghdr chains: this batch's acks, address dumps, conntrack dumps and acks)."""
-    off = 0
-    while off + NLMSG.size <= len(data):
-        length, kind, _flags, seq, _pid = NLMSG.unpack_from(data, off)
-        if length < NLMSG.size:
-            return
-        yield kind, seq, off, length
-        off += (length + 3) & ~3
-
-
-def error_code(data: bytes, off: int) -> int:
-    """The error of the NLMSG_ERROR message at ``off``: 0 (an ack) or a negative errno."""
-    return int(struct.unpack_from("=i", data, off + NLMSG.size)[0])
-
-
-def _nla(kind: int, payload: bytes) -> bytes:
-    length = 4 + len(payload)
-    return struct.pack("=HH", length, kind) + payload + b"\0" * (-length % 4)
-
-
-def _nested(kind: int, payload: bytes) -> bytes:
-    return _nla(kind | NLA_F_NESTED, payload)
-
-
 _VERDICTS = {"accept": NF_ACCEPT, "drop": NF_DROP, "continue": NFT_CONTINUE, "return": NFT_RETURN}
 
 
@@ -269,14 +234,9 @@ def _verdict(text: str) -> bytes:
     word, _, chain = text.partition(" ")
     if word in ("goto", "jump"):
         code = struct.pack(">i", NFT_GOTO if word == "goto" else NFT_JUMP)
-        target = _nla(NFTA_VERDICT_CHAIN, chain.encode() + b"\0")
-        return _nested(NFTA_DATA_VERDICT, _nla(NFTA_VERDICT_CODE, code) + target)
-    return _nested(NFTA_DATA_VERDICT, _nla(NFTA_VERDICT_CODE, struct.pack(">i", _VERDICTS[word])))
-
-
-def _message(kind: int, flags: int, seq: int, body: bytes, family: int, res_id: int = 0) -> bytes:
-    payload = struct.pack("=BBH", family, 0, socket.htons(res_id)) + body
-    return struct.pack("=IHHII", 16 + len(payload), kind, flags, seq, 0) + payload
+        target = nla(NFTA_VERDICT_CHAIN, chain.encode() + b"\0")
+        return nested(NFTA_DATA_VERDICT, nla(NFTA_VERDICT_CODE, code) + target)
+    return nested(NFTA_DATA_VERDICT, nla(NFTA_VERDICT_CODE, struct.pack(">i", _VERDICTS[word])))
 
 
 FAMILIES = {"ip": socket.AF_INET, "ip6": socket.AF_INET6}
@@ -314,17 +274,20 @@ class Batch:
 
     def encode(self) -> tuple[bytes, int]:
         """The batch (begin, messages, end) and how many acks to expect."""
-        seq = 1
-        parts = [_message(NFNL_MSG_BATCH_BEGIN, NLM_F_REQUEST, seq, b"", 0, NFNL_SUBSYS_NFTABLES)]
-        for family, table, kind, name, elements in self.messages:
-            seq += 1
-            flags = NLM_F_REQUEST | NLM_F_ACK | (NLM_F_CREATE if kind == NFT_MSG_NEWSETELEM else 0)
-            body = _nla(NFTA_SET_ELEM_LIST_TABLE, table) + _nla(NFTA_SET_ELEM_LIST_SET, name)
-            body += _nested(NFTA_SET_ELEM_LIST_ELEMENTS, elements)
-            parts.append(_message((NFNL_SUBSYS_NFTABLES << 8) | kind, flags, seq, body, family))
-        seq += 1
-        parts.append(_message(NFNL_MSG_BATCH_END, NLM_F_REQUEST, seq, b"", 0, NFNL_SUBSYS_NFTABLES))
-        return b"".join(parts), len(self.messages)
+        return nlmsg.batch(
+            NFNL_SUBSYS_NFTABLES,
+            (
+                (
+                    (NFNL_SUBSYS_NFTABLES << 8) | kind,
+                    NLM_F_REQUEST | NLM_F_ACK | (NLM_F_CREATE if kind == NFT_MSG_NEWSETELEM else 0),
+                    family,
+                    nla(NFTA_SET_ELEM_LIST_TABLE, table)
+                    + nla(NFTA_SET_ELEM_LIST_SET, name)
+                    + nested(NFTA_SET_ELEM_LIST_ELEMENTS, elements),
+                )
+                for family, table, kind, name, elements in self.messages
+            ),
+        )
 
 
 def open_socket() -> socket.socket:
@@ -332,15 +295,7 @@ def open_socket() -> socket.socket:
     for the next batch: closing one after a transaction that deleted elements waits for the
     kernel's deferred destroy work (``nft_rcv_nl_event`` flushes it), an RCU grace period:
     ~8-16 ms on this machine's kernel (6.18), and every partial sync deletes elements."""
-    s = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_NETFILTER)
-    try:
-        s.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, 16 << 20)
-        s.bind((0, 0))
-        s.settimeout(30)
-    except OSError:
-        s.close()
-        raise
-    return s
+    return nlmsg.open_socket(nlmsg.NETLINK_NETFILTER)
 
 
 def send(batch: Batch, sock: socket.socket | None = None) -> None:
@@ -351,15 +306,12 @@ def send(batch: Batch, sock: socket.socket | None = None) -> None:
         with open_socket() as s:
             send(batch, s)
         return
-    data, acks = batch.encode()
-    sock.setsockopt(socket.SOL_SOCKET, SO_SNDBUFFORCE, max(len(data) * 2, 1 << 20))
+    data, count = batch.encode()
+    sock.setsockopt(socket.SOL_SOCKET, nlmsg.SO_SNDBUFFORCE, max(len(data) * 2, 1 << 20))
     sock.send(data)
     seen = 0
-    while seen < acks:
-        buf = sock.recv(1 << 20)
-        for kind, _seq, off, _length in messages(buf):
-            if kind == NLMSG_ERROR:
-                if err := error_code(buf, off):
-                    # the kernel aborted the whole batch
-                    raise OSError(-err, f"netlink batch refused: {os.strerror(-err)}")
-                seen += 1
+    while seen < count:
+        for _seq, err in nlmsg.acks(sock.recv(1 << 20)):
+            if err:  # the kernel aborted the whole batch
+                raise OSError(-err, f"netlink batch refused: {os.strerror(-err)}")
+            seen += 1

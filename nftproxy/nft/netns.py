@@ -6,6 +6,8 @@ import ctypes
 import os
 import threading
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import suppress
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -48,3 +50,35 @@ def call_in(name: str | None, fn: Callable[[], T], what: str = "netns") -> T:
     if error:
         raise error[0]
     return result[0]
+
+
+class Worker:
+    """One long-lived thread that enters network namespace NAME (None: stays here) before its
+    first call and runs calls one at a time, in submission order: what it opens (sockets, an
+    nftables context) and the children it forks live in that namespace, and the rest of the
+    process (API client, metrics) stays where it is."""
+
+    def __init__(self, name: str | None, thread_name: str) -> None:
+        self.name = name
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=thread_name)
+        self._entered = False
+
+    def submit(self, fn: Callable[[], T]) -> Future[T]:
+        return self._pool.submit(self._run, fn)
+
+    def call(self, fn: Callable[[], T]) -> T:
+        return self.submit(fn).result()
+
+    def _run(self, fn: Callable[[], T]) -> T:
+        if not self._entered:
+            if self.name:
+                enter(self.name)
+            self._entered = True
+        return fn()
+
+    def close(self, last: Callable[[], object] | None = None) -> None:
+        """Run ``last`` in the thread (e.g. close what it opened there), then end it."""
+        if last is not None:
+            with suppress(RuntimeError):  # already shut down
+                self._pool.submit(last)
+        self._pool.shutdown(wait=True)

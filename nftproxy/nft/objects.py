@@ -67,6 +67,16 @@ class Set:
     def keyword(self) -> str:
         return "map" if self.is_map else "set"
 
+    @property
+    def key_width(self) -> int:
+        """The parts of an element's key (``type a . b . c``: 3)."""
+        return self.spec.partition(":")[0].count(" . ") + 1
+
+    @property
+    def value_width(self) -> int:
+        """The parts of a map element's value (a verdict is one); 0 for a set."""
+        return self.spec.partition(":")[2].count(" . ") + 1 if self.is_map else 0
+
     def declaration(self) -> str:
         parts = [f"{self.spec};"]
         if self.flags:

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import socket
-from datetime import UTC, datetime
+import time
+from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -14,47 +14,43 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from nftproxy.compiler.config import ProxyConfig
 from nftproxy.nft.addresses import LocalAddresses
 from nftproxy.operator.metrics import Metrics
+from nftproxy.operator.proxy_health import NOT_FOUND, Answer, proxy_answer, service_answer
 from nftproxy.operator.sockets import listening_socket
 from nftproxy.operator.syncer import Syncer
 
 log = logging.getLogger("nftproxy.health")
 
 
-def healthz_app(syncer: Syncer, node: str) -> web.Application:
-    """kube-proxy's probes: ``/healthz`` is 200 while syncs succeed and the Node is eligible (not
-    being deleted, not tainted for deletion by the cluster autoscaler: load balancers' health
-    checks of the node then fail and drain it), ``/livez`` only on the syncs (a node being
-    deleted must not restart its proxy). Each answer is counted as kube-proxy counts them."""
+Handler = Callable[[web.BaseRequest], Awaitable[web.StreamResponse]]
 
-    def answer(eligible: bool | None) -> web.Response:
-        ok, why = syncer.healthy()
-        if eligible is not None and not eligible:
-            ok, why = False, why if not ok else "the Node is being deleted (or tainted for deletion)"
-        s = syncer.status
-        body: dict[str, object] = {
-            "lastUpdated": s.last_success_time.isoformat() if s.last_success_time else "",
-            "currentTime": datetime.now(UTC).isoformat(),
-            "nodeName": node,
-            "healthy": ok,
-            "message": why,
-        }
-        if eligible is not None:
-            body["nodeEligible"] = eligible
-        code = 200 if ok else 503
-        (syncer.metrics.healthz if eligible is not None else syncer.metrics.livez).labels(str(code)).inc()
-        return web.Response(status=code, text=json.dumps(body), content_type="application/json")
 
-    async def healthz(_: web.Request) -> web.Response:
-        n = syncer.node
-        return answer(n is not None and n.eligible)
+def _response(answer: Answer) -> web.Response:
+    status, headers, body = answer
+    return web.Response(status=status, headers=headers, body=body)
 
-    async def livez(_: web.Request) -> web.Response:
-        return answer(None)
 
-    app = web.Application()
-    app.router.add_get("/healthz", healthz)
-    app.router.add_get("/livez", livez)
-    return app
+def healthz_handler(syncer: Syncer) -> Handler:
+    """kube-proxy's probes (proxy_health.py has the rule and the bodies): ``/healthz`` is 503
+    while the proxy is unhealthy or the Node not eligible (being deleted, or tainted for deletion
+    by the cluster autoscaler: load balancers' health checks of the node then fail and drain it),
+    ``/livez`` only on the proxy's health (a node being deleted must not restart its proxy). Any
+    method, as kube-proxy's ServeMux; any other path is Go's 404. Each answer is counted as
+    kube-proxy counts them."""
+
+    async def handle(request: web.BaseRequest) -> web.StreamResponse:
+        if request.path == "/healthz":
+            n = syncer.node
+            eligible: bool | None = n is not None and n.eligible
+            counter = syncer.metrics.healthz
+        elif request.path == "/livez":
+            eligible, counter = None, syncer.metrics.livez
+        else:
+            return _response(NOT_FOUND)
+        status, headers, body = proxy_answer(syncer.proxy_health(time.monotonic()), time.time_ns(), eligible)
+        counter.labels(str(status)).inc()
+        return _response((status, headers, body))
+
+    return handle
 
 
 def metrics_app(metrics: Metrics) -> web.Application:
@@ -76,8 +72,14 @@ def metrics_app(metrics: Metrics) -> web.Application:
     return app
 
 
-async def serve(app: web.Application, sock: socket.socket) -> web.AppRunner:
-    runner = web.AppRunner(app, access_log=None)
+async def serve(app: web.Application | Handler, sock: socket.socket) -> web.BaseRunner:
+    """``app`` on ``sock``: an Application (routes), or one handler for every request (as a Go
+    http.Server without a mux: any path, any method)."""
+    runner: web.BaseRunner
+    if isinstance(app, web.Application):
+        runner = web.AppRunner(app, access_log=None)
+    else:
+        runner = web.ServerRunner(web.Server(app, access_log=None))
     await runner.setup()
     await web.SockSite(runner, sock).start()
     return runner
@@ -89,17 +91,20 @@ def _version(host: str) -> int:
 
 class HealthCheckServers:
     """healthCheckNodePort servers (the cloud load balancers' contract, as kube-proxy): on each
-    port, 200 with the count of this node's endpoints of the Service, 503 when there are none.
+    port, any path and any method, 200 with the count of this node's ready endpoints of the
+    Service (also in ``X-Load-Balancing-Endpoint-Weight``), 503 when there are none or while
+    the proxy is unhealthy (``proxy_healthy``: kube-proxy's rule, proxy_health.py).
     Each port is served on the addresses NodePorts are accepted on, as kube-proxy's
     (``ProxyConfig.health_check_addresses``), not on every address of the node; they are worked
     out again at every update, so a Node's or an interface's new address is bound and an old one
     closed."""
 
-    def __init__(self, netns: str | None, node: str) -> None:
+    def __init__(self, netns: str | None, node: str, proxy_healthy: Callable[[], bool]) -> None:
         self.netns = netns
         self.node = node
+        self.proxy_healthy = proxy_healthy
         self.state: dict[int, tuple[str, dict[int, int]]] = {}  # port -> (Service, {version: count})
-        self.runners: dict[tuple[int, str], web.AppRunner] = {}  # (port, address) -> its server
+        self.runners: dict[tuple[int, str], web.BaseRunner] = {}  # (port, address) -> its server
         self.local = LocalAddresses(netns)
 
     def addresses(self, config: ProxyConfig) -> list[str]:
@@ -124,21 +129,17 @@ class HealthCheckServers:
             except OSError as e:
                 failed.append(f"{host}:{port}: {e}")
                 continue
-            self.runners[(port, host)] = await serve(self._app(port, _version(host)), sock)
+            self.runners[(port, host)] = await serve(self._handler(port, _version(host)), sock)
         if failed:
             log.warning("healthCheckNodePort listeners not opened (retried at the next sync): %s", "; ".join(failed))
 
-    def _app(self, port: int, version: int) -> web.Application:
-        async def answer(_: web.Request) -> web.Response:
+    def _handler(self, port: int, version: int) -> Handler:
+        async def answer(_: web.BaseRequest) -> web.StreamResponse:
             key, families = self.state.get(port, ("", {}))
-            count = families.get(version, 0)
             ns, name = key.split("/", 1) if "/" in key else ("", key)
-            body = {"service": {"namespace": ns, "name": name}, "localEndpoints": count, "serviceProxyHealthy": True}
-            return web.Response(status=200 if count else 503, text=json.dumps(body), content_type="application/json")
+            return _response(service_answer(ns, name, families.get(version, 0), self.proxy_healthy()))
 
-        app = web.Application()
-        app.router.add_get("/{tail:.*}", answer)
-        return app
+        return answer
 
     async def close(self) -> None:
         for runner in self.runners.values():

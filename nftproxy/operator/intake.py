@@ -15,7 +15,14 @@ from typing import Any
 
 from nftproxy.compiler import ProxyConfig, features
 from nftproxy.dataplane.sync import Dataplane
-from nftproxy.model.parse import Ignored, parse_endpoint_slice, parse_node, parse_service, parse_service_cidr
+from nftproxy.model.parse import (
+    Ignored,
+    parse_endpoint_slice,
+    parse_node,
+    parse_service,
+    parse_service_cidr,
+    warnings_report,
+)
 from nftproxy.model.types import EndpointSlice, Node, Service, ServiceCIDR, Skipped
 from nftproxy.operator.metrics import Metrics
 from nftproxy.operator.settings import Settings
@@ -24,6 +31,11 @@ log = logging.getLogger("nftproxy.syncer")
 
 Change = Service | EndpointSlice | Node | ServiceCIDR | Skipped | Ignored | tuple[int, int] | None
 Trigger = tuple[str, float]  # (ip_family, an EndpointSlice's last-change-trigger-time)
+
+
+def _meta_name(obj: Mapping[str, Any]) -> str:
+    meta = obj.get("metadata")
+    return str(meta.get("name") or "?") if isinstance(meta, Mapping) else "?"
 
 
 def _trigger_epoch(text: str | None) -> float | None:
@@ -43,7 +55,8 @@ class Intake:
         self.pending: dict[tuple[str, str], Change] = {}
         self.pending_counts: dict[str, int] = {}  # pending changes per kind (for the gauges)
         self.pending_since: float | None = None  # monotonic time the oldest pending change was queued
-        self.bad: dict[tuple[str, str], Skipped] = {}  # parse failures, per object
+        # parse failures, per object; for a Node or ServiceCIDR also the items of it left out
+        self.bad: dict[tuple[str, str], Skipped] = {}
         self.versions: dict[tuple[str, str], str] = {}  # resourceVersion last queued, per object
         self.node: Node | None = None
         self.service_cidrs: dict[str, ServiceCIDR] = {}  # by name: the cluster's ServiceCIDRs
@@ -83,8 +96,18 @@ class Intake:
 
     def node_changed(self, obj: Mapping[str, Any]) -> None:
         node = parse_node(obj)
+        self._report("Node", _meta_name(obj), node)
         if isinstance(node, Node) and node != self.node:
             self._queue(("node", node.name), node)
+
+    def _report(self, kind: str, name: str, value: Node | ServiceCIDR | Skipped | None) -> None:
+        """A Node's or ServiceCIDR's problems into ``bad`` (ProxyStatus, Events), and the log."""
+        report = value if isinstance(value, Skipped) or value is None else warnings_report(value)
+        if report is None:
+            self.bad.pop((kind, name), None)
+        elif self.bad.get((kind, name)) != report:
+            log.warning("%s", report)
+            self.bad[(kind, name)] = report
 
     def node_deleted(self) -> None:
         """Our Node is gone: /healthz answers 503 from now on (its rules stay: traffic goes on)."""
@@ -95,8 +118,8 @@ class Intake:
         """A ServiceCIDR added, changed or deleted: applied at the next sync (kube-proxy waits
         for its hourly full sync)."""
         value = None if obj is None else parse_service_cidr(obj)
+        self._report("ServiceCIDR", name, value)
         if isinstance(value, Skipped):
-            log.warning("ServiceCIDR %s skipped: %s", name, value.reason)
             return
         if value != self.service_cidrs.get(name):
             self._queue(("cidr", name), value)

@@ -130,11 +130,12 @@ def write_proxy_status(api: Any, node: str, node_uid: str | None, status: dict[s
 
 def post_event(api: Any, node: str, kind: str, namespace: str, name: str, reason: str, message: str) -> None:
     """A Warning Event on an object (seen with `kubectl describe`): a Service or EndpointSlice left
-    out, or (``kind`` "Node", no namespace) this node, e.g. kube-proxy's rules found on it."""
+    out, or (``kind`` "Node" or "ServiceCIDR", no namespace) a cluster-scoped one, e.g. this node
+    with kube-proxy's rules found on it."""
     from datetime import UTC, datetime  # noqa: PLC0415
 
     now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    api_version = "discovery.k8s.io/v1" if kind == "EndpointSlice" else "v1"
+    api_version = {"EndpointSlice": "discovery.k8s.io/v1", "ServiceCIDR": "networking.k8s.io/v1"}.get(kind, "v1")
     involved = {"kind": kind, "name": name, "apiVersion": api_version}
     if namespace:
         involved["namespace"] = namespace

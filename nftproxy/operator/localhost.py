@@ -53,7 +53,7 @@ from nftproxy.compiler.balancing import ROUND_ROBIN, SOURCE_HASH
 from nftproxy.compiler.config import ProxyConfig
 from nftproxy.compiler.localhost import LocalhostNodePort
 from nftproxy.nft import netns as netns_mod
-from nftproxy.nft.kernel import Backend
+from nftproxy.nft.backend import Backend
 from nftproxy.nft.objects import Family, Slot
 from nftproxy.operator.metrics import Metrics
 

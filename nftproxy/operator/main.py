@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from nftproxy.compiler import features
 from nftproxy.dataplane import conntrack_sysctls
 from nftproxy.dataplane.sync import Dataplane
+from nftproxy.nft.conntrack import Conntrack, KernelConntrack
 from nftproxy.nft.kernel import KernelBackend
 from nftproxy.operator import boot
 from nftproxy.operator.early import Lists
@@ -50,10 +51,12 @@ def run(
     if settings.conntrack is not None:  # as kube-proxy, at start (Settings built in tests: None)
         conntrack_sysctls.apply(settings.conntrack, settings.netns)
     backend = KernelBackend(settings.netns)
+    conntrack = KernelConntrack(settings.netns)
     try:
-        asyncio.run(_main(settings, backend, api, prefetched or {}, lists))
+        asyncio.run(_main(settings, backend, api, prefetched or {}, lists, conntrack))
     finally:
         backend.close()
+        conntrack.close()
     log.info("stopped; the nftables rules stay in place")
     return 0
 
@@ -83,9 +86,10 @@ async def _main(
     api: Any,
     prefetched: dict[str, Prefetch],
     lists: Lists | None = None,
+    conntrack: Conntrack | None = None,
 ) -> None:
     metrics = Metrics()
-    syncer = Syncer(Dataplane(backend, settings.proxy), settings, metrics)
+    syncer = Syncer(Dataplane(backend, settings.proxy, conntrack), settings, metrics)
     healthz_sock = listening_socket(*settings.healthz, settings.netns) if settings.healthz else None
     metrics_sock = listening_socket(*settings.metrics, settings.netns) if settings.metrics else None
     loaded = await _first_sync(syncer, lists) if lists is not None else None
@@ -110,10 +114,10 @@ async def _main(
 
     runners = []
     if healthz_sock is not None:
-        runners.append(await health.serve(health.healthz_app(syncer, settings.node_name), healthz_sock))
+        runners.append(await health.serve(health.healthz_handler(syncer), healthz_sock))
     if metrics_sock is not None:
         runners.append(await health.serve(health.metrics_app(metrics), metrics_sock))
-    hc = health.HealthCheckServers(settings.netns, settings.node_name)
+    hc = health.HealthCheckServers(settings.netns, settings.node_name, lambda: syncer.proxy_health().healthy)
 
     async def health_checks(status: Status) -> None:
         try:

@@ -24,8 +24,8 @@ def _duration(seconds: float) -> str:
 
 def render_status(syncer: Syncer) -> dict[str, Any]:
     s = syncer.status
-    ok, why = syncer.healthy()
-    in_sync = s.in_sync and ok
+    health = syncer.proxy_health()
+    in_sync = s.in_sync and health.healthy
     return {
         "services": s.services,
         "endpoints": s.endpoints,
@@ -47,7 +47,8 @@ def render_status(syncer: Syncer) -> dict[str, Any]:
                 "type": "InSync",
                 "status": "True" if in_sync else "False",
                 "reason": "Synced" if in_sync else ("SyncFailed" if s.last_error else "Pending"),
-                "message": s.last_error or why,
+                "message": s.last_error
+                or (health.message() if s.syncs or not health.healthy else "no successful sync yet"),
             },
             *s.conditions,
         ],

@@ -25,6 +25,7 @@ from nftproxy.dataplane.sync import Dataplane, SyncResult
 from nftproxy.model.types import Node, Skipped
 from nftproxy.operator.intake import Change, Intake, Trigger
 from nftproxy.operator.metrics import Metrics
+from nftproxy.operator.proxy_health import Health, ProxyHealth
 from nftproxy.operator.settings import Settings
 
 log = logging.getLogger("nftproxy.syncer")
@@ -45,7 +46,6 @@ class Status:
     """What the last syncs did: read by /healthz, ProxyStatus and the kopf probe."""
 
     started: float = field(default_factory=time.monotonic)
-    last_success: float | None = None  # monotonic
     last_success_time: datetime | None = None
     last_duration: float = 0.0
     last_kind: str = ""
@@ -71,6 +71,10 @@ class Syncer:
         self.settings = settings
         self.metrics = metrics
         self.status = Status()
+        # kube-proxy's health rule: its healthTimeout is 2 x --sync-period; like its SyncLoop,
+        # the loop counts as updated at its start (a first sync that fails is not late yet)
+        self.health = ProxyHealth(2 * settings.sync_period)
+        self.health.updated(time.monotonic())
         self.intake = Intake(settings, metrics, self._queued)
         self.loaded = asyncio.Event()  # initial lists complete
         self.first_sync = asyncio.Event()  # the table is programmed from the initial lists
@@ -124,6 +128,8 @@ class Syncer:
 
     def _queued(self) -> None:
         if self.loaded.is_set():  # during the initial lists (10^4 objects) once, at the end
+            # kube-proxy's QueuedUpdate: a change after the initial lists starts the health clock
+            self.health.queued_update(time.monotonic())
             self.intake.publish_metrics()
             self.wake.set()
 
@@ -264,7 +270,7 @@ class Syncer:
     def _record_success(self, result: SyncResult, stats: Stats | None) -> None:
         self.first_sync.set()
         s = self.status
-        s.last_success = time.monotonic()
+        self.health.updated(time.monotonic())
         s.last_success_time = datetime.now(UTC)
         s.last_duration = result.seconds
         s.last_kind = "full" if result.full else "partial"
@@ -365,12 +371,7 @@ class Syncer:
         return True
 
     # -- health -----------------------------------------------------------------------------
-    def healthy(self) -> tuple[bool, str]:
-        s = self.status
-        if s.last_success is None:
-            return False, "no successful sync yet"
-        age = time.monotonic() - s.last_success
-        limit = 2 * self.settings.sync_period + self.settings.min_sync_period + 5
-        if age > limit:
-            return False, f"last successful sync {age:.0f}s ago (limit {limit:.0f}s)"
-        return True, f"last successful sync {age:.1f}s ago"
+    def proxy_health(self, now: float | None = None) -> Health:
+        """kube-proxy's rule (proxy_health.py): unhealthy once a change has waited 2 x
+        --sync-period for a successful sync."""
+        return self.health.health(time.monotonic() if now is None else now)

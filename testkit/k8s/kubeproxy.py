@@ -108,11 +108,19 @@ class _NsHTTPConnection(http.client.HTTPConnection):
 
 def http_get_in(netns: str, host: str, port: int, path: str, timeout: float = 5.0) -> tuple[int, str]:
     """GET http://host:port/path from inside ``netns``: (status, body)."""
+    status, _, body = http_request_in(netns, host, port, path, timeout=timeout)
+    return status, body
+
+
+def http_request_in(
+    netns: str, host: str, port: int, path: str, method: str = "GET", timeout: float = 5.0
+) -> tuple[int, dict[str, str], str]:
+    """``method`` http://host:port/path from inside ``netns``: (status, headers, body)."""
     conn = _NsHTTPConnection(netns, host, port, timeout)
     try:
-        conn.request("GET", path, headers={"Connection": "close"})
+        conn.request(method, path, headers={"Connection": "close"})
         resp = conn.getresponse()
-        return resp.status, resp.read().decode(errors="replace")
+        return resp.status, dict(resp.getheaders()), resp.read().decode(errors="replace")
     finally:
         conn.close()
 

@@ -1,4 +1,4 @@
-"""The one builder of Service / EndpointSlice / Node objects, as the API serves them: used by
+"""The one builder of Service / EndpointSlice / Node / ServiceCIDR objects, as the API serves them: used by
 tests/, testkit/, bench/ and the demos (the model objects are parsed from these: ``parsed``).
 
 Every optional field is left out unless given, so a builder call shows what the object sets."""
@@ -144,6 +144,16 @@ def node(name: str, addresses: Mapping[str, str] | Sequence[tuple[str, str]] = (
         "kind": "Node",
         "metadata": {"name": name, "labels": dict(labels)},
         "status": {"addresses": [{"type": t, "address": a} for t, a in pairs]},
+    }
+
+
+def service_cidr(name: str, *cidrs: str) -> Obj:
+    """A ServiceCIDR (networking.k8s.io/v1): ranges ClusterIPs are allocated from."""
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "ServiceCIDR",
+        "metadata": {"name": name},
+        "spec": {"cidrs": list(cidrs)},
     }
 
 

@@ -7,8 +7,8 @@ with pods b1, b2, c2 (a client pod on another node) and ``host-2``. Outside clie
 (198.18.0.100, fd00:198:18::100) and ext2 (198.18.0.101, fd00:198:18::101) on the node network
 route the LoadBalancer/external ranges via node-1.
 
-Every pod serves TCP 8080, 8081, 9090 and UDP 5353, 5354, 9090; the host servers TCP 8090 and UDP
-5390. Each :class:`Case` is one Service (or a few objects) with the probes to make against it.
+Every pod serves TCP 8080, 8081, 9090 and UDP 5353, 5354, 9090; the host servers TCP 8090, 8091 and
+UDP 5390. Each :class:`Case` is one Service (or a few objects) with the probes to make against it.
 """
 
 from __future__ import annotations
@@ -32,6 +32,14 @@ GW4, GW6 = "10.244.1.1", "fd00:10:244:1::1"
 # a ServiceCIDR created during the change cases (chg-service-cidr-added); the apiserver's own
 # ServiceCIDR "kubernetes" is netlab's SERVICE4/SERVICE6
 EXTRA_SERVICE_CIDR4 = "10.97.0.0/24"  # the node's pod-network gateway addresses (NetLab)
+# a ServiceCIDR of one narrow and one too wide CIDR, there from the start (address_spelling_cases);
+# both routed by node-1 to ext1, which answers every address of them (harness.build_lab)
+TWO_WIDTHS_SERVICE_CIDR = ("10.98.0.0/24", "2000::/12")
+# The last release whose apiserver can be told to store the legacy address spellings (its gate
+# StrictIPCIDRValidation turned off: tests/conformance/conftest.py); from 1.38 the gate is GA and
+# locked on. A cluster upgraded since still holds the objects stored before, but a lab cannot
+# write them: against a later release, the cases marked ``legacy`` are left out (and listed).
+LAX_VALIDATION_UNTIL = 37
 
 # Pod addresses, in the order harness.build_lab creates them (asserted there).
 PODS: dict[str, tuple[str, str, str]] = {  # name -> (node, ipv4, ipv6)
@@ -49,7 +57,7 @@ HOSTS: dict[str, tuple[str, str, str]] = {
 }
 POD_TCP = (8080, 8081, 9090)
 POD_UDP = (5353, 5354, 9090)
-HOST_TCP, HOST_UDP = (8090,), (5390,)
+HOST_TCP, HOST_UDP = (8090, 8091), (5390,)  # 8091: no Service targets it (extip-node-ip-no-endpoints)
 
 SOURCES = ("pod", "node", "ext1", "ext2", "pod2")
 # both proxies' --nodeport-addresses / nodePortAddresses: the node's IPs, and loopback (TCP NodePorts
@@ -92,6 +100,8 @@ class Case:
     probes: list[Probe] = field(default_factory=list)
     health: list[HealthCheck] = field(default_factory=list)
     rules_mention: str | None = None  # check that neither proxy programs this Service
+    node_addresses: tuple[str, ...] = ()  # node-1 holds these on eth0 in both labs (a VIP, as kube-vip)
+    legacy: bool = False  # objects only an apiserver with lax address validation stores (LAX_VALIDATION_UNTIL)
 
 
 # --------------------------------------------------------------------------- builders
@@ -918,10 +928,70 @@ def catalog() -> list[Case]:
         loadBalancerSourceRanges=["198.18.0.100/32"],
     )
     add(Case(name, [svc, *dual_slices(name, ["a1"], ["b2"])], list(frontends(svc))))
+    cases += takeover_cases()
+    cases += firewall_and_nodeport_rejects()
+    cases += health_map_cases()
+    cases += map_cases()  # the kube-proxy map's own cases (end of this file)
+    cases += address_spelling_cases()
     for c in cases:
         for h in c.health:
             assert h.port  # every health check names a port
     return cases
+
+
+def takeover_cases() -> list[Case]:
+    """A frontend (address . proto . port) two Services claim. kube-proxy programs both, and the
+    key goes to whichever Service it writes last in a sync (its map of Services is unordered), so
+    the contested key itself is in differences.py (``takeover-*-contested``). nftproxy gives it to
+    the Service's own ClusterIP (or NodePort), then to the older Service, then to the first by
+    name; the loser keeps every other frontend, which must match kube-proxy (``takeover-*``)."""
+    out = []
+    # a tenant's externalIP names another Service's ClusterIP, on one of its ports (kube-dns's
+    # 53/UDP): kube-dns keeps 53/UDP in nftproxy; its 53/TCP and 9153, the tenant's own ClusterIP
+    # and NodePort answer in both
+    dns = service("takeover-dns", [port(53, 5353, "dns", "UDP"), port(53, 8080, "dns-tcp"), port(9153, 9090, "m")])
+    dns_ip = dns["spec"]["clusterIP"]
+    tenant = service(
+        "takeover-dns-tenant",
+        [port(53, 5354, "dns", "UDP", node_port=next(_np))],
+        type="NodePort",
+        externalIPs=[dns_ip],
+    )
+    contested = [Probe(src, "udp", dns_ip, 53, "ClusterIP = tenant's externalIP") for src in ("pod", "node")]
+    kept = [p for p in frontends(dns) if p.proto == "tcp"]
+    kept += [p for p in frontends(tenant, ("pod", "node"), ("ext1", "node")) if p.what != "externalIP"]
+    out.append(
+        Case(
+            "takeover-dns",
+            [
+                dns,
+                eslice(
+                    "takeover-dns",
+                    "a",
+                    [ep("a1")],
+                    [sport(5353, "dns", "UDP"), sport(8080, "dns-tcp"), sport(9090, "m")],
+                ),
+                tenant,
+                eslice("takeover-dns-tenant", "a", [ep("b1")], [sport(5354, "dns", "UDP")]),
+            ],
+            kept,
+        )
+    )
+    out.append(Case("takeover-dns-contested", [], contested))
+    # two Services with one externalIP and port: each keeps its ClusterIP and its other port there
+    shared = next(_ext)
+    one = service("takeover-ext-a", [port(80, 8080, "http"), port(81, 8081, "alt")], externalIPs=[shared])
+    two = service("takeover-ext-b", [port(80, 8080, "http"), port(82, 9090, "other")], externalIPs=[shared])
+    objects = [
+        one,
+        eslice("takeover-ext-a", "a", [ep("a2")], [sport(8080, "http"), sport(8081, "alt")]),
+        two,
+        eslice("takeover-ext-b", "a", [ep("b2")], [sport(8080, "http"), sport(9090, "other")]),
+    ]
+    mine = [p for svc in (one, two) for p in frontends(svc, ("pod", "node"), ("ext1", "pod", "node"))]
+    out.append(Case("takeover-ext", objects, [p for p in mine if not (p.what == "externalIP" and p.port == 80)]))
+    out.append(Case("takeover-ext-contested", [], [p for p in mine if p.what == "externalIP" and p.port == 80][:3]))
+    return out
 
 
 # --------------------------------------------------------------------------- UDP flows across changes
@@ -1008,7 +1078,8 @@ def flow_cases() -> list[FlowCase]:
                 frontend=frontend,
             )
         )
-    return out + deleted_service_flows()
+    out += map_flow_cases()  # the kube-proxy map's own cases (end of this file)
+    return out + firewall_flow_cases() + deleted_service_flows()
 
 
 # --------------------------------------------------------------------------- changes to Services
@@ -1096,7 +1167,8 @@ def change_cases() -> list[ChangeCase]:
             name, [svc, sl(name, [ep("a1"), ep("a2")])], [off], [], list(frontends(off, ("pod",), ("ext1",))), True
         )
     )
-    return out
+    out += map_change_cases()  # the kube-proxy map's own cases (end of this file)
+    return out + firewall_change_cases()
 
 
 NODE4_NEW = "198.18.0.11"  # node-1's IPv4 after node_ip_change (an address added in both labs)
@@ -1144,6 +1216,569 @@ def deleted_service_flows() -> list[FlowCase]:
             svc = service(name, [port(53, 5353, "dns", "UDP")])
         before = [svc, eslice(name, "a", [ep("a1")], dns_ep)]
         out.append(
-            FlowCase(name, before, [], 41100 + i, restart=restart, frontend=frontend, deletes=[("service", name)])
+            FlowCase(name, before, [], 41300 + i, restart=restart, frontend=frontend, deletes=[("service", name)])
         )
     return out
+
+
+# ---- firewall and NodePort rejects (kube-proxy map)
+# kube-proxy v1.37's nftables proxier (pkg/proxy/nftables/proxier.go): loadBalancerSourceRanges
+# judge new connections only (`ct state new jump firewall-check`), also on a port without
+# endpoints (another source is dropped, not refused); a range holding the node's IP lets the
+# LoadBalancer IPs in as sources (allowFromNode: a node holding the VIP connects from it); a
+# NodePort without endpoints is rejected in filter-input only, the node's own connections too
+# (refused on the way in: ECONNREFUSED on a connected UDP socket, not EPERM from send()).
+# An open TCP connection across a change has no probe here (each probe is a new connection):
+# tests/netns/test_firewall_and_nodeport_rejects.py holds one; open UDP flows are FlowCases.
+
+NODE_VIP4, NODE_VIP6 = "198.19.4.1", "fd00:198:19::4:1"  # held by node-1 (kube-vip), a range holds its IP
+NODE_VIP4_UNLISTED, NODE_VIP6_UNLISTED = "198.19.4.2", "fd00:198:19::4:2"  # held by node-1, no range holds its IP
+EXT1_RANGES = ["198.18.0.100/32", "fd00:198:18::100/128"]
+
+
+def firewall_and_nodeport_rejects() -> list[Case]:
+    out: list[Case] = []
+
+    def lb(name: str, vips: Sequence[str], ranges: Sequence[str], eps: bool = True) -> Case:
+        svc = service(
+            name,
+            [port(80, 8080, "http", node_port=next(_np)), port(53, 5353, "dns", "UDP", node_port=next(_np))],
+            type="LoadBalancer",
+            families=(4, 6),
+            lb_ingress=[{"ip": ip} for ip in vips],
+            loadBalancerSourceRanges=list(ranges),
+        )
+        ports = [sport(8080, "http"), sport(5353, "dns", "UDP")]
+        slices = [
+            eslice(name, "v4", [ep("a1"), ep("b1")] if eps else [], ports),
+            eslice(name, "v6", [ep("a2", family=6), ep("b2", family=6)] if eps else [], ports, family=6),
+        ]
+        return Case(name, [svc, *slices], list(frontends(svc)))
+
+    # allowFromNode: node-1 holds the VIPs; a range holds its IP (both families), another ext1
+    c = lb("fw-node-vip-range-holds-node-ip", [NODE_VIP4, NODE_VIP6], [f"{NODE4}/32", f"{NODE6}/128", *EXT1_RANGES])
+    c.node_addresses = (NODE_VIP4, NODE_VIP6)
+    out.append(c)
+    c = lb("fw-node-vip-range-without-node-ip", [NODE_VIP4_UNLISTED, NODE_VIP6_UNLISTED], EXT1_RANGES)
+    c.node_addresses = (NODE_VIP4_UNLISTED, NODE_VIP6_UNLISTED)
+    out.append(c)
+    # the range holds the node's IP, the node does not hold the VIP: it connects from its own IP
+    out.append(lb("fw-range-holds-node-ip", [next(_lb), "fd00:198:19::4:3"], [f"{NODE4}/32", f"{NODE6}/128"]))
+    # no endpoints: ext1 (listed) is refused, ext2 and the node (not listed) dropped
+    out.append(lb("fw-source-ranges-no-endpoints", [next(_lb), "fd00:198:19::4:4"], EXT1_RANGES, eps=False))
+    # the node's own NodePort without endpoints, TCP and UDP, both families (and every other source)
+    name = "fw-nodeport-no-endpoints-from-node"
+    svc = service(
+        name,
+        [port(80, 8080, "http", node_port=next(_np)), port(53, 5353, "dns", "UDP", node_port=next(_np))],
+        type="NodePort",
+        families=(4, 6),
+    )
+    ports = [sport(8080, "http"), sport(5353, "dns", "UDP")]
+    out.append(
+        Case(name, [svc, eslice(name, "v4", [], ports), eslice(name, "v6", [], ports, family=6)], list(frontends(svc)))
+    )
+    name = "fw-nodeport-no-endpoints-etp-local-from-node"
+    svc = service(
+        name,
+        [port(80, 8080, "http", node_port=next(_np)), port(53, 5353, "dns", "UDP", node_port=next(_np))],
+        type="NodePort",
+        externalTrafficPolicy="Local",
+    )
+    out.append(Case(name, [svc, eslice(name, "a", [], ports)], list(frontends(svc, ("node",), ("node", "ext1")))))
+    return out
+
+
+def firewall_flow_cases() -> list[FlowCase]:
+    """An open UDP flow from ext1 to a LoadBalancer IP whose ranges stop holding ext1 (tightened,
+    or added where there were none): its next datagram still gets through; new flows do not."""
+    dns_ep = [sport(5353, "dns", "UDP")]
+    out: list[FlowCase] = []
+    for i, (name, before) in enumerate(
+        (
+            ("fw-udp-lb-source-ranges-tightened", ["198.18.0.100/32", "198.18.0.101/32"]),
+            ("fw-udp-lb-source-ranges-added", None),
+        )
+    ):
+        spec: dict[str, Any] = {"loadBalancerSourceRanges": before} if before else {}
+        svc = service(
+            name,
+            [port(53, 5353, "dns", "UDP", node_port=next(_np))],
+            type="LoadBalancer",
+            lb_ingress=[{"ip": next(_lb)}],
+            **spec,
+        )
+        after = json_copy(svc)
+        after["spec"]["loadBalancerSourceRanges"] = ["198.18.0.101/32"]
+        out.append(
+            FlowCase(name, [svc, eslice(name, "a", [ep("a1")], dns_ep)], [after], source_port=41100 + i, frontend="LB")
+        )
+    return out
+
+
+def firewall_change_cases() -> list[ChangeCase]:
+    """Ranges tightened to exclude ext1 while both proxies run: new connections from it (TCP, UDP)
+    are dropped, ext2 (still listed) gets in."""
+    name = "fw-chg-lb-source-ranges-tightened"
+    svc = service(
+        name,
+        [port(80, 8080, "http", node_port=next(_np)), port(53, 5353, "dns", "UDP", node_port=next(_np))],
+        type="LoadBalancer",
+        lb_ingress=[{"ip": next(_lb)}],
+        loadBalancerSourceRanges=["198.18.0.100/32", "198.18.0.101/32"],
+    )
+    after = json_copy(svc)
+    after["spec"]["loadBalancerSourceRanges"] = ["198.18.0.101/32"]
+    eps = eslice(name, "a", [ep("a1"), ep("b1")], [sport(8080, "http"), sport(5353, "dns", "UDP")])
+    return [ChangeCase(name, [svc, eps], [after], [], list(frontends(svc, (), ("ext1", "ext2", "node"))))]
+
+
+# ---- health checks (kube-proxy map)
+# kube-proxy v1.37.2's health servers (pkg/proxy/healthcheck): a healthCheckNodePort answers any
+# path and any method, with its local endpoint count in X-Load-Balancing-Endpoint-Weight and a
+# tab-indented JSON body; /healthz and /livez (the healthz port, 10256) answer any method with a
+# compact JSON, Go's 404 elsewhere. The rows compare the status, the headers below and the body
+# (times masked) byte for byte. Not compared: Date, and Server (Go's net/http sends none, aiohttp
+# names itself).
+PROXY_HEALTH_PORT = 10256
+HEALTH_METHODS = ("GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS", "PATCH")
+
+
+@dataclass(frozen=True)
+class HealthRequest(HealthCheck):
+    """A health check made with ``method`` to ``path``, compared in detail (headers, body)."""
+
+    method: str = "GET"
+    path: str = "/"
+
+
+def health_map_cases() -> list[Case]:
+    out: list[Case] = []
+
+    def lb(name: str, endpoints: Sequence[Obj], families: Sequence[int] = (4,), v6: Sequence[Obj] = ()) -> Case:
+        hc = next(_hc)
+        svc = service(
+            name,
+            [port(80, 8080, "http", node_port=next(_np))],
+            type="LoadBalancer",
+            families=families,
+            externalTrafficPolicy="Local",
+            healthCheckNodePort=hc,
+        )
+        objects = [svc, eslice(name, "v4", endpoints, HTTP_EP)]
+        if v6:
+            objects.append(eslice(name, "v6", v6, HTTP_EP, family=6))
+        return Case(name, objects)
+
+    # 3 ready endpoints here (the weight), one terminating here and one elsewhere (not counted)
+    c = lb("hc-map-weight", [ep("a1"), ep("a2"), ep("a3"), ep("c1", ready=False, terminating=True), ep("b1")])
+    port_ = c.objects[0]["spec"]["healthCheckNodePort"]
+    c.health += [HealthRequest(port_, method=m) for m in HEALTH_METHODS]
+    c.health += [HealthRequest(port_, path=p) for p in ("/healthz", "/any/path?x=1")]
+    out.append(c)
+    # no ready endpoint here: 503, weight 0, whatever the method
+    c = lb("hc-map-none", [ep("a1", ready=False, serving=False), ep("b1")])
+    port_ = c.objects[0]["spec"]["healthCheckNodePort"]
+    c.health += [HealthRequest(port_, method=m) for m in ("GET", "HEAD", "POST")]
+    out.append(c)
+    # dual-stack: each family's port answers with its own family's count
+    c = lb("hc-map-dual-stack", [ep("a1"), ep("a2"), ep("b1")], families=(4, 6), v6=[ep("a3", family=6)])
+    port_ = c.objects[0]["spec"]["healthCheckNodePort"]
+    c.health += [HealthRequest(port_, host=h, method=m) for h in (NODE4, NODE6) for m in ("GET", "POST")]
+    out.append(c)
+    # the proxy's own /healthz and /livez, any method; other paths are Go's 404
+    probes: list[HealthCheck] = [
+        HealthRequest(PROXY_HEALTH_PORT, path=p, method=m) for p in ("/healthz", "/livez") for m in HEALTH_METHODS
+    ]
+    probes += [HealthRequest(PROXY_HEALTH_PORT, path=p) for p in ("/", "/healthz/", "/metrics", "/livez?verbose")]
+    out.append(Case("hc-map-proxy-healthz", [], health=probes))
+    return out
+
+
+# ---- cases for the kube-proxy map
+# Each case exercises, with packets, a rule or a branch of kube-proxy v1.37.2 that no case above
+# reaches (docs/kube-proxy-map.md names the rule or branch of each).
+
+UNALLOCATED4 = "10.96.250.2"  # in the ServiceCIDR, never a ClusterIP of these cases
+
+
+def map_cases() -> list[Case]:
+    out: list[Case] = []
+    add = out.append
+    http_dns = [port(80, 8080, "http"), port(53, 5353, "dns", "UDP")]
+    http_dns_ep = [sport(8080, "http"), sport(5353, "dns", "UDP")]
+
+    def np_http() -> list[Obj]:
+        return [port(80, 8080, "http", node_port=next(_np))]
+
+    def np_http_dns() -> list[Obj]:
+        return [port(80, 8080, "http", node_port=next(_np)), port(53, 5353, "dns", "UDP", node_port=next(_np))]
+
+    def lb(n: int = 1) -> list[Obj]:
+        return [{"ip": next(_lb)} for _ in range(n)]
+
+    # the services chain's "masquerade clusterIP traffic from outside cluster" (a router with a
+    # static route for the Service range: ext2, harness.build_lab), and cluster-ips-check in
+    # filter-forward: an unknown port of a ClusterIP rejected, an unallocated address dropped
+    name = "cip-from-outside-cluster"
+    svc = service(name, http_dns)
+    cip = svc["spec"]["clusterIP"]
+    probes = [Probe("ext2", "tcp", cip, 80, "ClusterIP"), Probe("ext2", "udp", cip, 53, "ClusterIP")]
+    probes += [
+        Probe("ext2", "tcp", cip, 81, "ClusterIP unknown port"),
+        Probe("ext2", "udp", cip, 54, "ClusterIP unknown port"),
+    ]
+    probes += [Probe("ext2", "tcp", UNALLOCATED4, 80, "unallocated")]
+    add(Case(name, [svc, eslice(name, "a", [ep("a1"), ep("b1")], http_dns_ep)], probes))
+
+    # an externalIP that is the Service's own ClusterIP: kube-proxy writes both service-ips
+    # elements on one key, the externalIP's (its EXT chain, masqueraded) last
+    name = "extip-equals-own-clusterip"
+    svc = service(name, HTTP)
+    svc["spec"]["externalIPs"] = [svc["spec"]["clusterIP"]]
+    add(Case(name, [svc, eslice(name, "a", [ep("a1"), ep("b1")], HTTP_EP)], list(frontends(svc, ("pod", "node"), ()))))
+
+    # externalTrafficPolicy Local: an externalIP with no endpoint on this node (service-ips ->
+    # the EXT chain's short-circuits; no-endpoint-services: drop)
+    add(
+        simple(
+            "etp-local-extip-remote-only", [port(80, 8080, "http")], [ep("b1"), ep("b2")], HTTP_EP,
+            externalIPs=[next(_ext)], externalTrafficPolicy="Local",
+        )
+    )  # fmt: skip
+    # ... a dual-stack ClusterIP Service with an IPv4 externalIP only: the IPv6 side has no
+    # external frontend (serviceport.go ExternallyAccessible per family)
+    name = "etp-local-extip-one-family"
+    svc = service(name, HTTP, families=(4, 6), externalIPs=[next(_ext)], externalTrafficPolicy="Local")
+    slices = [
+        eslice(name, "v4", [ep("a1"), ep("b1")], HTTP_EP),
+        eslice(name, "v6", [ep("a2", family=6), ep("b2", family=6)], HTTP_EP, family=6),
+    ]
+    add(Case(name, [svc, *slices], list(frontends(svc, ("pod", "node"), ("ext1", "ext2")))))
+
+    # internalTrafficPolicy Local with a NodePort under externalTrafficPolicy Cluster (the NodePort
+    # uses every endpoint), and with both Local and no endpoint here
+    add(
+        simple("itp-local-np", np_http(), [ep("a1"), ep("b1")], HTTP_EP, type="NodePort", internalTrafficPolicy="Local")
+    )
+    add(
+        simple(
+            "itp-local-etp-local-np-remote-only", np_http(), [ep("b1")], HTTP_EP, type="NodePort",
+            internalTrafficPolicy="Local", externalTrafficPolicy="Local",
+        )
+    )  # fmt: skip
+
+    # no endpoints: every frontend of a LoadBalancer Service rejects (LB IP and externalIP too)
+    name = "no-endpoints-lb-extip"
+    svc = service(name, np_http(), type="LoadBalancer", lb_ingress=lb(), externalIPs=[next(_ext)])
+    add(Case(name, [svc, eslice(name, "a", [], HTTP_EP)], list(frontends(svc))))
+
+    # an externalIP that is the node's own address, without endpoints: rejected on input
+    # (filter-input's jump to service-endpoints-check), before host-1's server on that port
+    # would answer
+    name = "extip-node-ip-no-endpoints"
+    svc = service(name, [port(8091, 8080, "http")], externalIPs=[NODE4])
+    add(Case(name, [svc, eslice(name, "a", [], HTTP_EP)], list(frontends(svc, ("pod", "node"), ("ext1", "ext2")))))
+
+    # status.loadBalancer.ingress: an entry with a hostname only is not an address to program
+    add(
+        simple(
+            "lb-hostname-ingress", np_http(), [ep("a1"), ep("b1")], HTTP_EP, type="LoadBalancer",
+            lb_ingress=[{"hostname": "lb.example.com"}, *lb()],
+        )
+    )  # fmt: skip
+
+    # loadBalancerSourceRanges: a /0 among them allows every source (serviceport.go IsZeroCIDR);
+    # space-padded values (allowed by the API) are trimmed; the annotation is not read by the
+    # proxy; an externalIP of a Service with source ranges is not filtered
+    for name, ranges, extra in (
+        ("lb-source-ranges-zero-cidr", ["0.0.0.0/0", "198.18.0.100/32"], {}),
+        ("lb-source-ranges-whitespace", [" 198.18.0.100/32 "], {}),
+        ("lb-source-ranges-annotation-ignored", None, {}),
+        ("lb-source-ranges-externalip-not-filtered", ["198.18.0.100/32"], {"externalIPs": [next(_ext)]}),
+    ):
+        kw: dict[str, Any] = dict(extra)
+        if ranges is None:
+            kw["annotations"] = {"service.beta.kubernetes.io/load-balancer-source-ranges": "198.18.0.100/32"}
+        else:
+            kw["loadBalancerSourceRanges"] = ranges
+        add(simple(name, np_http(), [ep("a1"), ep("b1")], HTTP_EP, type="LoadBalancer", lb_ingress=lb(), **kw))
+
+    # EndpointSlices: a port without a number is ignored (endpointslicecache.go "Ignoring invalid
+    # endpoint port"); a port of the same name but another protocol is another Service port; an
+    # FQDN slice is not for a proxy (endpointschangetracker.go: address type)
+    name = "slice-port-without-number"
+    svc = service(name, HTTP)
+    no_number = [{"name": "http", "protocol": "TCP"}]
+    slices = [eslice(name, "a", [ep("a1")], no_number), eslice(name, "b", [ep("b1")], HTTP_EP)]
+    add(Case(name, [svc, *slices], list(frontends(svc, ("pod",), ()))))
+    name = "slice-port-protocol-mismatch"
+    svc = service(name, [port(53, 5353, "dns", "UDP")])
+    add(
+        Case(
+            name, [svc, eslice(name, "a", [ep("a1")], [sport(5353, "dns", "TCP")])], list(frontends(svc, ("pod",), ()))
+        )
+    )
+    name = "slice-fqdn"
+    svc = service(name, HTTP)
+    fqdn = k.endpoint_slice(
+        f"{name}-fqdn", name, [k.endpoint("a1.conf.example.com", node=NODE)], HTTP_EP, namespace=NS,
+        address_type="FQDN", labels={"endpointslice.kubernetes.io/managed-by": "conformance"},
+    )  # fmt: skip
+    add(Case(name, [svc, fqdn, eslice(name, "b", [ep("b1")], HTTP_EP)], list(frontends(svc, ("pod",), ()))))
+
+    # the service-proxy-name label with an empty value: kube-proxy's informer selects Services
+    # WITHOUT the label, whatever its value
+    name = "proxy-name-empty"
+    svc = service(name, HTTP, labels={"service.kubernetes.io/service-proxy-name": ""})
+    add(
+        Case(
+            name,
+            [svc, eslice(name, "a", [ep("a1")], HTTP_EP)],
+            list(frontends(svc, ("pod",), ())),
+            rules_mention=f"{NS}/{name}",
+        )
+    )
+
+    # the same address twice in ONE slice, both ready: kube-proxy keeps the later copy
+    # (endpointslicecache.go addEndpoints); here the later copy says another node, then this one
+    for name, copies in (
+        ("dup-in-one-slice-both-ready", [ep("a1"), ep("a1", node=OTHER)]),
+        ("dup-in-one-slice-both-ready-local-last", [ep("a2", node=OTHER), ep("a2")]),
+    ):
+        svc = service(name, HTTP, internalTrafficPolicy="Local")
+        add(Case(name, [svc, eslice(name, "a", copies, HTTP_EP)], list(frontends(svc, ("pod",), ()))))
+
+    # healthCheckNodePort counts (endpointschangetracker.go LocalReadyEndpoints): distinct local
+    # ready addresses of the Service, over every port of its slices
+    name = "health-counts-pods-not-ports"
+    hc = next(_hc)
+    svc = service(
+        name, [port(80, 8080, "http", node_port=next(_np)), port(9090, 9090, "metrics", node_port=next(_np))],
+        type="LoadBalancer", lb_ingress=lb(), externalTrafficPolicy="Local", healthCheckNodePort=hc,
+    )  # fmt: skip
+    slices = [eslice(name, "a", [ep("a1"), ep("a2"), ep("b1")], [sport(8080, "http"), sport(9090, "metrics")])]
+    add(Case(name, [svc, *slices], list(frontends(svc, ("pod",), ("ext1",))), [HealthCheck(hc)]))
+    name = "health-counts-endpoints-of-other-ports"  # this node's endpoint is listed for no port of the Service
+    hc = next(_hc)
+    svc = service(
+        name, np_http(), type="LoadBalancer", lb_ingress=lb(), externalTrafficPolicy="Local", healthCheckNodePort=hc
+    )
+    slices = [eslice(name, "a", [ep("b1")], HTTP_EP), eslice(name, "b", [ep("a1")], [sport(8081, "other")])]
+    add(Case(name, [svc, *slices], list(frontends(svc, ("pod",), ("ext1",))), [HealthCheck(hc)]))
+
+    # ClientIP affinity under externalTrafficPolicy Local (the local policy chain's affinity
+    # rules); and across a Local-policy and a Cluster-policy frontend of one port
+    name = "affinity-etp-local"
+    svc = service(
+        name, np_http_dns(), type="NodePort", externalTrafficPolicy="Local",
+        sessionAffinity="ClientIP", sessionAffinityConfig={"clientIP": {"timeoutSeconds": 300}},
+    )  # fmt: skip
+    probes = [dataclasses.replace(p, sticky=True) for p in frontends(svc, ("pod", "node"), ("ext1", "ext2"))]
+    add(Case(name, [svc, eslice(name, "a", [ep("a1"), ep("a2"), ep("b1")], http_dns_ep)], probes))
+    # internalTrafficPolicy Local: the ClusterIP picks among this node's endpoints (a1 alone), the
+    # NodePort (externalTrafficPolicy Cluster) among all four. kube-proxy's per-endpoint sets are
+    # shared by both policy chains: after the ClusterIP, the NodePort finds the client in a1's
+    # set. nftproxy's Cluster-policy record is its own (differences.py)
+    name = "affinity-across-policies"
+    svc = service(
+        name, np_http_dns(), type="NodePort", internalTrafficPolicy="Local",
+        sessionAffinity="ClientIP", sessionAffinityConfig={"clientIP": {"timeoutSeconds": 300}},
+    )  # fmt: skip
+    cip = svc["spec"]["clusterIP"]
+    probes = [
+        Probe(src, sp["protocol"].lower(), cip, sp["port"], "ClusterIP", True, (("NodePort", NODE4, sp["nodePort"]),))
+        for src in ("pod", "node")
+        for sp in svc["spec"]["ports"]
+    ]
+    eps = [ep("a1"), ep("b1"), ep("b2"), ep("c2")]
+    add(Case(name, [svc, eslice(name, "a", eps, http_dns_ep)], probes))
+
+    # localhost NodePorts: an endpoint that refuses (the node's own address, port 8080: nothing
+    # listens there). kube-proxy's userspace proxy dials the one endpoint it picked and closes the
+    # client when that fails; nftproxy's tries the next (differences.py)
+    name = "localhost-nodeport-dead-endpoint"
+    svc = service(name, np_http(), type="NodePort")
+    probes = [Probe("node", "tcp", "127.0.0.1", svc["spec"]["ports"][0]["nodePort"], "NodePort localhost")]
+    add(Case(name, [svc, eslice(name, "a", [ep("a1"), ep("host-1")], HTTP_EP)], probes))
+
+    # the longest names the API allows (63-character Service name, 15-character port name): the
+    # chain names and comments kube-proxy truncates
+    name = "long-" + "n" * 58
+    svc = service(name, [port(80, 8080, "http-port-named")])
+    add(
+        Case(
+            name,
+            [svc, eslice(name, "a", [ep("a1")], [sport(8080, "http-port-named")])],
+            list(frontends(svc, ("pod",), ())),
+        )
+    )
+    return out
+
+
+def map_flow_cases() -> list[FlowCase]:
+    """Open UDP flows (conntrack/cleanup.go) through frontends the cases above do not cover."""
+    dns = [port(53, 5353, "dns", "UDP")]
+    dns_ep = [sport(5353, "dns", "UDP")]
+    terminating = [ep("a1", ready=False, serving=True, terminating=True), ep("a2")]
+    flows: list[tuple[str, str, dict[str, Any], list[Obj]]] = [
+        ("udp-endpoint-replaced-nodeport", "NodePort", {}, [ep("a2")]),
+        ("udp-endpoint-replaced-externalip", "externalIP", {}, [ep("a2")]),
+        ("udp-endpoint-replaced-lb", "LB", {}, [ep("a2")]),
+        # the Local-policy side of the terminating-endpoint rule (differences.py
+        # udp-endpoint-terminating is the Cluster side)
+        ("udp-endpoint-terminating-itp-local", "ClusterIP", {"internalTrafficPolicy": "Local"}, terminating),
+    ]
+    out: list[FlowCase] = []
+    for i, (name, frontend, extra, after) in enumerate(flows):
+        if frontend == "NodePort":
+            svc = service(name, [port(53, 5353, "dns", "UDP", node_port=next(_np))], type="NodePort", **extra)
+        elif frontend == "externalIP":
+            svc = service(name, dns, externalIPs=[next(_ext)], **extra)
+        elif frontend == "LB":
+            ports = [port(53, 5353, "dns", "UDP", node_port=next(_np))]
+            svc = service(name, ports, type="LoadBalancer", lb_ingress=[{"ip": next(_lb)}], **extra)
+        else:
+            svc = service(name, dns, **extra)
+        before = [svc, eslice(name, "a", [ep("a1")], dns_ep)]
+        after_slice = [eslice(name, "a", after, dns_ep)]
+        out.append(FlowCase(name, before, after_slice, source_port=41100 + i, frontend=frontend))
+    return out
+
+
+def map_change_cases() -> list[ChangeCase]:
+    """Changes made while both proxies run (servicechangetracker.go, endpointslicecache.go)."""
+    out: list[ChangeCase] = []
+    name = "chg-port-removed"  # ServicePortMap.merge/filter/unmerge: the port left rejects
+    svc = service(name, [port(80, 8080, "http"), port(9090, 9090, "metrics")])
+    one = json_copy(svc)
+    one["spec"]["ports"] = one["spec"]["ports"][:1]
+    both_ep = [sport(8080, "http"), sport(9090, "metrics")]
+    out.append(
+        ChangeCase(name, [svc, eslice(name, "a", [ep("a1")], both_ep)], [one], [], list(frontends(svc, ("pod",), ())))
+    )
+    name = "chg-endpoint-moved-between-slices"  # seen in two slices, then in one
+    svc = service(name, HTTP)
+    before = [svc, eslice(name, "a", [ep("a1")], HTTP_EP), eslice(name, "b", [ep("b1")], HTTP_EP)]
+    after = [eslice(name, "a", [], HTTP_EP), eslice(name, "b", [ep("a1"), ep("b1")], HTTP_EP)]
+    out.append(ChangeCase(name, before, after, [], list(frontends(svc, ("pod",), ()))))
+    name = "chg-lb-ip-changed"  # status.loadBalancer.ingress replaced
+    svc = service(
+        name, [port(80, 8080, "http", node_port=next(_np))], type="LoadBalancer", lb_ingress=[{"ip": next(_lb)}]
+    )
+    moved = json_copy(svc)
+    moved["status"]["loadBalancer"]["ingress"] = [{"ip": next(_lb)}]
+    probes = [p for p in frontends(svc, (), ("ext1",)) if p.what == "LB"]
+    probes += [p for p in frontends(moved, (), ("ext1",)) if p.what == "LB"]
+    out.append(ChangeCase(name, [svc, eslice(name, "a", [ep("a1")], HTTP_EP)], [moved], [], probes))
+    return out
+
+
+def node_zone_change() -> tuple[str, list[Obj], list[Probe]]:
+    """node-1's zone label changes (kube-proxy's OnTopologyChange: a full sync with the new zone)
+    and back: a Service with zone hints for both zones, probed in each."""
+    name = "node-zone-changed"
+    svc = service(name, HTTP)
+    eps = [ep("a1", zones=[ZONE]), ep("b1", zones=[OTHER_ZONE]), ep("b2", zones=[OTHER_ZONE])]
+    return name, [svc, eslice(name, "a", eps, HTTP_EP)], list(frontends(svc, ("pod",), ()))
+
+
+# ---- address spellings and ServiceCIDRs (kube-proxy map)
+# The spellings an apiserver before 1.36 stores (StrictIPCIDRValidation off: the suite's control
+# plane runs with it off, tests/conformance/conftest.py), kube-proxy reads with ParseIPSloppy /
+# ParseCIDRSloppy: leading zeros (decimal), IPv4-mapped IPv6 (IPv4), host bits, padding.
+
+
+def _zeros(ipv4: str) -> str:
+    """An IPv4 address with leading zeros in every octet ("010.096.010.020": decimal 10.96.10.20)."""
+    return ".".join(f"{int(o):03d}" for o in ipv4.split("."))
+
+
+def _respelled(svc: Obj, cluster_ip: str) -> Obj:
+    svc["spec"]["clusterIP"], svc["spec"]["clusterIPs"] = cluster_ip, [cluster_ip]
+    return svc
+
+
+def address_spelling_cases() -> list[Case]:
+    cases: list[Case] = []
+    add = cases.append
+
+    def probes(
+        what: str, hosts: Sequence[str], sources: Sequence[str] = ("pod", "node", "ext1", "ext2")
+    ) -> list[Probe]:
+        return [Probe(src, "tcp", host, 80, what) for host in hosts for src in sources]
+
+    # externalIPs
+    ips = [next(_ext), next(_ext)]
+    name = "addr-extip-legacy-spellings"
+    svc = service(name, HTTP, externalIPs=[_zeros(ips[0]), f"::ffff:{ips[1]}"])
+    add(Case(name, [svc, eslice(name, "a", [ep("a1"), ep("b1")], HTTP_EP)], probes("externalIP", ips)))
+    # LoadBalancer ingress IPs
+    ips = [next(_lb), next(_lb)]
+    name = "addr-lb-ip-legacy-spellings"
+    svc = service(
+        name,
+        [port(80, 8080, "http", node_port=next(_np))],
+        type="LoadBalancer",
+        lb_ingress=[{"ip": _zeros(ips[0])}, {"ip": f"::ffff:{ips[1]}"}],
+    )
+    add(Case(name, [svc, eslice(name, "a", [ep("a2"), ep("b2")], HTTP_EP)], probes("LB", ips)))
+    # loadBalancerSourceRanges: each admits one of ext1 (198.18.0.100) and ext2 (.101), or both
+    for name, ranges in (
+        ("addr-source-range-leading-zeros", ["198.018.000.100/032"]),
+        ("addr-source-range-ipv4-mapped", ["::ffff:198.18.0.101/128"]),  # IPv4 to kube-proxy
+        ("addr-source-range-host-bits", ["198.18.0.101/31"]),  # 198.18.0.100/31: both
+        ("addr-source-range-padded", [" 198.18.0.101/32 "]),  # trimmed (even strict validation allows it)
+    ):
+        ip = next(_lb)
+        svc = service(
+            name,
+            [port(80, 8080, "http", node_port=next(_np))],
+            type="LoadBalancer",
+            lb_ingress=[{"ip": ip}],
+            loadBalancerSourceRanges=ranges,
+        )
+        add(Case(name, [svc, eslice(name, "a", [ep("a1"), ep("b1")], HTTP_EP)], probes("LB", [ip])))
+    # ClusterIPs as the apiserver stores them when given so (the allocator takes them)
+    for name, spell in (("addr-cluster-ip-leading-zeros", _zeros), ("addr-cluster-ip-ipv4-mapped", "::ffff:{}".format)):
+        svc = service(name, HTTP)
+        ip = svc["spec"]["clusterIP"]
+        _respelled(svc, spell(ip))
+        add(
+            Case(
+                name,
+                [svc, eslice(name, "a", [ep("a3"), ep("b2")], HTTP_EP)],
+                probes("ClusterIP", [ip], ("pod", "node")),
+            )
+        )
+    # EndpointSlice addresses (IPv4 slices: the IPv6 ones were validated strictly)
+    name = "addr-endpoint-legacy-spellings"
+    svc = service(name, HTTP)
+    eps = [ep("a1"), ep("b1")]
+    eps[0]["addresses"] = [_zeros(PODS["a1"][1])]
+    eps[1]["addresses"] = [f"::ffff:{PODS['b1'][1]}"]
+    add(
+        Case(
+            name,
+            [svc, eslice(name, "a", eps, HTTP_EP)],
+            probes("ClusterIP", svc["spec"]["clusterIPs"], ("pod", "node")),
+        )
+    )
+    for case in cases:
+        case.legacy = case.name != "addr-source-range-padded"  # trimmed: even strict validation allows it
+    # A ServiceCIDR of one narrow CIDR and one too wide (2000::/12): the narrow one's unallocated
+    # addresses are dropped by both; kube-proxy drops the wide one's too, nftproxy leaves that
+    # CIDR out and reports it (differences.py: service-cidr-too-wide).
+    name = "addr-service-cidr-narrow-beside-wide"
+    cidr = k.service_cidr("conformance-two-widths", *TWO_WIDTHS_SERVICE_CIDR)
+    unallocated = [
+        Probe(src, proto, "10.98.0.200", 80, "unallocated") for src in ("pod", "node") for proto in ("tcp", "udp")
+    ]
+    add(Case(name, [cidr], unallocated))
+    wide = [
+        Probe(src, proto, "2000::c8", 80, "in a too wide ServiceCIDR")
+        for src in ("pod", "node")
+        for proto in ("tcp", "udp")
+    ]
+    add(Case("service-cidr-too-wide", [], wide))
+    return cases

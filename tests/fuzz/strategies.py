@@ -7,6 +7,7 @@ type, at an edge, unicode, empty or huge.
 
 from __future__ import annotations
 
+from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network, ip_address, ip_network
 from typing import Any
 
 from hypothesis import strategies as st
@@ -23,9 +24,19 @@ EXT4 = ["198.19.0.1", "198.19.0.2", "203.0.113.7"]
 EXT6 = ["fd00:198:19::1", "fd00:198:19::2"]
 EP4 = [f"10.244.{n}.{h}" for n in (1, 2) for h in (2, 3, 4, 5)]
 EP6 = [f"fd00:10:244:{n}::{h}" for n in (1, 2) for h in (2, 3, 4)]
-BAD_IPS = ["", "None", "300.1.1.1", "::g", "10.96.0", "1.2.3.4/32", " 10.96.0.9 ", "localhost"]
+BAD_IPS = ["", "None", "300.1.1.1", "::g", "10.96.0", "1.2.3.4/32", " 10.96.0.9 ", "localhost", "fe80::1%eth0",
+           "0x0a.96.0.1", "1fd00::1", "::ffff:1.2.3", "10.96.0.1\u00a0"]  # fmt: skip
 CIDRS = ["10.0.0.0/8", "192.168.1.0/24", "0.0.0.0/0", "198.18.0.5/32", "fd00::/8", "::/0", "2001:db8::1/128"]
-BAD_CIDRS = ["10.0.0.0/33", "nope", "", "1.2.3.4/-1"]
+BAD_CIDRS = [
+    "10.0.0.0/33",
+    "nope",
+    "",
+    "1.2.3.4/-1",
+    "10.0.0.1",
+    "10.0.0.0/255.0.0.0",
+    "\x1c10.0.0.0/8",
+    "::ffff:1.2.3.4/129",
+]
 # The shapes of real address input (issue 19: an IPv6 /128 rendered as '…::100/' refused every
 # transaction, and the fuzzers never met one in a Service the compiler got as far as its ranges).
 HOST_CIDRS = ["198.18.0.100/32", "fd00:198:18::100/128", "0.0.0.0/32", "::/128", "255.255.255.255/32"]
@@ -36,6 +47,69 @@ OTHER_CIDRS = ["fd00:10:244::/48", "10.244.0.0/16", "2001:db8::/127", "198.18.0.
 SHAPED_CIDRS = HOST_CIDRS + ZERO_CIDRS + MAPPED_CIDRS + HOST_BITS_CIDRS + OTHER_CIDRS
 MAPPED_IPS = ["::ffff:198.19.0.1", "::ffff:198.19.1.7", "::ffff:203.0.113.7"]  # IPv4-mapped IPv6
 LONG_FORM_IPS = ["fd00:198:19:0:0:0:0:1", "FD00:198:19::2", "fd00:0198:0019::3"]  # one address, other texts
+
+
+# The legacy spellings an apiserver before 1.36 stores (kube-proxy reads them: model/sloppy.py)
+LEGACY_IPS = ["198.019.000.001", "010.096.000.001", "::ffff:198.19.0.2", "::ffff:c613:3", "0fd00:198:19::1"]
+LEGACY_CIDRS = ["010.000.000.000/08", "198.018.000.100/032", "::ffff:198.18.0.0/120", " 198.18.0.0/24 ",
+                "\u00a0fd00:198:18::/64\u2003", "0fd00::/8"]  # fmt: skip
+_GO_SPACES = ["", " ", "\t", "\n", "\u00a0", "\u2003", "\u3000", "\x85"]
+
+
+@st.composite
+def respelled_ip(draw: Any, addr: IPv4Address | IPv6Address) -> str:
+    """Another text of ``addr`` that kube-proxy (ParseIPSloppy) reads as ``addr``: leading zeros
+    (decimal octets, hex groups of up to six digits), IPv4-mapped IPv6 (dotted or hex), case."""
+
+    def pad(digits: str) -> str:
+        zeros: int = draw(st.integers(0, 2))
+        return "0" * zeros + digits
+
+    if isinstance(addr, IPv4Address):
+        dotted = ".".join(pad(o) for o in str(addr).split("."))
+        hi, lo = int(addr) >> 16, int(addr) & 0xFFFF
+        forms = [dotted, f"::ffff:{dotted}", f"0:0:0:0:0:ffff:{dotted}", f"::{pad('ffff')}:{pad(f'{hi:x}')}:{lo:X}"]
+        return str(draw(st.sampled_from(forms)))
+    groups = [pad(g.lstrip("0") or "0") for g in addr.exploded.split(":")]
+    text = ":".join(groups)
+    return text.upper() if draw(st.booleans()) else text
+
+
+@st.composite
+def respelled_cidr(draw: Any, net: IPv4Network | IPv6Network, padded: bool = False) -> str:
+    """Another text of ``net`` that kube-proxy (ParseCIDRSloppy; a source range trimmed first:
+    ``padded``) reads as ``net``: host bits set, a respelled address, a length with leading zeros,
+    IPv4-mapped (96 longer)."""
+    host = draw(st.integers(0, net.num_addresses - 1))
+    addr = type(net.network_address)(int(net.network_address) + host)
+    text = draw(respelled_ip(addr))
+    length = net.prefixlen + (96 if addr.version == 4 and ":" in text else 0)  # IPv4-mapped: 96 longer
+    out = f"{text}/{'0' * draw(st.integers(0, 2))}{length}"
+    if padded:
+        out = draw(st.sampled_from(_GO_SPACES)) + out + draw(st.sampled_from(_GO_SPACES))
+    return out
+
+
+def legacy_ip(pool: list[str]) -> st.SearchStrategy[str]:
+    """An address of ``pool`` in a legacy spelling."""
+    return st.sampled_from(pool).flatmap(lambda t: respelled_ip(ip_address(t.strip())))
+
+
+def legacy_cidr(pool: list[str], padded: bool = False) -> st.SearchStrategy[str]:
+    return st.sampled_from(pool).flatmap(lambda t: respelled_cidr(ip_network(t, strict=False), padded))
+
+
+def service_cidr() -> st.SearchStrategy[Obj]:
+    """A ServiceCIDR: canonical most of the time (the API validates them strictly), wide, bad."""
+    cidrs = st.lists(
+        st.one_of(st.sampled_from(["10.96.0.0/16", "fd00:10:96::/112", "10.97.0.0/24", "0.0.0.0/0", "2000::/12"]),
+                  st.sampled_from(BAD_CIDRS + LEGACY_CIDRS), any_cidr(), garbage()),
+        max_size=3,
+    )  # fmt: skip
+    return optional_dict(
+        {"kind": st.just("ServiceCIDR"), "metadata": sometimes_bad(optional_dict({"name": name()}, {}))},
+        {"spec": sometimes_bad(optional_dict({}, {"cidrs": sometimes_bad(cidrs)}))},
+    )
 
 
 def garbage() -> st.SearchStrategy[Any]:
@@ -70,7 +144,14 @@ def namespace() -> st.SearchStrategy[Any]:
 
 
 def ip(pool: list[str]) -> st.SearchStrategy[Any]:
-    return st.one_of(*[st.sampled_from(pool)] * 8, st.sampled_from(BAD_IPS), st.ip_addresses().map(str), garbage())
+    return st.one_of(
+        *[st.sampled_from(pool)] * 8,
+        legacy_ip(pool),
+        st.sampled_from(LEGACY_IPS),
+        st.sampled_from(BAD_IPS),
+        st.ip_addresses().map(str),
+        garbage(),
+    )
 
 
 def any_cidr() -> st.SearchStrategy[str]:
@@ -80,10 +161,12 @@ def any_cidr() -> st.SearchStrategy[str]:
     return st.one_of(v4, v6).map(lambda t: f"{t[0]}/{t[1]}")
 
 
-def cidr() -> st.SearchStrategy[str]:
+def cidr(legacy: bool = True) -> st.SearchStrategy[str]:
     """One source range of a real shape: host prefixes, /0, IPv4-mapped IPv6, host bits set, or
-    any length on any address."""
+    any length on any address; ``legacy``: also the spellings only kube-proxy's parser reads."""
+    more = [legacy_cidr(OTHER_CIDRS + HOST_CIDRS + ZERO_CIDRS, padded=True)] if legacy else []
     return st.one_of(
+        *more,
         st.sampled_from(HOST_CIDRS),
         st.sampled_from(ZERO_CIDRS),
         st.sampled_from(MAPPED_CIDRS),
@@ -95,15 +178,17 @@ def cidr() -> st.SearchStrategy[str]:
 
 
 # Built once: a strategy made inside a draw is validated again at every draw (slow generation).
-_CIDR_LISTS = {n: st.lists(cidr(), min_size=1, max_size=n) for n in (3, 4, 6)}
+_CIDR_LISTS = {
+    (n, legacy): st.lists(cidr(legacy), min_size=1, max_size=n) for n in (3, 4, 6) for legacy in (True, False)
+}
 _REPEATS = st.lists(st.integers(0, 5), max_size=6)
 
 
 @st.composite
-def cidr_list(draw: Any, max_size: int = 6) -> list[str]:
+def cidr_list(draw: Any, max_size: int = 6, legacy: bool = True) -> list[str]:
     """A list of ranges: mixed families, and duplicates (the same text again, or the same prefix in
     other words: host bits set, another spelling, a range inside another)."""
-    xs: list[str] = draw(_CIDR_LISTS[max_size])
+    xs: list[str] = draw(_CIDR_LISTS[max_size, legacy])
     return xs + [xs[k % len(xs)] for k in draw(_REPEATS)]
 
 
@@ -113,6 +198,7 @@ def shaped_ip(pool: list[str]) -> st.SearchStrategy[Any]:
         *[st.sampled_from(pool)] * 4,
         st.sampled_from(MAPPED_IPS),
         st.sampled_from(LONG_FORM_IPS),
+        legacy_ip(pool),
         st.ip_addresses().map(str),
     )
 
@@ -368,7 +454,7 @@ def node() -> st.SearchStrategy[Obj]:
 
 
 def any_object() -> st.SearchStrategy[Any]:
-    return st.one_of(service(), service(), endpoint_slice(), endpoint_slice(), node(), garbage())
+    return st.one_of(service(), service(), endpoint_slice(), endpoint_slice(), node(), service_cidr(), garbage())
 
 
 # --------------------------------------------------------------------------- well-formed worlds
@@ -386,9 +472,14 @@ _PICK4 = st.lists(st.integers(0, 3), max_size=3, unique=True)
 _PICK3 = st.lists(st.integers(0, 2), min_size=1, max_size=3, unique=True)
 _POLICY = st.sampled_from(["Cluster", "Local"])
 _EP6 = EP6 + EP6_FORMS
-_ENDPOINTS = {4: st.lists(st.sampled_from(EP4), min_size=1, max_size=3),
+_ENDPOINTS = {4: st.lists(st.sampled_from(EP4) | legacy_ip(EP4), min_size=1, max_size=3),
               6: st.lists(st.sampled_from(_EP6), min_size=1, max_size=3)}  # fmt: skip
 _NODE = st.sampled_from(NODES)
+
+
+def _maybe_legacy(text: str) -> st.SearchStrategy[str]:
+    """``text`` as written, or in a legacy spelling (an IPv4 in an IPv6 text stays IPv4)."""
+    return st.one_of(st.just(text), respelled_ip(ip_address(text)))
 
 
 @st.composite
@@ -410,7 +501,7 @@ def shaped_service(draw: Any, i: int) -> tuple[Obj, list[Obj]]:
     ext = [  # this Service's own (no conflicts); the second and third are one address in two texts
         f"198.19.0.{i + 1}", f"fd00:198:19::{i + 1:x}", f"FD00:198:19:0:0:0:0:{i + 1:x}", f"::ffff:198.19.2.{i + 1}"
     ]  # fmt: skip
-    spec["externalIPs"] = [ext[k] for k in draw(_PICK4)]
+    spec["externalIPs"] = [draw(_maybe_legacy(ext[k])) for k in draw(_PICK4)]
     etp = draw(_POLICY)
     spec["externalTrafficPolicy"] = etp
     if svc_type == "LoadBalancer" and etp == "Local":
@@ -418,7 +509,7 @@ def shaped_service(draw: Any, i: int) -> tuple[Obj, list[Obj]]:
     obj: Obj = {"kind": "Service", "metadata": {"name": name, "namespace": "default"}, "spec": spec}
     if svc_type == "LoadBalancer":  # one of each family most of the time, so ranges of both apply
         lb = [f"198.19.1.{i + 1}", f"fd00:198:19::1:{i + 1:x}", f"::ffff:198.19.3.{i + 1}"]
-        obj["status"] = {"loadBalancer": {"ingress": [{"ip": lb[k]} for k in draw(_PICK3)]}}
+        obj["status"] = {"loadBalancer": {"ingress": [{"ip": draw(_maybe_legacy(lb[k]))} for k in draw(_PICK3)]}}
     slices: list[Obj] = []
     for f in (4, 6):
         slices.append(
@@ -452,4 +543,4 @@ def shaped_world(draw: Any, max_services: int = 5) -> list[Obj]:
 
 def shaped_networks(max_size: int = 4) -> st.SearchStrategy[list[str]]:
     """--cluster-cidr / --nodeport-addresses: the same shapes as source ranges, or none."""
-    return st.one_of(st.just([]), cidr_list(max_size))
+    return st.one_of(st.just([]), cidr_list(max_size, legacy=False))

@@ -16,8 +16,9 @@ from nftproxy.compiler import ProxyConfig, compile_tables
 from nftproxy.dataplane.sync import Dataplane
 from nftproxy.diagnose.verify import compare, equal_contents, read_kernel
 from nftproxy.model.types import Endpoint, EndpointPort, EndpointSlice, Service, ServicePort
+from nftproxy.nft.backend import Backend
 from nftproxy.nft.fake import FakeBackend
-from nftproxy.nft.kernel import Backend, KernelBackend
+from nftproxy.nft.kernel import KernelBackend
 from testkit.lab.netlab import bare_netns
 from tests.fuzz import strategies as S
 from tests.support.fuzzing import examples

@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 from nftproxy.compiler import ProxyConfig, compile_tables, features
 from nftproxy.compiler.config import this_node
 from nftproxy.compiler.fragment import _short
-from nftproxy.model.parse import Ignored, parse_endpoint_slice, parse_node, parse_service
-from nftproxy.model.types import EndpointSlice, Node, Service, Skipped
+from nftproxy.model.parse import Ignored, parse_endpoint_slice, parse_node, parse_service, parse_service_cidr
+from nftproxy.model.types import EndpointSlice, Node, Service, ServiceCIDR, Skipped
 from nftproxy.nft.diff import plan
 from nftproxy.nft.objects import Family
 from tests.fuzz import strategies as S
@@ -41,7 +41,7 @@ def _expected_name(obj: Any) -> str:
     return str(raw) if raw else "?"
 
 
-Parsed = Service | EndpointSlice | Node | Skipped | Ignored
+Parsed = Service | EndpointSlice | Node | ServiceCIDR | Skipped | Ignored
 
 
 def parse(obj: Any, config: ProxyConfig) -> Parsed:
@@ -50,6 +50,8 @@ def parse(obj: Any, config: ProxyConfig) -> Parsed:
         return parse_service(obj, config.service_proxy_name)
     if kind == "EndpointSlice":
         return parse_endpoint_slice(obj)
+    if kind == "ServiceCIDR":
+        return parse_service_cidr(obj)
     return parse_node(obj)
 
 
@@ -73,10 +75,10 @@ objects = st.lists(st.one_of(S.service(), S.service(), S.endpoint_slice(), S.end
 
 
 @settings(max_examples=examples(300, 5000))
-@given(obj=st.one_of(S.service(), S.endpoint_slice(), S.node()), cfg=st.sampled_from(CONFIGS))
+@given(obj=st.one_of(S.service(), S.endpoint_slice(), S.node(), S.service_cidr()), cfg=st.sampled_from(CONFIGS))
 def test_parse_never_raises_and_names_what_it_skips(obj: dict[str, Any], cfg: ProxyConfig) -> None:
     r = parse(obj, cfg)
-    assert isinstance(r, Service | EndpointSlice | Node | Skipped | Ignored)
+    assert isinstance(r, Service | EndpointSlice | Node | ServiceCIDR | Skipped | Ignored)
     if isinstance(r, Skipped):
         assert r.kind == obj["kind"]
         assert r.reason
@@ -150,15 +152,21 @@ def shaped_config(draw: Any) -> ProxyConfig:
     )
 
 
-def _expected_allow(services: list[Service], family: Family) -> set[tuple[Any, ...]]:
+def _expected_allow(services: list[Service], family: Family, config: ProxyConfig) -> set[tuple[Any, ...]]:
     """firewall-allow as ipaddress objects, worked out from the Services alone: every LoadBalancer
-    IP . port of the family, with each of the family's source ranges (overlaps merged)."""
+    IP . port of the family, with each of the family's source ranges and, when a range holds the
+    node's IP of the family (its first, else loopback: kube-proxy's allowFromNode), the
+    LoadBalancer IPs of the family themselves (overlaps merged)."""
     out: set[tuple[Any, ...]] = set()
+    v = family.version
+    node_ip = next((ip for ip in config.node_ips if ip.version == v), ip_address("127.0.0.1" if v == 4 else "::1"))
     for svc in services:
-        v = family.version
         if svc.type != "LoadBalancer" or not any(ip.version == v for ip in svc.cluster_ips):
             continue
-        nets = collapse_addresses([r for r in svc.load_balancer_source_ranges if r.version == v])  # type: ignore[type-var]
+        ranges = [r for r in svc.load_balancer_source_ranges if r.version == v]
+        if any(node_ip in r for r in ranges):
+            ranges += [ip_network(lb) for lb in svc.load_balancer_ips if lb.version == v]
+        nets = collapse_addresses(ranges)  # type: ignore[type-var]
         out |= {
             (lb, p.protocol.lower(), p.port, n)
             for n in nets
@@ -189,11 +197,11 @@ def test_every_address_shape_is_accepted_by_the_kernel(
     compiled = [_compiled(objs, replace(base, table=f"fuzz{k}")) for k, (objs, base) in enumerate(batch)]
     rc, err = dry_run.check("".join(plan(None, t).render() for desired, _, _ in compiled for t in desired.tables))
     assert rc == 0, f"the kernel refused a compiled table: {err.strip()[:2000]}"
-    for (objs, _), (desired, services, _) in zip(batch, compiled, strict=True):
+    for (objs, _), (desired, services, cfg) in zip(batch, compiled, strict=True):
         assert len(services) == len([o for o in objs if o["kind"] == "Service"])  # all well-formed
         assert not [s for s in desired.skipped if s.kind == "Service"], desired.skipped  # no conflicts
         for t in desired.tables:
-            assert _rendered_allow(t) == _expected_allow(services, t.family), f"{t.family} firewall-allow"
+            assert _rendered_allow(t) == _expected_allow(services, t.family, cfg), f"{t.family} firewall-allow"
 
 
 GOOD_SERVICE: dict[str, Any] = {

@@ -14,7 +14,8 @@ import pytest
 from nftproxy.compiler import ProxyConfig, names
 from nftproxy.dataplane.sync import Dataplane
 from nftproxy.model.types import Endpoint, EndpointPort, EndpointSlice, Service, ServicePort
-from nftproxy.nft.kernel import KernelBackend, NftError
+from nftproxy.nft.backend import NftError
+from nftproxy.nft.kernel import KernelBackend
 from nftproxy.nft.objects import DynamicElement, Family
 from testkit.lab.netlab import Client, NetLab, Node, Pod, cleanup_stale
 

@@ -26,8 +26,8 @@ from nftproxy.dataplane.sync import Dataplane
 from nftproxy.model.types import Endpoint, EndpointPort, EndpointSlice, Service, ServicePort
 from nftproxy.nft import conntrack
 from nftproxy.nft import netns as netns_mod
-from nftproxy.nft.conntrack import Entry, Tuple
-from nftproxy.nft.fake import FakeBackend
+from nftproxy.nft.conntrack import Entry, KernelConntrack, Tuple
+from nftproxy.nft.fake import FakeBackend, FakeConntrack
 from nftproxy.nft.kernel import KernelBackend
 from nftproxy.nft.objects import Family, UdpFlow
 from testkit.k8s import objects as k
@@ -84,8 +84,8 @@ def both_flows(lab: Lab) -> tuple[str | None, str | None]:
     return same_flow(lab, lab.client, "10.96.4.53", 53), same_flow(lab, lab.ext, lab.node.ipv4, 30053)
 
 
-def start(lab: Lab, backend: KernelBackend, *eps: Endpoint) -> Dataplane:
-    dp = Dataplane(backend, lab.config())
+def start(lab: Lab, backend: KernelBackend, ct: KernelConntrack | None, *eps: Endpoint) -> Dataplane:
+    dp = Dataplane(backend, lab.config(), ct)
     dp.set_service(SVC)
     dp.set_slice(dns_slice(*eps))
     dp.sync()
@@ -95,15 +95,16 @@ def start(lab: Lab, backend: KernelBackend, *eps: Endpoint) -> Dataplane:
 @pytest.mark.parametrize("clear", [True, False], ids=["cleared", "not-cleared (control)"])
 def test_udp_client_moves_when_its_endpoint_is_removed(lab: Lab, clear: bool) -> None:
     backend = KernelBackend(lab.node.netns)
-    if not clear:  # the control: what a proxy that forgets conntrack does
-        backend.delete_udp_flows = lambda family, flows: None  # type: ignore[method-assign]
-    dp = start(lab, backend, ep(lab.u1))
+    ct = KernelConntrack(lab.node.netns)
+    # the control: what a proxy that forgets conntrack does
+    dp = start(lab, backend, ct if clear else None, ep(lab.u1))
     assert both_flows(lab) == ("u1", "u1")
     dp.set_slice(dns_slice(ep(lab.u2)))  # u1 removed (it keeps running: only conntrack would reach it)
     dp.sync()
     want = "u2" if clear else "u1"
     assert both_flows(lab) == (want, want)
     backend.close()
+    ct.close()
 
 
 def test_a_terminating_endpoint_keeps_its_flows_only_while_no_endpoint_is_ready(lab: Lab) -> None:
@@ -111,8 +112,8 @@ def test_a_terminating_endpoint_keeps_its_flows_only_while_no_endpoint_is_ready(
     kube-proxy). Once a ready endpoint exists, its flows are deleted (intentionally unlike
     kube-proxy, which waits until it stops serving): the next datagram goes to the ready one while
     the terminating one still answers, as a DNS client with one socket needs during a rollout."""
-    backend = KernelBackend(lab.node.netns)
-    dp = start(lab, backend, ep(lab.u1))
+    backend, ct = KernelBackend(lab.node.netns), KernelConntrack(lab.node.netns)
+    dp = start(lab, backend, ct, ep(lab.u1))
     assert both_flows(lab) == ("u1", "u1")
     dp.set_slice(dns_slice(ep(lab.u1, ready=False, terminating=True)))
     dp.sync()  # terminating, serving, alone: still used, its flows stay
@@ -121,19 +122,21 @@ def test_a_terminating_endpoint_keeps_its_flows_only_while_no_endpoint_is_ready(
     dp.sync()  # u2 is ready: u1's flows go, though it still serves
     assert both_flows(lab) == ("u2", "u2")
     backend.close()
+    ct.close()
 
 
 def test_a_port_without_serving_endpoints_loses_its_clusterip_flows_not_its_nodeport_flows(lab: Lab) -> None:
     """As kube-proxy v1.37 (kubernetes#139629): the last serving endpoint gone, the open flow to
     the ClusterIP is deleted (its next datagram meets the reject), the one to the NodePort is not
     (matched by port number alone, it could be anyone's)."""
-    backend = KernelBackend(lab.node.netns)
-    dp = start(lab, backend, ep(lab.u1))
+    backend, ct = KernelBackend(lab.node.netns), KernelConntrack(lab.node.netns)
+    dp = start(lab, backend, ct, ep(lab.u1))
     assert both_flows(lab) == ("u1", "u1")
     dp.set_slice(dns_slice())
     dp.sync()
     assert both_flows(lab) == ("refused", "u1")
     backend.close()
+    ct.close()
 
 
 @pytest.mark.parametrize("clear", [True, False], ids=["cleared", "not-cleared (control)"])
@@ -143,10 +146,8 @@ def test_a_deleted_service_loses_its_clusterip_flows_not_its_nodeport_flows(lab:
     upstream e2e "should clear conntrack entries when a UDP service is deleted"); the one to the
     NodePort is not (matched by port number alone, it could be anyone's). The control shows that
     the flow would otherwise go on reaching the pod."""
-    backend = KernelBackend(lab.node.netns)
-    if not clear:
-        backend.delete_udp_flows = lambda family, flows: None  # type: ignore[method-assign]
-    dp = start(lab, backend, ep(lab.u1))
+    backend, ct = KernelBackend(lab.node.netns), KernelConntrack(lab.node.netns)
+    dp = start(lab, backend, ct if clear else None, ep(lab.u1))  # the control: no conntrack
     assert both_flows(lab) == ("u1", "u1")
     dp.delete_service("default/dns")  # its EndpointSlice stays (deleted a sync later, or never)
     dp.sync()
@@ -154,19 +155,22 @@ def test_a_deleted_service_loses_its_clusterip_flows_not_its_nodeport_flows(lab:
     assert (cluster_ip == "u1") is (not clear), cluster_ip
     assert node_port == "u1"
     backend.close()
+    ct.close()
 
 
 def test_a_restarted_proxy_cleans_what_changed_while_it_was_away(lab: Lab) -> None:
     """A new process's first sync is a full one: the table read back says u1 went away."""
-    first = KernelBackend(lab.node.netns)
-    start(lab, first, ep(lab.u1))
+    first, ct = KernelBackend(lab.node.netns), KernelConntrack(lab.node.netns)
+    start(lab, first, ct, ep(lab.u1))
     first.close()
+    ct.close()
     assert both_flows(lab) == ("u1", "u1")
-    second = KernelBackend(lab.node.netns)
-    result = start(lab, second, ep(lab.u2)).sync()
+    second, ct = KernelBackend(lab.node.netns), KernelConntrack(lab.node.netns)
+    result = start(lab, second, ct, ep(lab.u2)).sync()
     assert both_flows(lab) == ("u2", "u2")
     assert not result.full  # the second sync of that process: partial, nothing left to do
     second.close()
+    ct.close()
 
 
 def test_nftproxy_apply_moves_the_flow_to_the_new_endpoint(lab: Lab, tmp_path: Path) -> None:
@@ -203,15 +207,15 @@ FLOWS = [
 
 
 def test_stale_flows_are_those_of_frontends_to_non_serving_addresses() -> None:
-    fake = FakeBackend()
-    dp = Dataplane(fake, ProxyConfig(node_name="n"))
+    fake, ct = FakeBackend(), FakeConntrack()
+    dp = Dataplane(fake, ProxyConfig(node_name="n"), ct)
     dp.set_service(SVC)
     dp.set_slice(_two())
     dp.sync()
-    fake.flows[Family.IP] = list(FLOWS)
+    ct.flows[Family.IP] = list(FLOWS)
     dp.set_slice(EndpointSlice("default", "dns-1", "dns", "IPv4", _two().ports, _two().endpoints[1:]))
     dp.sync()
-    assert sorted(f for _, f in fake.flows_deleted) == [FLOWS[0], FLOWS[2]]
+    assert sorted(f for _, f in ct.deleted) == [FLOWS[0], FLOWS[2]]
 
 
 def test_a_deleted_service_or_port_loses_the_flows_to_its_addresses() -> None:
@@ -219,18 +223,18 @@ def test_a_deleted_service_or_port_loses_the_flows_to_its_addresses() -> None:
     no flow to its ClusterIP (whatever endpoint it went to); its NodePort's flows and another
     Service's are not ours to judge. A ClusterIP taken over in the same sync keeps the flows to
     the new Service's serving endpoints."""
-    fake = FakeBackend()
-    dp = Dataplane(fake, ProxyConfig(node_name="n"))
+    ct = FakeConntrack()
+    dp = Dataplane(FakeBackend(), ProxyConfig(node_name="n"), ct)
 
     def after(change: Callable[[], None]) -> list[UdpFlow]:
         dp.set_service(SVC)
         dp.set_slice(_two())
         dp.sync()
-        fake.flows[Family.IP] = list(FLOWS)
-        fake.flows_deleted.clear()
+        ct.flows[Family.IP] = list(FLOWS)
+        ct.deleted.clear()
         change()
         dp.sync()
-        return sorted(f for _, f in fake.flows_deleted)
+        return sorted(f for _, f in ct.deleted)
 
     assert after(lambda: dp.delete_service("default/dns")) == [FLOWS[0], FLOWS[1]]
     tcp_only = replace(SVC, ports=(ServicePort("dns-tcp", "TCP", 53, 30054),))
@@ -248,36 +252,36 @@ def test_a_flow_to_the_old_target_port_of_a_serving_address_is_stale() -> None:
     """The Service's targetPort changed, the pods (addresses) stayed: a flow DNATed to the old
     port is deleted, one to the new port kept (upstream e2e: "Conntrack should be able to cleanup
     conntrack entries when UDP service target port changes for a NodePort service")."""
-    fake = FakeBackend()
-    dp = Dataplane(fake, ProxyConfig(node_name="n"))
+    fake, ct = FakeBackend(), FakeConntrack()
+    dp = Dataplane(fake, ProxyConfig(node_name="n"), ct)
     dp.set_service(SVC)
     dp.set_slice(_two())
     dp.sync()
     old, new = UdpFlow("10.96.4.53", "53", "10.244.1.3", "5353"), UdpFlow("10.96.4.53", "53", "10.244.1.3", "5354")
-    fake.flows[Family.IP] = [old, new]
+    ct.flows[Family.IP] = [old, new]
     dp.set_slice(
         EndpointSlice("default", "dns-1", "dns", "IPv4", (EndpointPort("dns", "UDP", 5354),), _two().endpoints)
     )
     dp.sync()
-    assert [f for _, f in fake.flows_deleted] == [old]
+    assert [f for _, f in ct.deleted] == [old]
 
 
 def test_after_a_failed_sync_the_full_one_cleans_up() -> None:
     """The failed sync's change is lost from the change log, but the full sync that follows
     checks every UDP frontend against the current state."""
-    fake = FakeBackend()
-    dp = Dataplane(fake, ProxyConfig(node_name="n"))
+    fake, ct = FakeBackend(), FakeConntrack()
+    dp = Dataplane(fake, ProxyConfig(node_name="n"), ct)
     dp.set_service(SVC)
     dp.set_slice(_two())
     dp.sync()
-    fake.flows[Family.IP] = list(FLOWS)
+    ct.flows[Family.IP] = list(FLOWS)
     dp.set_slice(EndpointSlice("default", "dns-1", "dns", "IPv4", _two().ports, _two().endpoints[1:]))
     fake.fail_next = "Error: injected"
     with pytest.raises(Exception, match="injected"):
         dp.sync()
-    assert fake.flows_deleted == []
+    assert ct.deleted == []
     assert dp.sync().full
-    assert sorted(f for _, f in fake.flows_deleted) == [FLOWS[0], FLOWS[2]]
+    assert sorted(f for _, f in ct.deleted) == [FLOWS[0], FLOWS[2]]
 
 
 # -- ctnetlink on the real kernel --------------------------------------------------------------
@@ -374,8 +378,8 @@ def test_no_conntrack_process_runs_during_a_sync(lab: Lab, tmp_path: Path, monke
     fake.write_text(f'#!/bin/sh\necho "$@" >> {trace}\nexit 1\n')
     fake.chmod(0o755)
     monkeypatch.setenv("PATH", f"{fake.parent}{os.pathsep}{os.environ['PATH']}")
-    backend = KernelBackend(lab.node.netns)
-    dp = start(lab, backend, ep(lab.u1))
+    backend, ct = KernelBackend(lab.node.netns), KernelConntrack(lab.node.netns)
+    dp = start(lab, backend, ct, ep(lab.u1))
     assert both_flows(lab) == ("u1", "u1")
     dp.set_slice(dns_slice(ep(lab.u2)))
     cleanup = dp.sync().cleanups
@@ -383,3 +387,4 @@ def test_no_conntrack_process_runs_during_a_sync(lab: Lab, tmp_path: Path, monke
     assert not trace.exists()
     assert [(c.conntrack, c.deleted, c.failed) for c in cleanup] == [(True, 2, False)]
     backend.close()
+    ct.close()

@@ -8,7 +8,7 @@ from ipaddress import ip_address, ip_network
 from nftproxy.compiler import ProxyConfig, compile_tables
 from nftproxy.dataplane.sync import Dataplane
 from nftproxy.model.types import EndpointSlice, Service
-from nftproxy.nft.fake import FakeBackend
+from nftproxy.nft.fake import FakeBackend, dump_of
 from nftproxy.nft.objects import Family
 from testkit.k8s import objects as k
 
@@ -55,6 +55,12 @@ def expected(dp: Dataplane, family: Family = Family.IP) -> tuple[dict[str, dict[
     want = compile_tables(dp.services.values(), dp.slices.values(), CFG)
     t = next(t for t in want.tables if t.family == family)
     return {k: dict(v) for k, v in t.elements.items()}, set(t.chains)
+
+
+def expected_dump(dp: Dataplane, config: ProxyConfig = CFG) -> str:
+    """The dump (FakeBackend.dump) of a from-scratch compile of the dataplane's inputs: what its
+    fake holds when every sync converged (both families, rules and declarations included)."""
+    return dump_of(*compile_tables(dp.services.values(), dp.slices.values(), config).tables)
 
 
 # One valid Service with its slice, as the API serves them (next to bad input, or as a baseline).

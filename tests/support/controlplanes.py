@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -32,11 +32,14 @@ def oldest_apiserver() -> Path:
     return apiserver_of(OLDEST)
 
 
-def started_control_plane(*, audit: bool = False, apiserver_bin: Path | None = None) -> Iterator[ControlPlane]:
+def started_control_plane(
+    *, audit: bool = False, apiserver_bin: Path | None = None, extra_apiserver_args: Sequence[str] = ()
+) -> Iterator[ControlPlane]:
     """For a fixture: ``yield from started_control_plane()``; stopped (no process left) after.
     ``audit``: the apiserver logs every request (ControlPlane.read_audit_log); ``apiserver_bin``:
-    another kube-apiserver than the pinned one (e.g. :func:`oldest_apiserver`)."""
-    cp = ControlPlane(audit=audit, apiserver_bin=apiserver_bin)
+    another kube-apiserver than the pinned one (e.g. :func:`oldest_apiserver`);
+    ``extra_apiserver_args``: flags of its own (e.g. feature gates)."""
+    cp = ControlPlane(audit=audit, apiserver_bin=apiserver_bin, extra_apiserver_args=extra_apiserver_args)
     try:
         cp.start()
     except ControlPlaneError as e:

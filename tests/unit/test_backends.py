@@ -9,14 +9,13 @@ from dataclasses import replace
 
 import pytest
 
-from nftproxy.compiler import compile_tables
 from nftproxy.dataplane.sync import Dataplane
+from nftproxy.nft.backend import NftError
 from nftproxy.nft.bulk import LoadStep
 from nftproxy.nft.fake import FakeBackend
-from nftproxy.nft.kernel import NftError
-from nftproxy.nft.objects import Element, Family, Set, Table
-from nftproxy.nft.transaction import Transaction
-from tests.support.builders import CFG, eps, svc
+from nftproxy.nft.objects import Chain, Element, Family, Set
+from nftproxy.nft.transaction import AddElements, Transaction
+from tests.support.builders import CFG, eps, expected_dump, svc
 
 
 def _tx(*elements: str) -> Transaction:
@@ -41,10 +40,6 @@ def test_a_commit_failing_half_way_changes_nothing() -> None:
     assert ("10.0.0.2",) not in fake.tables[(Family.IP, "t")].elements["s"]
 
 
-def _elements(t: Table) -> dict[str, dict[tuple[str, ...], Element]]:
-    return {name: dict(els) for name, els in t.elements.items() if els}
-
-
 def _loaded(n: int) -> tuple[Dataplane, FakeBackend]:
     fake = FakeBackend()
     dp = Dataplane(fake, CFG)
@@ -59,17 +54,12 @@ def test_first_bulk_load_in_chunks_equals_the_full_compile() -> None:
     dp, fake = _loaded(12)
     result = dp.sync()
     assert result.full and dp.batched > 0
-    want = compile_tables(dp.services.values(), dp.slices.values(), CFG)
-    for t in want.tables:
-        got = fake.read(t.family, "nftproxy")
-        assert got is not None
-        assert _elements(got) == _elements(t)
-        assert set(got.chains) == set(t.chains)
+    assert fake.dump() == expected_dump(dp)
     assert len(fake.loads) == 4  # 3 chunks, then every other element
     dispatch = {"service-ips", "service-nodeports", "no-endpoint-services", "no-endpoint-nodeports"}
     for step in fake.loads[:-1]:  # until the last step, no Service is reachable
         assert not {ld.set.name for ld in step.loads} & dispatch
-        assert not any(op.name in dispatch for tx in step.txs for op in tx.ops if op.what == "elements")
+        assert not any(isinstance(op, AddElements) and op.set_name in dispatch for tx in step.txs for op in tx.ops)
     assert {ld.set.name for ld in fake.loads[-1].loads} >= {"service-ips", "service-nodeports"}
     assert dp.sync().operations == 0  # and then a partial sync has nothing to send
 
@@ -112,11 +102,7 @@ def _top_up_load(top_up: Callable[[Dataplane], None]) -> tuple[Dataplane, FakeBa
 
 
 def _matches_full_compile(dp: Dataplane, fake: FakeBackend) -> None:
-    want = compile_tables(dp.services.values(), dp.slices.values(), CFG)
-    for t in want.tables:
-        got = fake.read(t.family, "nftproxy")
-        assert got is not None
-        assert _elements(got) == _elements(t)
+    assert fake.dump() == expected_dump(dp)
 
 
 def test_a_service_added_during_a_first_load_is_loaded_with_it() -> None:
@@ -151,7 +137,11 @@ def test_a_change_to_a_service_already_loaded_waits_for_the_next_sync() -> None:
     assert len(fake.loads) == 4  # nothing new to load
     assert dp.sync_due and dp.pending == 2
     result = dp.sync()
-    assert not result.full and result.operations > 0
+    assert not result.full
+    # s0 has 2 endpoints now: its NodePort's objects of 2 (a map, 2 chains, 4 rules: 7 operations),
+    # 7 deletions (s1's and s0's old entries: 4 + 1 + 1 + 2 + 2 + 1 + 4) and 5 additions
+    # (s0's dispatch entries, its 2-endpoint slots, its local endpoint's hairpin pair: 2 + 1 + 2 + 4 + 2)
+    assert (result.operations, result.element_changes) == (7 + 7 + 5, 15 + 11)
     assert not dp.sync_due
     _matches_full_compile(dp, fake)
 
@@ -173,3 +163,37 @@ def test_a_service_added_during_a_first_load_that_takes_a_loaded_ones_frontend_w
     assert not dp.sync_due
     _matches_full_compile(dp, fake)
     assert any("default/s5" in str(s) for a in dp.assemblies.values() for s in a.skipped())
+
+
+def test_the_fakes_dump_is_one_sorted_line_per_object_whatever_the_order_of_changes() -> None:
+    """FakeBackend.dump (knftables' Fake.Dump): one statement per object, rule and element."""
+    s = Set("s", "typeof ip daddr")
+    one, two = FakeBackend(), FakeBackend()
+    for fake, order in ((one, ["10.0.0.2", "10.0.0.10", "10.0.0.1"]), (two, ["10.0.0.1", "10.0.0.9"])):
+        create = Transaction(Family.IP, "t")
+        create.add_table("c")
+        create.add_chain(Chain("z"))
+        create.add_set(s)
+        create.add_chain(Chain("a"))
+        create.add_rule("a", "ip daddr @s accept")
+        create.add_rule("a", "counter")
+        fake.apply(create, _tx(*order))
+    two.apply(_tx("10.0.0.10", "10.0.0.2"))
+    gone = Transaction(Family.IP, "t")
+    gone.delete_elements("s", [("10.0.0.9",)])
+    two.apply(gone)
+    assert (
+        one.dump()
+        == two.dump()
+        == (
+            'add table ip t { comment "c"; }\n'
+            "add chain ip t a\n"
+            "add chain ip t z\n"
+            "add set ip t s { typeof ip daddr; }\n"
+            "add rule ip t a ip daddr @s accept\n"
+            "add rule ip t a counter\n"
+            "add element ip t s { 10.0.0.1 }\n"
+            "add element ip t s { 10.0.0.10 }\n"
+            "add element ip t s { 10.0.0.2 }\n"
+        )
+    )

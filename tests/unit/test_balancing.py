@@ -19,7 +19,7 @@ from nftproxy.model.types import Service
 from nftproxy.nft.fake import FakeBackend
 from nftproxy.nft.objects import Family
 from testkit.k8s import objects as k
-from tests.support.builders import CFG, eps, expected, state, svc
+from tests.support.builders import CFG, eps, expected_dump, svc
 
 
 def _svc(annotation: str | None) -> k.Obj:
@@ -114,9 +114,9 @@ def test_switching_algorithms_incrementally_converges_to_the_full_compile() -> N
             dp.set_slice(eps(i, rng.randrange(0, 5), gen=rng.randrange(3)))
         if rng.random() < 0.4:
             dp.sync()
-            assert state(fake) == expected(dp), f"diverged at step {step}"
+            assert fake.dump() == expected_dump(dp), f"diverged at step {step}"
     dp.sync()
-    assert state(fake) == expected(dp)
+    assert fake.dump() == expected_dump(dp)
 
 
 def test_round_robin_tags_differ_per_service_and_port() -> None:

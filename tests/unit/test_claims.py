@@ -11,7 +11,7 @@ from nftproxy.compiler import ProxyConfig, compile_tables
 from nftproxy.compiler.build import Desired
 from nftproxy.dataplane.sync import Dataplane
 from nftproxy.model.types import EndpointSlice, Service
-from nftproxy.nft.fake import FakeBackend
+from nftproxy.nft.fake import FakeBackend, dump_of
 from nftproxy.nft.objects import Family
 from testkit.k8s import objects as k
 from tests.support.builders import CFG
@@ -158,9 +158,7 @@ def test_any_order_of_arrival_gives_the_same_table() -> None:
             dp.set_service(pairs[i][0])
             dp.set_slice(pairs[i][1])
             dp.sync()
-        got = fake.tables[(Family.IP, "nftproxy")].elements
-        t = next(t for t in want.tables if t.family is Family.IP)
-        assert {n: dict(v) for n, v in got.items()} == {n: dict(v) for n, v in t.elements.items()}, order
+        assert fake.dump() == dump_of(*want.tables), order
         assert sorted(map(str, dp.stats()[2])) == sorted(map(str, want.skipped)), order
 
 
@@ -172,3 +170,21 @@ def test_a_service_without_conflicts_costs_no_bookkeeping() -> None:
     dp.sync()
     a = dp.assemblies[Family.IP]
     assert a.claims.rivals == {} and a.claims.kept == {} and a.claims.losers == set()
+
+
+def test_a_first_load_in_chunks_leaves_no_entry_of_a_lost_frontend() -> None:
+    """A chunked first load sends each chunk's endpoint-map entries as it compiles it, and only
+    adds: the Services that may contest a frontend go together in the last chunk, so a tenant
+    named before kube-dns (an earlier chunk, by name) never leaves its entries for kube-dns's
+    port in the kernel."""
+    fake = FakeBackend()
+    dp = Dataplane(fake, CFG)
+    dp.bulk_elements, dp.stream_services, dp.stream_chunks = 1, 1, 3
+    pairs = [tenant("a-tenant"), *(tenant(f"m{i}", external_ips=()) for i in range(6)), kube_dns()]
+    for s, e in pairs:
+        dp.set_service(s)
+        dp.set_slice(e)
+    assert dp.sync().full and dp.batched > 0
+    assert fake.dump() == dump_of(*compile_all(*pairs).tables)
+    got = fake.tables[(Family.IP, "nftproxy")].elements
+    assert got["service-ips"][(DNS_IP, "udp", "53")].comment == "kube-system/kube-dns:dns"

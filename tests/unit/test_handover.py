@@ -10,10 +10,10 @@ from dataclasses import replace
 import pytest
 
 from nftproxy.dataplane.sync import Dataplane
+from nftproxy.nft.backend import NftError
 from nftproxy.nft.fake import FakeBackend
-from nftproxy.nft.kernel import NftError
 from nftproxy.nft.objects import Family
-from nftproxy.nft.transaction import Transaction
+from nftproxy.nft.transaction import AddTable, DeleteTable, Transaction
 from tests.support.builders import CFG, eps, svc
 
 HANDOVER = "nftproxy-handover"
@@ -32,8 +32,10 @@ class Recording(FakeBackend):
 
 
 def _what(tx: Transaction) -> str:
-    verbs = {op.verb for op in tx.ops if op.what == "table"}
-    return "replace" if verbs == {"add", "delete"} else next(iter(verbs), "change")
+    kinds = {type(op) for op in tx.ops if isinstance(op, AddTable | DeleteTable)}
+    if kinds == {AddTable, DeleteTable}:
+        return "replace"
+    return "add" if AddTable in kinds else "delete" if DeleteTable in kinds else "change"
 
 
 def synced(fake: FakeBackend, masquerade_all: bool) -> Dataplane:

@@ -107,7 +107,7 @@ def test_servers_bind_the_families_of_the_service_on_the_config_addresses() -> N
     """Real listeners on loopback (this namespace's own address): the Service's families only,
     each answering its own family's count; a new config moves them."""
     port = _free_port()
-    hc = HealthCheckServers(None, "n")
+    hc = HealthCheckServers(None, "n", lambda: True)
     loopback = ProxyConfig(nodeport_addresses=(ip_network("127.0.0.1/32"), ip_network("::1/128")))
 
     async def scenario() -> list[object]:

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from nftproxy.nft.kernel import table_from_json
+from nftproxy.nft.listing import parse_rules, table_comment, table_from_json
 from nftproxy.nft.objects import Family
 
 KEY = [{"payload": {"protocol": "ip", "field": "daddr"}}, {"meta": {"key": "l4proto"}}]
@@ -45,3 +45,34 @@ def test_elements_read_back_the_same_from_either_versions_json(version: str, pro
     assert key == ("10.96.0.10", "tcp", "80")
     assert element.value == ("goto cluster-2",) and element.comment == "default/web:http"
     assert list(t.elements["cluster-ips"]) == [("10.96.0.10",)]
+
+
+# `nft -t list table ip nftproxy` (nft 1.0.6, abridged): sets, a base chain, a plain one.
+TERSE = """table ip nftproxy {
+	comment "nftproxy layout 5 rules 0123: managed by nftproxy, do not edit"
+	map service-ips {
+		typeof ip daddr . meta l4proto . th dport : verdict
+		comment "Service IP . proto . port -> goto its chain"
+	}
+
+	chain nat-prerouting {
+		type nat hook prerouting priority dstnat; policy accept;
+		comment "-100 (dstnat): DNAT Service traffic entering the node, before routing"
+		jump services
+	}
+
+	chain services {
+		ip daddr . meta l4proto . th dport vmap @service-ips
+		counter
+	}
+}
+"""
+
+
+def test_a_terse_listing_gives_each_chains_rules_and_the_table_comment() -> None:
+    assert parse_rules(TERSE) == {
+        "nat-prerouting": ("jump services",),
+        "services": ("ip daddr . meta l4proto . th dport vmap @service-ips",),
+    }
+    assert table_comment(TERSE) == "nftproxy layout 5 rules 0123: managed by nftproxy, do not edit"
+    assert table_comment("table ip other {\n}\n") == ""

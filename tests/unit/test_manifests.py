@@ -1,9 +1,8 @@
-"""Input reading: JSON read as JSON, YAML (C loader), stdin as a file; the fast address checks
-of the parser agree with ``ipaddress`` on every kind of text."""
+"""Input reading: JSON read as JSON, YAML (C loader), stdin as a file. (How addresses are read:
+test_address_spellings.py.)"""
 
 from __future__ import annotations
 
-import ipaddress
 import json
 from pathlib import Path
 
@@ -11,8 +10,7 @@ import pytest
 import yaml
 
 from nftproxy.model import manifests
-from nftproxy.model.manifests import ManifestError, classify, load
-from nftproxy.model.types import Skipped
+from nftproxy.model.manifests import ManifestError, load
 from testkit.k8s import objects as k
 from tests.support.run import run_nftproxy
 
@@ -61,53 +59,3 @@ def test_stdin_reads_like_a_file(tmp_path: Path) -> None:
     with p.open() as f:
         from_stdin = run_nftproxy(*cmd, "-", stdin=f, check=True)
     assert "10.244.1.2" in from_file.stdout and from_stdin.stdout == from_file.stdout
-
-
-ADDRESSES = [
-    "10.1.2.3",
-    "0.0.0.0",
-    "255.255.255.255",
-    " 10.1.2.3",
-    "10.1.2.3 ",
-    "010.1.2.3",
-    "10.1.2",
-    "10.1.2.256",
-    "0x0a.1.2.3",
-    "1.2.3.4/32",
-    "",
-    "fd00::1",
-    "FD00:0:0::1",
-    "::ffff:10.1.2.3",
-    "2001:db8:0:0:1:0:0:1",
-    "fe80::1%eth0",
-    "nope",
-]
-
-
-@pytest.mark.parametrize("text", ADDRESSES)
-def test_endpoint_addresses_agree_with_ipaddress(text: str) -> None:
-    try:
-        addr = ipaddress.ip_address(text.strip())
-        want: str | None = str(addr) if addr.version == 4 else None
-    except ValueError:
-        want = None
-    objs = [*OBJS, k.endpoint_slice("x-1", "web", [k.endpoint(text)], [k.port(8080)])]
-    inputs = classify(objs)
-    got = [sl for sl in inputs.slices if sl.name == "x-1"]
-    if want is None:
-        assert not got and len(inputs.skipped) == 1 and isinstance(inputs.skipped[0], Skipped)
-    else:
-        assert [e.address for e in got[0].endpoints] == [want]
-
-
-@pytest.mark.parametrize("text", ADDRESSES)
-def test_cluster_ips_agree_with_ipaddress(text: str) -> None:
-    try:
-        want: object = ipaddress.ip_address(text.strip())
-    except ValueError:
-        want = None
-    inputs = classify([k.service("s", [text], [k.port(80)])])
-    if want is None:
-        assert not inputs.services and "invalid IP address" in inputs.skipped[0].reason
-    else:
-        assert inputs.services[0].cluster_ips == (want,)

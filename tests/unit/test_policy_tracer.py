@@ -223,6 +223,45 @@ def test_source_ranges_ipv6() -> None:
     assert t.pods(EXT, "198.19.5.1", 80) == {"a"} and t.pods(EXT2, "198.19.5.1", 80) == {"timeout"}
 
 
+# -- tests/netns/test_firewall_and_nodeport_rejects.py ------------------------------------------
+
+
+def _lb_node_tracer(ranges: list[str], endpoints: bool = True, held: tuple[str, ...] = ()) -> Tracer:
+    """node1's IPv4 tracer for one LoadBalancer 198.19.6.1 with these ranges; ``held``: addresses
+    the node holds besides its own (a VIP)."""
+    svc = k.service(
+        "fw", ["10.96.6.1"], [k.port(80, "http")], type="LoadBalancer", lb_ips=["198.19.6.1"],
+        loadBalancerSourceRanges=ranges,
+    )  # fmt: skip
+    eps = [k.endpoint(A.ipv4, node="node1")] if endpoints else []
+    table = node_table_tracer([svc, k.endpoint_slice("fw-1", "fw", eps, [k.port(8080, "http")])], flow_flags(N1)).table
+    return Tracer(table, [N1.ipv4, *held])
+
+
+def test_a_node_holding_the_vip_connects_from_it_when_a_range_holds_the_nodes_ip() -> None:
+    from_vip = Packet("198.19.6.1", "198.19.6.1", 80, local=True)  # the node holding the VIP, to it
+    assert _lb_node_tracer(["198.18.0.0/24"], held=("198.19.6.1",)).trace(from_vip).output == f"{A.ipv4}:8080"
+    assert _lb_node_tracer(["198.18.0.100/32"], held=("198.19.6.1",)).trace(from_vip).output == "DROP"
+    # a packet from outside with the VIP as its source passes too, as kube-proxy's rule lets it
+    assert _lb_node_tracer(["198.18.0.1/32"]).trace(Packet("198.19.6.1", "198.19.6.1", 80)).output == f"{A.ipv4}:8080"
+
+
+def test_source_ranges_drop_unlisted_sources_of_a_port_without_endpoints() -> None:
+    t = _lb_node_tracer(["198.18.0.100/32"], endpoints=False)
+    assert t.trace(Packet(EXT.ipv4, "198.19.6.1", 80)).output == "REJECT"  # listed: no endpoints, refused
+    assert t.trace(Packet(EXT2.ipv4, "198.19.6.1", 80)).output == "DROP"  # not listed: dropped first
+    assert t.trace(Packet(N1.ipv4, "198.19.6.1", 80, local=True)).output == "DROP"  # the node too
+
+
+@pytest.mark.parametrize("proto", ["tcp", "udp"])
+def test_the_nodes_own_nodeport_without_endpoints_is_rejected_on_the_way_in(proto: str) -> None:
+    svc = k.service("np", ["10.96.6.2"], [k.port(80, "http", proto.upper(), node_port=30602)], type="NodePort")
+    sl = k.endpoint_slice("np-1", "np", [], [k.port(8080, "http", proto.upper())])
+    t = node_table_tracer([svc, sl], flow_flags(N1))
+    [out] = t.trace(Packet(N1.ipv4, N1.ipv4, 30602, proto, local=True)).outcomes
+    assert out.verdict == "reject" and out.path[-1] == "filter-input: reject"  # not in filter-output
+
+
 # -- the tracer itself ----------------------------------------------------------------------------
 
 

@@ -5,20 +5,13 @@ hourly full sync: tests/conformance/differences.py)."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 from nftproxy.model.manifests import classify
 from nftproxy.nft.objects import Family
+from testkit.k8s import objects as k
 from tests.support.syncer import elements, make, svc
 
-
-def cidr(name: str, *cidrs: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "networking.k8s.io/v1",
-        "kind": "ServiceCIDR",
-        "metadata": {"name": name},
-        "spec": {"cidrs": list(cidrs)},
-    }
+cidr = k.service_cidr
 
 
 def test_service_cidrs_change_the_drop_set_at_the_next_sync() -> None:
@@ -48,18 +41,31 @@ def test_service_cidrs_change_the_drop_set_at_the_next_sync() -> None:
     assert seen[4] == {("10.96.0.1",)}
 
 
-def test_a_bad_service_cidr_is_skipped_and_changes_nothing() -> None:
-    async def go() -> set[tuple[str, ...]]:
+def test_a_bad_or_too_wide_cidr_is_left_out_alone_and_reported() -> None:
+    """kube-proxy v1.37 drops any width (a 0.0.0.0/0 ServiceCIDR cuts every new connection the node
+    forwards or makes): such a CIDR is left out, and only it: the other family's one is used."""
+
+    async def go() -> tuple[set[tuple[str, ...]], set[tuple[str, ...]], list[str]]:
         syncer, fake = make()
         syncer.mark_loaded()
         syncer.service_cidr_changed("kubernetes", cidr("kubernetes", "10.96.0.0/16"))
-        syncer.service_cidr_changed("bad", cidr("bad", "10.300.0.0/16"))
-        syncer.service_cidr_changed("everything", cidr("everything", "0.0.0.0/0"))  # would drop all traffic
-        syncer.service_cidr_changed("everything6", cidr("everything6", "::/0"))
+        syncer.service_cidr_changed("bad", cidr("bad", "10.300.0.0/16", "fd00:10:97::/112"))
+        syncer.service_cidr_changed("everything", cidr("everything", "0.0.0.0/0"))
+        syncer.service_cidr_changed("wide-v6", cidr("wide-v6", "10.98.0.0/24", "2000::/12"))
         await syncer.sync_once()
-        return elements(fake, "service-cidrs")
+        v6 = set(fake.tables[(Family.IP6, "nftproxy")].elements["service-cidrs"])
+        return elements(fake, "service-cidrs"), v6, [str(x) for x in syncer.status.skipped]
 
-    assert asyncio.run(go()) == {("10.96.0.0/16",)}
+    v4, v6, skipped = asyncio.run(go())
+    assert v4 == {("10.96.0.0/16",), ("10.98.0.0/24",)}
+    assert v6 == {("fd00:10:97::/112",)}
+    assert skipped == [
+        "ServiceCIDR bad: spec.cidrs[0]: invalid CIDR '10.300.0.0/16': left out (the rest of the ServiceCIDR is used)",
+        "ServiceCIDR everything: spec.cidrs[0]: 0.0.0.0/0 is wider than /8: "
+        "too wide to drop its unallocated addresses: left out (the rest of the ServiceCIDR is used)",
+        "ServiceCIDR wide-v6: spec.cidrs[1]: 2000::/12 is wider than /16: "
+        "too wide to drop its unallocated addresses: left out (the rest of the ServiceCIDR is used)",
+    ]
 
 
 def test_manifests_carry_service_cidrs_for_render_and_apply() -> None:

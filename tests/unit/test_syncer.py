@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import time
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -14,9 +13,9 @@ import pytest
 from prometheus_client import generate_latest
 
 from nftproxy.dataplane.sync import Dataplane
+from nftproxy.nft.backend import NftError
 from nftproxy.nft.bulk import LoadStep
 from nftproxy.nft.fake import FakeBackend
-from nftproxy.nft.kernel import NftError
 from nftproxy.nft.transaction import Transaction
 from nftproxy.operator import syncer as syncer_module
 from nftproxy.operator.metrics import Metrics
@@ -109,11 +108,18 @@ class FlakyBackend(FakeBackend):
         self.refused = 0
 
     def apply(self, *txs: Transaction) -> None:
+        self._refuse()
+        super().apply(*txs)
+
+    def load(self, steps: Iterable[LoadStep]) -> int:
+        self._refuse()
+        return super().load(steps)
+
+    def _refuse(self) -> None:
         if self.fails:
             self.fails -= 1
             self.refused += 1
             raise NftError("Error: Could not process rule: No buffer space available")
-        super().apply(*txs)
 
 
 def test_a_sync_refused_twice_is_retried_with_exponential_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -149,19 +155,46 @@ def test_a_sync_refused_twice_is_retried_with_exponential_backoff(monkeypatch: p
     run_in_virtual_time(go, monkeypatch, syncer_module)
 
 
-def test_health_needs_a_recent_successful_sync() -> None:
-    async def go() -> None:
-        syncer, _ = make(sync_period=10.0)
-        assert syncer.healthy() == (False, "no successful sync yet")
-        syncer.mark_loaded()
-        await syncer.sync_once()
-        assert syncer.healthy()[0]
-        assert syncer.status.last_success is not None
-        syncer.status.last_success = time.monotonic() - 30  # older than 2 x sync period + 5 s
-        ok, why = syncer.healthy()
-        assert not ok and "last successful sync 30s ago" in why
+def test_health_fails_once_a_change_has_waited_two_sync_periods_for_a_sync(monkeypatch: pytest.MonkeyPatch) -> None:
+    """kube-proxy's rule (ProxyHealthServer, healthTimeout 2 x --sync-period, here 10 s), fed by
+    the syncer: the initial lists and refused syncs with nothing new queued leave it healthy (the
+    rules in place are still right); a change after the lists that waits 10 s for a successful
+    sync makes it unhealthy, whatever the retries; the sync that programs it makes it healthy."""
 
-    asyncio.run(go())
+    async def go() -> None:
+        backend = FlakyBackend()
+        s = settings(sync_period=5.0)
+        syncer = Syncer(Dataplane(backend, s.proxy), s, Metrics())
+        syncer.service_changed("default/a", svc("a", "10.96.0.1"))  # the initial list
+        syncer.mark_loaded()
+        backend.fails = 10**6
+        with pytest.raises(NftError):
+            await syncer.sync_once()  # the first sync, refused
+        await asyncio.sleep(60)
+        assert syncer.proxy_health().healthy  # nothing queued since the lists
+        assert render_status(syncer)["conditions"][0]["reason"] == "SyncFailed"
+        syncer.service_changed("default/b", svc("b", "10.96.0.2"))
+        retrying = asyncio.create_task(syncer.sync_with_retries())
+        await asyncio.sleep(9.9)
+        assert syncer.proxy_health().healthy and backend.refused > 3
+        await asyncio.sleep(0.1)
+        health = syncer.proxy_health()
+        assert not health.healthy
+        assert health.message() == (
+            "a change queued 10s ago is not synced yet (unhealthy after 10s: 2 x --sync-period)"
+        )
+        backend.fails = 0
+        await asyncio.wait_for(retrying, 60)  # the next retry (backoff) goes through
+        assert syncer.proxy_health().healthy and ("10.96.0.2",) in elements(backend, "cluster-ips")
+        assert render_status(syncer)["conditions"][0]["status"] == "True"
+        # a new change, synced in time: never unhealthy
+        syncer.service_changed("default/c", svc("c", "10.96.0.3"))
+        await asyncio.sleep(9)
+        await syncer.sync_once()
+        await asyncio.sleep(30)
+        assert syncer.proxy_health().healthy
+
+    run_in_virtual_time(go, monkeypatch, syncer_module)
 
 
 def test_bad_input_is_reported_and_the_last_good_version_kept() -> None:

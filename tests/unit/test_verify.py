@@ -12,8 +12,8 @@ from nftproxy.dataplane.sync import Dataplane
 from nftproxy.diagnose.verify import check, compare, equal_contents, expected, read_kernel
 from nftproxy.model.parse import parse_endpoint_slice, parse_service
 from nftproxy.model.types import Service, Skipped
+from nftproxy.nft.backend import NftError
 from nftproxy.nft.fake import FakeBackend
-from nftproxy.nft.kernel import NftError
 from nftproxy.nft.objects import Family
 from testkit.k8s import objects as k
 from tests.support.builders import CFG, eps, svc
