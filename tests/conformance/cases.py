@@ -38,7 +38,8 @@ TWO_WIDTHS_SERVICE_CIDR = ("10.98.0.0/24", "2000::/12")
 # The last release whose apiserver can be told to store the legacy address spellings (its gate
 # StrictIPCIDRValidation turned off: tests/conformance/conftest.py); from 1.38 the gate is GA and
 # locked on. A cluster upgraded since still holds the objects stored before, but a lab cannot
-# write them: against a later release, the cases marked ``legacy`` are left out (and listed).
+# write them: against a later release, the cases marked ``legacy`` are left out (and listed). kube-proxy
+# 1.38 reads these fields with the same ParseIPSloppy (the same k8s.io/utils) as 1.37.2.
 LAX_VALIDATION_UNTIL = 37
 
 # Pod addresses, in the order harness.build_lab creates them (asserted there).
