@@ -1,6 +1,6 @@
 # The two commands of a fresh machine (see README): `make demo` and `make test`.
 # `make check`: the fast tier (lint, types, unit tests, a short fuzz run; no root, apt or Kubernetes).
-.PHONY: upstream-e2e upstream-e2e-reference fuzz-differential check demo demo-down demo-quick demo-quick-down demo-apply images e2e-images k8s-tools e2e-tools test test-fresh test-e2e-alone bench bench-cluster install lint
+.PHONY: conformance conformance-other upstream-e2e upstream-e2e-reference fuzz-differential check demo demo-down demo-quick demo-quick-down demo-apply images e2e-images k8s-tools e2e-tools test test-fresh test-e2e-alone bench bench-cluster install lint
 
 # The main job: a real cluster on this machine (kubelet nodes, images built here, helm install).
 demo: install k8s-tools
@@ -35,6 +35,16 @@ e2e-images: install
 
 test:
 	bash hack/test.sh
+
+# The differential suite alone (tests/conformance: nftproxy beside the real kube-proxy of
+# K8S_VERSION, default K8S_DEFAULT of hack/k8s-versions.sh), and against the other release
+# (K8S_OTHER: kube-proxy v1.38 while the default is v1.37.2). Each builds its Kubernetes first.
+conformance: install
+	GOTOOLCHAIN=go1.27.3 bash hack/k8s-tools.sh
+	.venv/bin/python -m pytest -q -p no:cacheprovider tests/conformance
+
+conformance-other: install
+	. hack/k8s-versions.sh && K8S_VERSION=$$K8S_OTHER $(MAKE) conformance
 
 # Upstream's [sig-network] e2e suite (e2e.test built here) on a real cluster with nftproxy as the
 # Service proxy; hack/e2e-skips.txt says what is skipped and why. Last line:

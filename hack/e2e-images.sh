@@ -7,6 +7,11 @@
 #                            (dig, curl, nc, ip/ss, iperf, bash, socat, wget, ps, ping, conntrack), /agnhost,
 #                            /agnhost-2, porter's /localhost.crt+key, /uploads, /coredns (one DNS test
 #                            runs it), uid 1000 in gid 50000 as upstream; ENTRYPOINT /agnhost, CMD pause.
+#                            /var/registry, what `agnhost fake-registry-server` serves: upstream fills it
+#                            at build time with the images of fakeregistryserver/images.txt
+#                            (prepare_registry.sh, from registry.k8s.io); here each is the cluster's
+#                            pause image (hack/images.sh), in the same layout (a tag file holding the
+#                            manifest's digest, manifests and blobs under sha256/<2>/<digest>/data)
 #                            Its archive also carries the framework's other agnhost tag (AgnhostPrev) and
 #                            the names glibc-dns-testing (the DNS tests' glibc prober: dig and /coredns),
 #                            jessie-dnsutils (older releases' name) and distroless-iptables (one
@@ -17,16 +22,24 @@
 #   nginx                    busybox-static httpd serving on 80 (the Endpoints/EndpointSlice tests only
 #                            need a running container with ports)
 # (each under every tag the list has for it) as docker-archive tarballs e2e-NAME.tar in
-# ${NFTPROXY_IMAGES:-${NFTPROXY_CACHE:-~/.cache/nftproxy}/images}, one archive per image holding all its
-# names (containerd's import makes one image per name), listed in e2e-images.json there:
-# {"<ref>": "<archive>", ...}. Only registry.k8s.io names are made; the others of the list are logged.
+# ${NFTPROXY_IMAGES:-${NFTPROXY_CACHE:-~/.cache/nftproxy}/images}/e2e/<K8S_VERSION> (each Kubernetes
+# version's e2e.test names its own tags), one archive per image holding all its names (containerd's
+# import makes one image per name), listed in e2e-images.json there: {"<ref>": "<archive>", ...}. Only registry.k8s.io names are made; the others of the list are logged.
 # Rebuilt only when their inputs changed (a stamp per archive): a second run prints "cached".
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=hack/k8s-versions.sh
+. hack/k8s-versions.sh
+K8S_VERSION=${K8S_VERSION:-$K8S_DEFAULT}
+export K8S_VERSION
+# the Go toolchain k8s.io/kubernetes v1.38 needs (its module is read below for porter's certificate)
+export GOTOOLCHAIN=go1.27.3
 
 CACHE=${NFTPROXY_CACHE:-$HOME/.cache/nftproxy}
 OUT=${NFTPROXY_IMAGES:-$CACHE/images}
-BIN=$CACHE/bin
+E2E_OUT=$OUT/e2e/$K8S_VERSION   # this version's archives, stamps and e2e-images.json
+BIN=$CACHE/k8s/$K8S_VERSION/bin  # e2e.test, agnhost, regression-issue-74839 (hack/e2e-tools.sh)
+TOOLBIN=$CACHE/bin               # coredns
 STORE=$OUT/storage
 RUNROOT=$OUT/run
 SUITE=bookworm
@@ -34,7 +47,7 @@ PAUSE_REF=localhost/nftproxy-pause:1   # hack/images.sh's
 # Upstream's agnhost Dockerfile installs (Alpine) bind-tools curl netcat-openbsd iproute2 iperf bash
 # util-linux-misc socat, and its busybox base brings wget, nslookup, ps, ping...
 AGNHOST_PKGS=bind9-dnsutils,curl,netcat-openbsd,iproute2,bash,iperf,ca-certificates,socat,wget,procps,iputils-ping,conntrack
-E2E_RECIPE=1  # bump when the build steps below change
+E2E_RECIPE=2  # bump when the build steps below change (2: /var/registry filled)
 
 START=$SECONDS
 log() { printf '==> [e2e-images %4ss] %s\n' "$((SECONDS - START))" "$*"; }
@@ -43,7 +56,7 @@ log() { printf '==> [e2e-images %4ss] %s\n' "$((SECONDS - START))" "$*"; }
 bash hack/e2e-tools.sh
 bash hack/images.sh
 
-mkdir -p "$OUT" "$RUNROOT"
+mkdir -p "$OUT" "$RUNROOT" "$E2E_OUT"
 exec 9>"$OUT/.images.lock"   # the same lock as hack/images.sh: one buildah storage
 flock 9
 
@@ -56,12 +69,19 @@ bah() {
   unshare --mount --propagation private -- \
     buildah --root "$STORE" --runroot "$RUNROOT" --storage-driver vfs "$@"
 }
-stamp_ok() { [ -f "$OUT/$1.tar" ] && [ "$(cat "$OUT/.$1.stamp" 2>/dev/null)" = "$2" ]; }
-stamp() { echo "$2" > "$OUT/.$1.stamp"; }
+# stamp_ok NAME KEY: E2E_OUT/NAME.tar was built from KEY; one that the earlier layout (one version,
+# in $OUT itself) built from KEY is hard-linked in instead of being built again.
+stamp_ok() {
+  [ -f "$E2E_OUT/$1.tar" ] && [ "$(cat "$E2E_OUT/.$1.stamp" 2>/dev/null)" = "$2" ] && return 0
+  [ -f "$OUT/$1.tar" ] && [ "$(cat "$OUT/.$1.stamp" 2>/dev/null)" = "$2" ] || return 1
+  ln -f "$OUT/$1.tar" "$E2E_OUT/$1.tar" 2>/dev/null || cp -f "$OUT/$1.tar" "$E2E_OUT/$1.tar"
+  echo "$2" > "$E2E_OUT/.$1.stamp"
+}
+stamp() { echo "$2" > "$E2E_OUT/.$1.stamp"; }
 # archive NAME REF...: the image REF (the first) as a docker-archive at $OUT/NAME.tar carrying every
 # REF as a name (its manifest.json's RepoTags), atomically.
 archive() {
-  local name=$1 tmp=$OUT/$1.tar.tmp; shift
+  local name=$1 tmp=$E2E_OUT/$1.tar.tmp; shift
   rm -f "$tmp"
   bah push -q "$1" "docker-archive:$tmp:$1" >/dev/null
   if [ $# -gt 1 ]; then
@@ -83,7 +103,7 @@ with tarfile.open(path) as src, tarfile.open(path + ".tags", "w", format=src.for
 os.replace(path + ".tags", path)
 EOF
   fi
-  mv -f "$tmp" "$OUT/$name.tar"
+  mv -f "$tmp" "$E2E_OUT/$name.tar"
 }
 # commit_rootfs REF ROOTFS_TAR CONFIG...: an image of one layer.
 commit_rootfs() {
@@ -115,34 +135,77 @@ refs() {
 }
 
 declare -A JSON=()   # ref -> archive
-made() { local name=$1 r; shift; for r in "$@"; do JSON[$r]=$OUT/$name.tar; done; }
+made() { local name=$1 r; shift; for r in "$@"; do JSON[$r]=$E2E_OUT/$name.tar; done; }
 
 e2e_version=$(cat "$BIN/.e2e.test.version")
 script_key="r$E2E_RECIPE $(sha256sum hack/e2e-images.sh | cut -c1-16) $(sha256sum "$BUSYBOX" | cut -c1-16)"
+
+# fake_registry IMAGES_TXT DIR: DIR as agnhost's fake-registry-server reads /var/registry, holding the
+# images IMAGES_TXT names ("name tag internal_tag" lines; upstream pulls name:tag from registry.k8s.io,
+# here the cluster's pause image stands for "pause") under their internal tags. Each image is pushed
+# by buildah as an OCI layout, then its manifest and blobs are laid out as the server looks them up.
+fake_registry() {
+  local list=$1 dir=$2 name tag internal
+  [ -f "$list" ] || { echo "e2e-images: no $list" >&2; exit 1; }
+  mkdir -p "$dir"
+  while read -r name tag internal; do
+    [[ -z "$name" || "$name" == \#* ]] && continue
+    [ "$name" = pause ] || { echo "e2e-images: no image here for the fake registry's $name:$tag" >&2; exit 1; }
+    rm -rf "$dir.oci"
+    bah push -q "$PAUSE_REF" "oci:$dir.oci:$internal" >/dev/null
+    python3 - "$dir.oci" "$dir/$name" "$internal" <<'PY'
+import hashlib, json, os, sys
+src, dst, tag = sys.argv[1:]
+def blob(digest):
+    algo, h = digest.split(":")
+    with open(f"{src}/blobs/{algo}/{h}", "rb") as f:
+        return f.read()
+def place(kind, data):
+    h = hashlib.sha256(data).hexdigest()
+    path = f"{dst}/{kind}/sha256/{h[:2]}/{h}/data"
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(data)
+    return f"sha256:{h}"
+(entry,) = json.load(open(f"{src}/index.json"))["manifests"]
+manifest = json.loads(blob(entry["digest"]))
+manifest.setdefault("mediaType", entry.get("mediaType", "application/vnd.oci.image.manifest.v1+json"))
+for d in [manifest["config"], *manifest["layers"]]:
+    assert place("blobs", blob(d["digest"])) == d["digest"], d
+digest = place("manifests", json.dumps(manifest).encode())  # the server sends it with its mediaType
+with open(f"{dst}/manifests/{tag}", "w") as f:
+    f.write(digest + "\n")
+PY
+    rm -rf "$dir.oci"
+    log "[agnhost] fake registry: $name:$internal (the cluster's pause image, for upstream's $name:$tag)"
+  done < "$list"
+}
 
 # ------------------------------------------------------------------ agnhost (+ glibc-dns-testing, ...)
 # agnhost is listed twice (Agnhost and AgnhostPrev): the newest is the image's own name.
 mapfile -t agnhost_refs < <(refs agnhost glibc-dns-testing jessie-dnsutils distroless-iptables)
 agnhost=${agnhost_refs[0]:-}
 [[ $agnhost == */agnhost:* ]] || { echo "e2e-images: e2e.test --list-images lists no agnhost" >&2; exit 1; }
-agnhost_key="$script_key ${agnhost_refs[*]} $AGNHOST_PKGS $e2e_version $(cat "$BIN/.coredns.version")"
-agnhost_key+=" $(sha256sum "$BIN/agnhost" "$BIN/coredns" | cut -c1-16 | tr '\n' ' ')"
+agnhost_key="$script_key ${agnhost_refs[*]} $AGNHOST_PKGS $e2e_version $(cat "$TOOLBIN/.coredns.version")"
+agnhost_key+=" $(sha256sum "$BIN/agnhost" "$TOOLBIN/coredns" | cut -c1-16 | tr '\n' ' ') $(cat "$OUT/.pause.stamp")"
 if stamp_ok e2e-agnhost "$agnhost_key"; then
   log "$agnhost: cached"
 else
-  kdir=$(GOFLAGS=-mod=mod GOTOOLCHAIN=local "$GO" mod download -json "k8s.io/kubernetes@${e2e_version%% *}" \
+  kdir=$(GOFLAGS=-mod=mod "$GO" mod download -json "k8s.io/kubernetes@${e2e_version%% *}" \
     | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",\{0,1\}$/\1/p')
   [ -f "$kdir/test/images/agnhost/porter/localhost.crt" ] || { echo "e2e-images: no porter certificate in $kdir" >&2; exit 1; }
   log "[agnhost] mmdebstrap --variant=minbase $SUITE + $AGNHOST_PKGS: ~3 min, downloads from the Debian mirror"
   tmp=$(mktemp -d /var/tmp/nftproxy-e2e-agnhost.XXXXXX)
   trap 'rm -rf "$tmp"' EXIT
-  cp "$BIN/agnhost" "$BIN/coredns" "$kdir/test/images/agnhost/porter/localhost.crt" \
+  cp "$BIN/agnhost" "$TOOLBIN/coredns" "$kdir/test/images/agnhost/porter/localhost.crt" \
     "$kdir/test/images/agnhost/porter/localhost.key" "$tmp/"
   chmod 644 "$tmp/localhost.crt" "$tmp/localhost.key"
+  fake_registry "$kdir/test/images/agnhost/fakeregistryserver/images.txt" "$tmp/registry"
   unshare --mount --propagation private -- mmdebstrap --quiet --variant=minbase --include="$AGNHOST_PKGS" \
     --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-exclude=/usr/share/man/*' \
     --dpkgopt='path-exclude=/usr/share/locale/*' \
     --customize-hook="copy-in $tmp/agnhost $tmp/coredns $tmp/localhost.crt $tmp/localhost.key /" \
+    --customize-hook="copy-in $tmp/registry /var" \
     --customize-hook='chroot "$1" sh -ec "
       ln -s agnhost /agnhost-2
       ln -s /usr/bin/iperf /usr/local/bin/iperf
@@ -161,7 +224,7 @@ else
   rm -rf "$tmp"
   trap - EXIT
   stamp e2e-agnhost "$agnhost_key"
-  log "[agnhost] ${agnhost_refs[*]} built ($(du -h "$OUT/e2e-agnhost.tar" | cut -f1))"
+  log "[agnhost] ${agnhost_refs[*]} built ($(du -h "$E2E_OUT/e2e-agnhost.tar" | cut -f1))"
 fi
 made e2e-agnhost "${agnhost_refs[@]}"
 
@@ -199,7 +262,7 @@ EOF
   bah rmi -f "$1" >/dev/null 2>&1 || true
   rm -rf "$tmp"
   stamp "$name" "$key"
-  log "$* built ($(du -h "$OUT/$name.tar" | cut -f1))"
+  log "$* built ($(du -h "$E2E_OUT/$name.tar" | cut -f1))"
   made "$name" "$@"
 }
 
@@ -260,6 +323,6 @@ log "not made here (${#missing[@]} of the list): $(printf '%s\n' "${missing[@]}"
   done
   echo
   echo "}"
-} > "$OUT/e2e-images.json.tmp"
-mv -f "$OUT/e2e-images.json.tmp" "$OUT/e2e-images.json"
-log "ready: $OUT/e2e-images.json (${#JSON[@]} images) in $((SECONDS - START)) s"
+} > "$E2E_OUT/e2e-images.json.tmp"
+mv -f "$E2E_OUT/e2e-images.json.tmp" "$E2E_OUT/e2e-images.json"
+log "ready: $E2E_OUT/e2e-images.json (${#JSON[@]} images, Kubernetes $K8S_VERSION) in $((SECONDS - START)) s"

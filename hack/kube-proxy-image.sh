@@ -3,23 +3,27 @@
 # DaemonSet, from an image built here (no registry):
 #   localhost/kube-proxy:<K8S_VERSION>   a Debian bookworm base (hack/base-image.sh) + nftables
 #                                        (kube-proxy's nftables mode runs `nft`: bookworm's 1.0.6,
-#                                        as the nodes' here) + $CACHE/bin/kube-proxy
-# as a docker archive next to hack/images.sh's ($OUT/kube-proxy.tar), listed in
-# $OUT/kube-proxy.json. Cached by a stamp of the binary and this script; needs hack/k8s-tools.sh
-# (the binary) first.
+#                                        as the nodes' here) + that version's kube-proxy
+# as a docker archive next to hack/images.sh's ($OUT/kube-proxy-<K8S_VERSION>.tar), listed in
+# $OUT/kube-proxy-<K8S_VERSION>.json. Cached by a stamp of the binary and this script; needs
+# hack/k8s-tools.sh (the binary) first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=hack/k8s-versions.sh
+. hack/k8s-versions.sh
+K8S_VERSION=${K8S_VERSION:-$K8S_DEFAULT}
 
 CACHE=${NFTPROXY_CACHE:-$HOME/.cache/nftproxy}
 OUT=${NFTPROXY_IMAGES:-$CACHE/images}
-BIN=${NFTPROXY_BIN:-$CACHE/bin}
+BIN=${NFTPROXY_BIN:-$CACHE/k8s/$K8S_VERSION/bin}
 BASE_REF=localhost/nftproxy-base:bookworm
 START=$SECONDS
 log() { printf '==> [kube-proxy-image %4ss] %s\n' "$((SECONDS - START))" "$*"; }
 
 [ -x "$BIN/kube-proxy" ] || { echo "kube-proxy-image: $BIN/kube-proxy missing (run hack/k8s-tools.sh)" >&2; exit 1; }
-version=$(cat "$BIN/.kube-proxy.version")
-REF=localhost/kube-proxy:$version
+version=$(cat "$BIN/.kube-proxy.version")   # K8S_VERSION, and how it was built
+REF=localhost/kube-proxy:$K8S_VERSION
+NAME=kube-proxy-$K8S_VERSION
 mkdir -p "$OUT" "$OUT/run"
 exec 9>"$OUT/.images.lock"
 flock 9
@@ -31,7 +35,7 @@ bah() {
 . hack/base-image.sh
 base_image bookworm
 key="$(sha256sum "$BIN/kube-proxy" hack/kube-proxy-image.sh | sha256sum | cut -c1-16) $(cat "$OUT/.base.stamp" 2>/dev/null)"
-if [ -f "$OUT/kube-proxy.tar" ] && [ "$(cat "$OUT/.kube-proxy.stamp" 2>/dev/null)" = "$key" ]; then
+if [ -f "$OUT/$NAME.tar" ] && [ "$(cat "$OUT/.$NAME.stamp" 2>/dev/null)" = "$key" ]; then
   log "$REF: cached"
 else
   log "[kube-proxy] $REF: $BASE_REF + nftables + kube-proxy $version"
@@ -44,10 +48,10 @@ else
   bah rmi -f "$REF" >/dev/null 2>&1 || true
   bah commit -q --rm "$c" "$REF" >/dev/null
   trap - EXIT
-  rm -f "$OUT/kube-proxy.tar.tmp"
-  bah push -q "$REF" "docker-archive:$OUT/kube-proxy.tar.tmp:$REF" >/dev/null
-  mv -f "$OUT/kube-proxy.tar.tmp" "$OUT/kube-proxy.tar"
-  echo "$key" > "$OUT/.kube-proxy.stamp"
-  log "[kube-proxy] $REF built ($(du -h "$OUT/kube-proxy.tar" | cut -f1))"
+  rm -f "$OUT/$NAME.tar.tmp"
+  bah push -q "$REF" "docker-archive:$OUT/$NAME.tar.tmp:$REF" >/dev/null
+  mv -f "$OUT/$NAME.tar.tmp" "$OUT/$NAME.tar"
+  echo "$key" > "$OUT/.$NAME.stamp"
+  log "[kube-proxy] $REF built ($(du -h "$OUT/$NAME.tar" | cut -f1))"
 fi
-printf '{"ref": "%s", "archive": "%s"}\n' "$REF" "$OUT/kube-proxy.tar" > "$OUT/kube-proxy.json"
+printf '{"ref": "%s", "archive": "%s"}\n' "$REF" "$OUT/$NAME.tar" > "$OUT/$NAME.json"

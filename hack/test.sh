@@ -1,16 +1,26 @@
 #!/usr/bin/env bash
 # The test command (README, .ci/run): installs everything, then lint, types and all tests.
+# K8S_VERSION (default: K8S_DEFAULT of hack/k8s-versions.sh) is the Kubernetes of the control
+# planes, the real cluster and the reference kube-proxy: K8S_VERSION=v1.38.0-beta.0 make test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=hack/k8s-versions.sh
+. hack/k8s-versions.sh
+export K8S_VERSION=${K8S_VERSION:-$K8S_DEFAULT}
+# the Go toolchain k8s.io/kubernetes v1.38 declares (the go command fetches it from the module proxy)
+export GOTOOLCHAIN=go1.27.3
+echo "==> Kubernetes $K8S_VERSION"
 bash hack/install.sh
 bash hack/k8s-tools.sh
 # upstream's e2e.test, agnhost, CoreDNS (the cluster DNS and the e2e images), in k8s-tools' Go cache
 bash hack/e2e-tools.sh
 # prometheus-operator's ServiceMonitor CRD (the chart's optional ServiceMonitor is validated against it)
 bash hack/crds.sh
-# the oldest Kubernetes the chart claims (Chart.yaml kubeVersion): its apiserver, for tests/k8s/test_chart.py
-NFTPROXY_CACHE=${NFTPROXY_CACHE:-$HOME/.cache/nftproxy}/oldest K8S_VERSION=v1.35.4 K8S_TOOLS=kube-apiserver K8S_NO_HELM=1 \
-  bash hack/k8s-tools.sh
+# the oldest and the newest Kubernetes the chart claims (Chart.yaml kubeVersion): their apiservers,
+# for tests/k8s/test_chart_versions.py
+for v in "$K8S_OLDEST" "$K8S_1_38"; do
+  K8S_VERSION=$v K8S_TOOLS=kube-apiserver K8S_NO_HELM=1 bash hack/k8s-tools.sh
+done
 # trixie's nft in a chroot (cached), for tests/netns/test_nft_versions.py: the image's nft and this machine's
 bash hack/trixie-nft.sh
 echo "==> ruff"

@@ -21,7 +21,8 @@ import pytest
 
 from testkit.k8s.controlplane import ControlPlaneError, find_binary
 
-# hack/k8s-tools.sh builds these together into ${NFTPROXY_CACHE:-~/.cache/nftproxy}/bin.
+# hack/k8s-tools.sh builds these together into ${NFTPROXY_CACHE:-~/.cache/nftproxy}/k8s/<K8S_VERSION>/bin
+# (helm into .../bin).
 K8S_TOOLS = ("kube-apiserver", "kubectl", "helm", "kube-proxy")
 CLUSTER_TOOLS = ("kubelet", "kube-controller-manager", "kube-scheduler")
 

@@ -9,7 +9,7 @@ import sys
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from nftproxy.cli.flags import add_proxy_flags, config_from_args
+from nftproxy.cli.flags import add_proxy_flags, config_from_args, feature_gates
 from nftproxy.nft.kernel import KernelBackend
 from nftproxy.nft.objects import Family
 
@@ -58,14 +58,15 @@ def run(args: argparse.Namespace) -> int:
     views = read_views(args.netns, args.table)
     result: Explanation = explain(views, [f"{f.value} {args.table}" for f in Family], args.service, args.port)
     if args.kubeconfig:
+        from nftproxy.cli.verify import with_cluster_gates  # noqa: PLC0415
         from nftproxy.operator.kube import api_client  # noqa: PLC0415  (kubernetes client: only when asked)
 
         api = api_client(args.kubeconfig)
         try:
             svc, slices, node, status = fetch(api, args.service, args.node_name)
+            config = with_cluster_gates(api, config_from_args(args), feature_gates(args))
         finally:
             api.close()
-        config = config_from_args(args)
         check = compare([v for v in views if v is not None], args.service, svc, slices, node, status, config)
         result = replace(result, api=check, frontends=tuple(relabel(f, svc) for f in result.frontends))
     if args.output == "json":

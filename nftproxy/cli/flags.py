@@ -15,6 +15,7 @@ import os
 import re
 from collections.abc import Sequence
 
+from nftproxy.compiler import features
 from nftproxy.compiler.config import ProxyConfig, nodeport_address
 from nftproxy.dataplane.conntrack_sysctls import DEFAULT_DIR, ConntrackSysctls
 from nftproxy.model.balancing import ALGORITHMS
@@ -38,6 +39,7 @@ ENV = {
     "log_level": "NFTPROXY_LOG_LEVEL",
     "kopf_liveness": "NFTPROXY_KOPF_LIVENESS",
     "load_balancing": "NFTPROXY_LOAD_BALANCING",
+    "feature_gates": "NFTPROXY_FEATURE_GATES",
     "kube_proxy_check_period": "NFTPROXY_KUBE_PROXY_CHECK_PERIOD",
     "conntrack_tcp_timeout_established": "NFTPROXY_CONNTRACK_TCP_TIMEOUT_ESTABLISHED",
     "conntrack_tcp_timeout_close_wait": "NFTPROXY_CONNTRACK_TCP_TIMEOUT_CLOSE_WAIT",
@@ -147,6 +149,12 @@ def add_proxy_flags(p: argparse.ArgumentParser) -> None:
         metavar="|".join(ALGORITHMS),
         help="for Services without the nftproxy.io/load-balancing annotation (env NFTPROXY_LOAD_BALANCING)",
     )  # fmt: skip
+    p.add_argument(
+        "--feature-gates", default=_env("feature_gates") or "", metavar="GATE=true|false,...",
+        help="kube-proxy's feature gates, as its flag: " + ", ".join(sorted(features.DEFAULTS)) + ". "
+        "`run` and `verify` start from the defaults of the cluster's Kubernetes version (its apiserver's); "
+        "render and apply, which ask no cluster, from all off (env NFTPROXY_FEATURE_GATES)",
+    )  # fmt: skip
     p.add_argument("--table", default="nftproxy", help=argparse.SUPPRESS)
 
 
@@ -197,8 +205,17 @@ def add_run_flags(p: argparse.ArgumentParser) -> None:
     )  # fmt: skip
 
 
+def feature_gates(args: argparse.Namespace) -> dict[str, bool]:
+    """--feature-gates as {gate: on} (ArgumentTypeError on an unknown gate or a bad value)."""
+    try:
+        return features.parse_gates(args.feature_gates or "")
+    except features.FeatureGateError as e:
+        raise argparse.ArgumentTypeError(f"--feature-gates: {e}") from None
+
+
 def config_from_args(args: argparse.Namespace) -> ProxyConfig:
-    """The proxy flags as a ProxyConfig (raises ArgumentTypeError on a bad value, before any I/O)."""
+    """The proxy flags as a ProxyConfig (raises ArgumentTypeError on a bad value, before any I/O).
+    Its gates are --feature-gates alone (no cluster version yet: ``ProxyConfig.with_gates``)."""
     return ProxyConfig(
         node_name=args.node_name,
         node_ips=tuple(_ip(v) for v in _split(args.node_ip)),
@@ -208,6 +225,7 @@ def config_from_args(args: argparse.Namespace) -> ProxyConfig:
         service_proxy_name=args.service_proxy_name,
         load_balancing=args.load_balancing,
         table=args.table,
+        enabled_gates=features.enabled(None, feature_gates(args)),
     )
 
 
@@ -217,6 +235,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         raise argparse.ArgumentTypeError("--node-name (or NODE_NAME) is required")
     return Settings(
         proxy=base,
+        feature_gates=feature_gates(args),
         kubeconfig=args.kubeconfig,
         min_sync_period=args.min_sync_period,
         sync_period=args.sync_period,

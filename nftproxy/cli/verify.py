@@ -6,9 +6,11 @@ import argparse
 import os
 import sys
 import time
+from collections.abc import Mapping
 from typing import Any
 
-from nftproxy.compiler import ProxyConfig
+from nftproxy.cli.flags import feature_gates
+from nftproxy.compiler import ProxyConfig, features
 from nftproxy.diagnose.verify import Report, check, expected, read_kernel
 from nftproxy.nft.backend import Backend, NftError
 from nftproxy.nft.kernel import KernelBackend
@@ -25,9 +27,19 @@ def read_api(api: Any, node_name: str) -> tuple[Objs, Objs, dict[str, Any] | Non
     return services, slices, kube.read_node(api, node_name), kube.service_cidrs(api)
 
 
-def verify_once(api: Any, backend: Backend, config: ProxyConfig) -> Report:
+def with_cluster_gates(api: Any, config: ProxyConfig, overrides: Mapping[str, bool]) -> ProxyConfig:
+    """``config`` with the feature gates ``run`` has on this cluster: its version's defaults,
+    ``overrides`` (--feature-gates) over them."""
+    version = features.parse_version(features.server_version(kube.server_version(api)))
+    return config.with_gates(features.enabled(version, overrides))
+
+
+def verify_once(api: Any, backend: Backend, config: ProxyConfig, gates: Mapping[str, bool] | None = None) -> Report:
     """Read the API, then the kernel, and compare (what changes in between shows as a difference:
-    callers checking a live cluster retry, see ``main``'s --wait)."""
+    callers checking a live cluster retry, see ``main``'s --wait). ``gates``: --feature-gates,
+    over the defaults of the cluster's version (None: ``config``'s gates as they are)."""
+    if gates is not None:
+        config = with_cluster_gates(api, config, gates)
     assert config.node_name
     services, slices, node, cidrs = read_api(api, config.node_name)
     desired, tainted = expected(services, slices, node, config, cidrs)
@@ -53,7 +65,7 @@ def main(args: argparse.Namespace, config: ProxyConfig) -> int:
     try:
         while True:
             try:
-                report = verify_once(api, backend, config)
+                report = verify_once(api, backend, config, feature_gates(args))
             except NftError as e:
                 print(f"nftproxy verify: cannot read the kernel's table: {e}", file=sys.stderr)
                 return 2

@@ -99,6 +99,13 @@ class Assembly:
         serving = self.store.udp_serving
         return [k for k, before in self.log.udp.items() if serving.get(k) != before]
 
+    def udp_gone(self) -> list[Key]:
+        """UDP frontends on an address (ClusterIP, externalIP, LoadBalancer IP) gone since the last
+        successful sync: their Service, or its port, deleted (a NodePort's are matched by port
+        number alone, and left out, as kube-proxy does)."""
+        serving = self.store.udp_serving
+        return [k for k, before in self.log.udp.items() if before is not None and len(k) == 3 and k not in serving]
+
     def affinity_changed(self) -> bool:
         """Did an affinity frontend appear, go or change timeout, or an endpoint of one change?
         (Then the records of the Service ports whose endpoints changed are checked: stale.py.)"""

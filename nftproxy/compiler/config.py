@@ -6,11 +6,14 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from ipaddress import IPv4Address, IPv6Address, ip_address, ip_network
 
+from nftproxy.compiler import features
 from nftproxy.model.types import IPAddress, IPNetwork, Node
 from nftproxy.nft.objects import address
 
 PRIMARY = "primary"  # --nodeport-addresses keyword: the node's primary IP of each family
 LOOPBACK = {4: ip_network("127.0.0.0/8"), 6: ip_network("::1/128")}
+LOCALHOST = {4: IPv4Address("127.0.0.1"), 6: IPv6Address("::1")}  # where localhost NodePorts listen
+LOCALHOST_PROTOCOLS = ("tcp", "udp", "sctp")  # a localhost NodePort of each: served (TCP) or rejected
 _ALL = {4: ip_network("0.0.0.0/0"), 6: ip_network("::/0")}
 _LOOPBACK_IP = {4: ip_address("127.0.0.1"), 6: ip_address("::1")}
 
@@ -40,6 +43,9 @@ class ProxyConfig:
     load_balancing: str = "random"  # --load-balancing: for Services without the annotation
     service_cidrs: tuple[IPNetwork, ...] = ()  # the cluster's ServiceCIDR objects (networking.k8s.io/v1)
     table: str = "nftproxy"
+    # kube-proxy's feature gates that are on (compiler/features.py: the cluster version's
+    # defaults, --feature-gates over them); none without a cluster to ask (render, apply)
+    enabled_gates: frozenset[str] = frozenset()
 
     def for_node(self, node: Node | None) -> ProxyConfig:
         """This config with the node's Node merged in: its zone (topology hints) and, unless
@@ -52,6 +58,10 @@ class ProxyConfig:
             ip for version in (4, 6) for ip in [a for a in node.addresses if a.version == version][:1]
         )
         return replace(self, node_zone=node.zone, node_ips=ips)
+
+    def with_gates(self, gates: Iterable[str]) -> ProxyConfig:
+        """This config with these feature gates on (and the others off)."""
+        return replace(self, enabled_gates=frozenset(gates))
 
     def with_service_cidrs(self, cidrs: Iterable[IPNetwork]) -> ProxyConfig:
         """This config with the cluster's ServiceCIDRs (sorted: the same set is the same config)."""
@@ -99,13 +109,27 @@ class ProxyConfig:
         return [_interval(version, x, y) for x, y in spans]
 
     def localhost_nodeports(self, version: int) -> bool:
-        """Are NodePorts asked for on this family's loopback (a CIDR inside it, e.g. the
-        ``localhost`` keyword)? Then the userspace proxy serves them (kube-proxy's
-        ContainsExplicitLoopback). Checked on the CIDRs as given, as upstream does before a /0
+        """Does the userspace proxy serve this family's TCP NodePorts on localhost? With the gate
+        KubeProxyNFTablesLocalhostNodePorts on, when --nodeport-addresses has a CIDR other than
+        a /0 that holds 127.0.0.1 (or ::1), e.g. the ``localhost`` keyword: kube-proxy 1.38's
+        ContainsExplicitLoopback. (1.37 asked for a CIDR starting with a loopback address, so
+        127.0.0.2/32 started a proxy on 127.0.0.1, outside what was asked for: the 1.38 fix is
+        followed on every cluster.) Checked on the CIDRs as given, as upstream does before a /0
         makes the others moot: ``all,localhost`` serves localhost NodePorts too. ``primary``
         never does (a loopback node IP is skipped)."""
-        return any(not isinstance(a, str) and a.version == version and a.network_address.is_loopback
+        if features.LOCALHOST_NODEPORTS not in self.enabled_gates:
+            return False
+        home = LOCALHOST[version]
+        return any(not isinstance(a, str) and a.version == version and a.prefixlen > 0 and home in a
                    for a in self.nodeport_addresses)  # fmt: skip
+
+    def localhost_rejected(self, version: int) -> tuple[str, ...]:
+        """The protocols whose NodePorts are rejected (and counted) on this family's localhost,
+        as kube-proxy's localhostNodePortRejectProtocols: none with the gate off; UDP and SCTP
+        while the userspace proxy serves TCP; all three without it."""
+        if features.LOCALHOST_NODEPORTS not in self.enabled_gates:
+            return ()
+        return LOCALHOST_PROTOCOLS[1:] if self.localhost_nodeports(version) else LOCALHOST_PROTOCOLS
 
     def health_check_addresses(self, local: Iterable[IPAddress]) -> list[str]:
         """The addresses a healthCheckNodePort server listens on, as kube-proxy's: those of the

@@ -387,13 +387,14 @@ def _udp_serving(out: _Out, p: _Port, found: list[Target], itp_local: bool, etp_
 
 
 def _localhost(out: _Out, p: _Port, svc: Service, port: str, algorithm: str, cat: Categorized,
-               etp_local: bool) -> None:  # fmt: skip
-    """A NodePort on loopback (--nodeport-addresses localhost), which nftables cannot DNAT: TCP
-    for the userspace proxy, with the endpoints chosen here (none usable: none, no listener); UDP
-    and SCTP rejected and counted (skeleton.py), whether the port has endpoints or not, as
-    kube-proxy v1.37."""
+               etp_local: bool, rejected: tuple[str, ...]) -> None:  # fmt: skip
+    """A NodePort on loopback (gate KubeProxyNFTablesLocalhostNodePorts), which nftables cannot
+    DNAT: a protocol in ``rejected`` (UDP and SCTP; TCP too without the userspace proxy) is
+    rejected and counted (skeleton.py), whether the port has endpoints or not, as kube-proxy; TCP
+    otherwise goes to the userspace proxy, with the endpoints chosen here (none usable: none, no
+    listener)."""
     assert p.node_port is not None
-    if p.proto in names.LOCALHOST_REJECTED_PROTOCOLS:
+    if p.proto in rejected:
         chain = names.localhost_nodeport_reject_chain(p.proto)
         out.add(names.LOCALHOST_NODEPORT_REJECT_PORTS, p.node_port, (f"goto {chain}",), p.comment)
     elif p.proto == "tcp":
@@ -415,7 +416,7 @@ def compile_fragment(
     mine = [s for s in slices if s.address_type == atype]
     out = _Out()
     algorithm = svc.load_balancing or config.load_balancing
-    localhost = bool(config.nodeport_addresses) and config.localhost_nodeports(family.version)
+    rejected = config.localhost_rejected(family.version)  # empty: the gate is off
     affinity, warnings = svc.session_affinity_timeout, svc.warnings
     if any(s.warnings for s in mine):  # endpoints left out of its slices: reported with the Service
         warnings += tuple(f"EndpointSlice {s.name}: {w}" for s in mine for w in s.warnings)
@@ -428,8 +429,8 @@ def compile_fragment(
         if p.proto == "udp":
             _udp_serving(out, p, found, fe.itp_local, fe.etp_local)
         cat = categorize(found, config.node_name, config.node_zone)
-        if localhost and p.node_port:
-            _localhost(out, p, svc, port.name or str(port.port), algorithm, cat, fe.etp_local)
+        if rejected and p.node_port:
+            _localhost(out, p, svc, port.name or str(port.port), algorithm, cat, fe.etp_local, rejected)
         if fe.ranges:
             _source_ranges(out, p, fe)
         if not cat.any_usable:

@@ -40,12 +40,12 @@ RR_SERVICES, RR_NODEPORTS = "rr-services", "rr-nodeports"
 RR_LOCAL_SERVICES, RR_LOCAL_NODEPORTS = "rr-local-services", "rr-local-nodeports"
 CONFIG_SETS = (CLUSTER_CIDRS, NODEPORT_IPS, SERVICE_CIDRS)  # elements from the config, not from any Service
 
-# -- localhost NodePorts (--nodeport-addresses with a loopback CIDR, e.g. ``localhost``): TCP is
-# served by the userspace proxy (operator/localhost.py); nftables cannot DNAT loopback, so the
-# other protocols' packets to a loopback NodePort are rejected and counted, with kube-proxy
-# v1.37's names (its nftables_localhost_nodeport_rejected_packets_total reads these counters).
+# -- localhost NodePorts (gate KubeProxyNFTablesLocalhostNodePorts, compiler/features.py): with
+# --nodeport-addresses holding 127.0.0.1 (``localhost``) TCP is served by the userspace proxy
+# (operator/localhost.py); nftables cannot DNAT loopback, so the other protocols' packets to a
+# loopback NodePort (all protocols' without that proxy) are rejected and counted, with kube-proxy's
+# names (its nftables_localhost_nodeport_rejected_packets_total reads these counters).
 LOCALHOST_NODEPORT_REJECT_PORTS = "localhost-nodeport-reject-ports"  # proto . NodePort -> goto its reject chain
-LOCALHOST_REJECTED_PROTOCOLS = ("udp", "sctp")
 LOCALHOST_NODEPORT_REJECT_CHAIN = "localhost-nodeport-reject-"  # + protocol
 
 

@@ -31,12 +31,12 @@ class Renderer:
         else:
             self.masquerade = None
         self.pods = bool(mine)  # pod sources are known: Local-policy short-circuits apply to them
-        self.localhost = config.localhost_nodeports(f.version)  # the loopback NodePort checks
+        self.rejected = config.localhost_rejected(f.version)  # the loopback NodePort checks
         nodeport_ips = config.nodeport_ip_elements(f.version)
         self.nodeport_hosts = all("/" not in t and "-" not in t for t in nodeport_ips)  # skeleton.base_sets
-        self.base_sets = {s.name: s for s in skeleton.base_sets(f, self.localhost, self.nodeport_hosts)}
-        self.base_chains = {c.name: c for c in skeleton.base_chains(f, self.localhost)}
-        self.counters = {c.name: c for c in skeleton.base_counters(self.localhost)}
+        self.base_sets = {s.name: s for s in skeleton.base_sets(f, self.rejected, self.nodeport_hosts)}
+        self.base_chains = {c.name: c for c in skeleton.base_chains(f, self.rejected)}
+        self.counters = {c.name: c for c in skeleton.base_counters(self.rejected)}
         self._parts: dict[Obj, tuple[list[Set], list[Chain]]] = {}
         self._set_owner: dict[str, Obj] = {}  # map name -> the object declaring it (memo)
         self.static: dict[str, dict[Key, Element]] = {n: {} for n in names.CONFIG_SETS}
@@ -62,7 +62,7 @@ class Renderer:
         return parts
 
     def comment(self) -> str:
-        return skeleton.layout_comment(self.family, self.masquerade, self.pods, self.localhost, self.nodeport_hosts)
+        return skeleton.layout_comment(self.family, self.masquerade, self.pods, self.rejected, self.nodeport_hosts)
 
     def chain_names(self, store: ElementStore) -> set[str]:
         """The chains of the table (base and per-count), without building the whole table."""

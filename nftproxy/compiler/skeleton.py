@@ -212,13 +212,14 @@ SETS: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
 )
 
 
-# -- localhost NodePorts (only when --nodeport-addresses has a loopback CIDR of the family) ----
-# nftables cannot DNAT loopback: TCP is served by the userspace proxy (operator/localhost.py), and
-# the other protocols' packets to a loopback NodePort are rejected and counted, as kube-proxy
-# v1.37's. The check sits in filter-input (as kube-proxy's, whose nodeport-endpoints-check only
-# filter-input reaches): the sender's packet goes out through lo and is refused on the way in,
-# so a connected UDP socket sees ICMP port unreachable (ECONNREFUSED). Refused in filter-output,
-# its send() would fail with EPERM instead.
+# -- localhost NodePorts (gate KubeProxyNFTablesLocalhostNodePorts: ProxyConfig.localhost_rejected) --
+# nftables cannot DNAT loopback: TCP is served by the userspace proxy (operator/localhost.py) when
+# --nodeport-addresses holds 127.0.0.1, and the other protocols' packets to a loopback NodePort
+# (all protocols' without the proxy) are rejected and counted, as kube-proxy's. The check sits in
+# filter-input (as kube-proxy's, whose nodeport-endpoints-check only filter-input reaches): the
+# sender's packet goes out through lo and is refused on the way in, so a connected UDP socket sees
+# ICMP port unreachable (ECONNREFUSED). Refused in filter-output, its send() would fail with EPERM
+# instead.
 LOOPBACK_DADDR = {Family.IP: "127.0.0.0/8", Family.IP6: "::1"}
 LOCALHOST_CHECK = (
     "ct state new {ip} daddr {loopback} meta l4proto . th dport vmap @" + names.LOCALHOST_NODEPORT_REJECT_PORTS
@@ -229,7 +230,7 @@ def fill(text: str, family: Family) -> str:
     return text.format(ip=family.value, addr=family.addr_type, loopback=LOOPBACK_DADDR[family])
 
 
-def base_sets(family: Family, localhost: bool = False, nodeport_hosts: bool = True) -> list[Set]:
+def base_sets(family: Family, rejected: tuple[str, ...] = (), nodeport_hosts: bool = True) -> list[Set]:
     """The fixed sets. ``nodeport_hosts``: NodePorts are accepted on host addresses only (the
     default, the node's primary IPs), so ``nodeport-ips`` is a plain (hash) set, as kube-proxy's.
 
@@ -247,7 +248,7 @@ def base_sets(family: Family, localhost: bool = False, nodeport_hosts: bool = Tr
         if name == names.NODEPORT_IPS and nodeport_hosts:
             flags = ()
         sets.append(Set(name, fill(spec, family), flags, comment=comment))
-    if localhost:
+    if rejected:
         sets.append(
             Set(
                 names.LOCALHOST_NODEPORT_REJECT_PORTS,
@@ -258,35 +259,32 @@ def base_sets(family: Family, localhost: bool = False, nodeport_hosts: bool = Tr
     return sets
 
 
-def base_chains(family: Family, localhost: bool = False) -> list[Chain]:
-    """The fixed chains; ``localhost``: with the localhost NodePort check in filter-input and
-    one counting reject chain per protocol the userspace proxy does not serve."""
+def base_chains(family: Family, rejected: tuple[str, ...] = ()) -> list[Chain]:
+    """The fixed chains; ``rejected`` (the protocols whose localhost NodePorts are rejected):
+    with the localhost NodePort check in filter-input and one counting reject chain each."""
     chains = []
     for name, hook, rules in BASE_CHAINS:
-        if localhost and name == "filter-input":
+        if rejected and name == "filter-input":
             rules = (*rules, LOCALHOST_CHECK)
         chains.append(Chain(name, tuple(fill(r, family) for r in rules), hook))
     chains += [Chain(name, tuple(fill(r, family) for r in rules)) for name, rules in REGULAR_CHAINS]
-    if localhost:
-        chains += [
-            Chain(
-                names.localhost_nodeport_reject_chain(proto),
-                (f'counter name "{names.localhost_nodeport_rejected_counter(proto)}" reject',),
-            )
-            for proto in names.LOCALHOST_REJECTED_PROTOCOLS
-        ]
+    chains += [
+        Chain(
+            names.localhost_nodeport_reject_chain(proto),
+            (f'counter name "{names.localhost_nodeport_rejected_counter(proto)}" reject',),
+        )
+        for proto in rejected
+    ]
     return chains
 
 
-def base_counters(localhost: bool = False) -> list[Counter]:
-    if not localhost:
-        return []
+def base_counters(rejected: tuple[str, ...] = ()) -> list[Counter]:
     return [
         Counter(
             names.localhost_nodeport_rejected_counter(proto),
             f"{proto.upper()} packets to a localhost NodePort: rejected",
         )
-        for proto in names.LOCALHOST_REJECTED_PROTOCOLS
+        for proto in rejected
     ]
 
 
@@ -487,7 +485,7 @@ KINDS = ("lb", "nodeport", "local", "nodeport-local", f"{names.AFFINITY_KIND}:00
 
 
 def layout_comment(
-    family: Family, masquerade: str | None, pods: bool, localhost: bool = False, nodeport_hosts: bool = True
+    family: Family, masquerade: str | None, pods: bool, rejected: tuple[str, ...] = (), nodeport_hosts: bool = True
 ) -> str:
     """The table comment: layout version and a digest of every rule template this config yields.
 
@@ -501,9 +499,9 @@ def layout_comment(
         count_objects(family, kind, 2, masquerade, pods)
         for kind in (balancing.RR_ENTRY, "rr:0000000000s", "rr:0000000000")
     ]
-    fixed: list[object] = [base_chains(family, localhost), base_sets(family, localhost, nodeport_hosts)]
-    if localhost:  # (without, the digest is the one tables already hold)
-        fixed.append(base_counters(localhost))
+    fixed: list[object] = [base_chains(family, rejected), base_sets(family, rejected, nodeport_hosts)]
+    if rejected:  # (without, the digest is the one tables already hold)
+        fixed.append(base_counters(rejected))
     text = repr((*fixed, parts))
     digest = hashlib.sha256(text.encode()).hexdigest()[:12]
     return f"nftproxy layout {LAYOUT} rules {digest}: managed by nftproxy, do not edit"

@@ -7,7 +7,10 @@ after a restart, a failed sync or an `apply` from a new process.
   port has a ready endpoint a terminating one keeps no flows under a Cluster policy (compiler/
   fragment.py ``_udp_serving``: the DNS-rollout outage). A port with no serving endpoint loses the flows to its
   ClusterIP, externalIPs and LoadBalancer IPs, but not to its NodePort (kube-proxy v1.37,
-  compiler/fragment.py ``_udp_serving``).
+  compiler/fragment.py ``_udp_serving``). A Service deleted (or its UDP port removed) loses the
+  flows to its ClusterIP, externalIPs and LoadBalancer IPs too (kube-proxy 1.38, kubernetes#141371;
+  followed whatever the cluster's version: a client of a deleted Service otherwise keeps reaching
+  its pods for as long as it sends).
 * ClientIP affinity records (one dynamic map per Service port and endpoint list, see
   compiler/names.py): a record whose endpoint the Service port no longer uses is deleted, and
   the client is balanced again at its next packet. A Service port that loses its affinity, or
@@ -23,13 +26,21 @@ from nftproxy.compiler.assembly import Assembly
 from nftproxy.nft.objects import DynamicElement, Key, Slot, UdpFlow
 
 
-def stale_udp_flows(a: Assembly, flows: Iterable[UdpFlow], frontends: Iterable[Key] | None = None) -> list[UdpFlow]:
-    """The flows to delete; ``frontends``: only flows of these (None: of every UDP frontend)."""
+def stale_udp_flows(
+    a: Assembly, flows: Iterable[UdpFlow], frontends: Iterable[Key] | None = None, gone: Iterable[Key] = ()
+) -> list[UdpFlow]:
+    """The flows to delete; ``frontends``: only flows of these (None: of every UDP frontend);
+    ``gone``: address frontends deleted since the last sync (Assembly.udp_gone), all of whose
+    flows are stale."""
     serving = a.store.udp_serving
     wanted = None if frontends is None else set(frontends)
+    deleted = set(gone)
     out = []
     for f in flows:
         key: Key = (f.orig_dst, "udp", f.orig_dport)
+        if key in deleted:
+            out.append(f)
+            continue
         if key not in serving:
             key = ("udp", f.orig_dport)  # a NodePort, on any of the node's addresses
         ips = serving.get(key)

@@ -391,11 +391,12 @@ class Dataplane:
         seconds, deleted, looked, conntrack = 0.0, 0, False, False
         try:
             frontends = None if full else a.udp_changed()
-            if self.conntrack is not None and a.store.udp_serving and (frontends is None or frontends):
+            gone = a.udp_gone()  # a UDP Service (port) deleted: every flow to its addresses
+            if self.conntrack is not None and ((a.store.udp_serving and (frontends is None or frontends)) or gone):
                 looked = conntrack = True
                 start = time.perf_counter()
                 flows = self.conntrack.udp_flows(a.family)
-                doomed = stale.stale_udp_flows(a, flows, frontends)
+                doomed = stale.stale_udp_flows(a, flows, frontends, gone)
                 self.conntrack.delete_udp_flows(a.family, doomed)
                 seconds, deleted = time.perf_counter() - start, len(doomed)
             if full or a.affinity_changed():

@@ -55,6 +55,7 @@ def load(syncer: Syncer, lists: Lists) -> Loaded:
                     changed(_key(obj), obj)
                 n[kind] += len(page)
         node = lists.node.result()
+    syncer.server_version(lists.version.result())
     try:
         cidrs = lists.cidrs.result()
     except Exception as e:

@@ -44,15 +44,17 @@ class Lists:
     slices: Prefetch
     node: Future[dict[str, Any] | None]
     cidrs: Future[list[dict[str, Any]]]
+    version: Future[dict[str, Any]]  # the apiserver's /version: the feature gates' defaults
 
 
 def lists(rest: Rest, node_name: str) -> Lists:
-    """Start the four requests now."""
+    """Start the five requests now."""
     return Lists(
         services=Prefetch(lambda on_version: rest.pages("/api/v1/services", on_version=on_version)),
         slices=Prefetch(lambda on_version: rest.pages(SLICES, on_version=on_version)),
         node=_in_thread(lambda: rest.node(node_name)),
         cidrs=_in_thread(rest.service_cidrs),
+        version=_in_thread(rest.server_version),
     )
 
 

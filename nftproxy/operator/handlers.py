@@ -138,11 +138,16 @@ async def initial_load(ctx: Context) -> None:
             log.warning("listing the ServiceCIDRs failed (%s): their drop rule waits for the watch", e)
             return []
 
+    async def read_version() -> dict[str, Any]:
+        return await loop.run_in_executor(None, kube.server_version, ctx.api)
+
     with heap.bulk_decode():
         node_task = asyncio.create_task(_retrying("reading the Node", read_node))
         cidrs_task = asyncio.create_task(read_cidrs())
+        version_task = asyncio.create_task(_retrying("reading the apiserver's version", read_version))
         n_services, n_slices = await relist(ctx, initial=True)
         node = await node_task
+        ctx.syncer.server_version(await version_task)
     for obj in await cidrs_task:
         ctx.syncer.service_cidr_changed(obj["metadata"]["name"], obj)
     if node is None:

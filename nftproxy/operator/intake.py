@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
-from nftproxy.compiler import ProxyConfig
+from nftproxy.compiler import ProxyConfig, features
 from nftproxy.dataplane.sync import Dataplane
 from nftproxy.model.parse import (
     Ignored,
@@ -29,7 +29,7 @@ from nftproxy.operator.settings import Settings
 
 log = logging.getLogger("nftproxy.syncer")
 
-Change = Service | EndpointSlice | Node | ServiceCIDR | Skipped | Ignored | None
+Change = Service | EndpointSlice | Node | ServiceCIDR | Skipped | Ignored | tuple[int, int] | None
 Trigger = tuple[str, float]  # (ip_family, an EndpointSlice's last-change-trigger-time)
 
 
@@ -60,6 +60,7 @@ class Intake:
         self.versions: dict[tuple[str, str], str] = {}  # resourceVersion last queued, per object
         self.node: Node | None = None
         self.service_cidrs: dict[str, ServiceCIDR] = {}  # by name: the cluster's ServiceCIDRs
+        self.version: tuple[int, int] | None = None  # the apiserver's (major, minor): the gates' defaults
 
     def service_changed(self, key: str, obj: Mapping[str, Any] | None) -> None:
         if self._seen(("svc", key), obj):
@@ -123,11 +124,29 @@ class Intake:
         if value != self.service_cidrs.get(name):
             self._queue(("cidr", name), value)
 
+    def server_version(self, info: Mapping[str, Any]) -> None:
+        """The apiserver's ``/version``: the feature gates follow its defaults (read once, before
+        the first sync; --feature-gates overrides them)."""
+        try:
+            text = features.server_version(info)
+            version = features.parse_version(text)
+        except ValueError as e:  # never expected of an apiserver: the flags' gates alone, and say so
+            log.warning("the apiserver's version is unreadable (%s): feature gates from --feature-gates alone", e)
+            return
+        if version != self.version:
+            log.info("Kubernetes %s: %s", text, features.describe(version, self.settings.feature_gates))
+            self._queue(("version", text), version)
+
     def config(self) -> ProxyConfig:
-        """The flags with this node's Node and the cluster's ServiceCIDRs merged in: the one place
-        the operator builds the dataplane's config."""
+        """The flags with this node's Node, the cluster's ServiceCIDRs and the feature gates of
+        its version merged in: the one place the operator builds the dataplane's config."""
         cidrs = (n for c in self.service_cidrs.values() for n in c.cidrs)
-        return self.settings.proxy.for_node(self.node).with_service_cidrs(cidrs)
+        gates = (  # until the version is read (tests that never give one): the flags' own
+            self.settings.proxy.enabled_gates
+            if self.version is None
+            else features.enabled(self.version, self.settings.feature_gates)
+        )
+        return self.settings.proxy.for_node(self.node).with_service_cidrs(cidrs).with_gates(gates)
 
     def _queue(self, key: tuple[str, str], value: Change) -> None:
         if not self.pending:
@@ -161,6 +180,11 @@ class Intake:
             if kind == "node":
                 assert isinstance(value, Node)
                 self.node = value
+                config_changed = True
+                continue
+            if kind == "version":
+                assert isinstance(value, tuple)
+                self.version = value
                 config_changed = True
                 continue
             if kind == "cidr":

@@ -86,6 +86,11 @@ def prefetch_lists(api: Any) -> dict[str, Prefetch]:
     }
 
 
+def server_version(api: Any) -> dict[str, Any]:
+    """The apiserver's ``/version`` (every authenticated client may read it)."""
+    return dict(request(api, "GET", "/version"))
+
+
 def read_node(api: Any, name: str) -> dict[str, Any] | None:
     try:
         return dict(request(api, "GET", f"/api/v1/nodes/{quote(name)}"))

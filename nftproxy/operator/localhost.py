@@ -592,10 +592,11 @@ def localhost_rejections(backend: Backend, config: ProxyConfig) -> dict[tuple[st
     counters (kube-proxy's ``kubeproxy_nftables_localhost_nodeport_rejected_packets_total``)."""
     out: dict[tuple[str, str], int] = {}
     for family in Family:
-        if not config.localhost_nodeports(family.version):
+        rejected = config.localhost_rejected(family.version)
+        if not rejected:
             continue
         packets = backend.counter_packets(family, config.table)
-        for proto in names.LOCALHOST_REJECTED_PROTOCOLS:
+        for proto in rejected:
             n = packets.get(names.localhost_nodeport_rejected_counter(proto))
             if n is not None:
                 out[(FAMILY[family.version], proto.upper())] = n

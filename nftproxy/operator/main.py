@@ -17,6 +17,7 @@ import logging
 import signal
 from typing import TYPE_CHECKING, Any
 
+from nftproxy.compiler import features
 from nftproxy.dataplane import conntrack_sysctls
 from nftproxy.dataplane.sync import Dataplane
 from nftproxy.nft.conntrack import Conntrack, KernelConntrack
@@ -126,7 +127,8 @@ async def _main(
 
     syncer.on_synced.append(health_checks)
     lh = LocalhostNodePorts(settings.netns, metrics)  # --nodeport-addresses localhost (listens only then)
-    if any(settings.proxy.localhost_nodeports(v) for v in (4, 6)):
+    asked = settings.proxy.with_gates(features.DEFAULTS)  # localhost asked for, whatever the gate's default
+    if any(asked.localhost_nodeports(v) for v in (4, 6)):
         before, after = raise_fd_limit()
         log.info("localhost NodePorts served on loopback (file descriptor limit %d -> %d)", before, after)
 

@@ -126,6 +126,13 @@ class Rest:
     def node(self, name: str) -> dict[str, Any] | None:
         return self.read(f"/api/v1/nodes/{quote(name)}")
 
+    def server_version(self) -> dict[str, Any]:
+        """The apiserver's ``/version`` (every authenticated client may read it)."""
+        found = self.read("/version")
+        if found is None:
+            raise ApiError(404, "Not Found", "/version")
+        return found
+
 
 class _HTTPS(http.client.HTTPSConnection):
     """HTTPS whose certificate is checked for ``server_hostname`` (the kubeconfig's

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from nftproxy.compiler.config import ProxyConfig
 from nftproxy.dataplane.conntrack_sysctls import ConntrackSysctls
@@ -25,6 +26,8 @@ class Settings:
     # the node's conntrack sysctls kube-proxy sets (`run`'s flags default to kube-proxy's values;
     # None, as built by tests: nothing is touched)
     conntrack: ConntrackSysctls | None = None
+    # --feature-gates: over the defaults of the cluster's version (compiler/features.py)
+    feature_gates: Mapping[str, bool] = field(default_factory=dict)
 
     @property
     def node_name(self) -> str:

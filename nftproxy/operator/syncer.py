@@ -119,6 +119,9 @@ class Syncer:
     def service_cidr_changed(self, name: str, obj: Mapping[str, Any] | None) -> None:
         self.intake.service_cidr_changed(name, obj)
 
+    def server_version(self, info: Mapping[str, Any]) -> None:
+        self.intake.server_version(info)
+
     def held(self) -> set[tuple[str, str]]:
         """(kind, key) of every Service and EndpointSlice held (as last listed or watched)."""
         return self.intake.held()

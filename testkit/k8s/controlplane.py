@@ -9,8 +9,9 @@ configuration. etcd and kube-apiserver run as child processes, each in its own p
 their data, certificates and logs under one work directory.
 
 Binaries: ``kube-apiserver`` and ``kubectl`` from ``$NFTPROXY_BIN`` or
-``${NFTPROXY_CACHE:-~/.cache/nftproxy}/bin`` (built by ``hack/k8s-tools.sh``); ``etcd`` from the
-same places, else ``$PATH`` (Debian's etcd-server).
+``${NFTPROXY_CACHE:-~/.cache/nftproxy}/k8s/<K8S_VERSION>/bin`` (built by ``hack/k8s-tools.sh``,
+testkit/k8s/versions.py); ``etcd`` from ``$NFTPROXY_BIN`` or ``…/bin``, else ``$PATH`` (Debian's
+etcd-server).
 
 CLI (used by the demo)::
 
@@ -42,6 +43,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
+
+from testkit.k8s import versions
 
 __all__ = [
     "SERVICE_CLUSTER_IP_RANGE",
@@ -80,18 +83,26 @@ def cache_dir() -> Path:
     return Path(os.environ.get("NFTPROXY_CACHE") or Path.home() / ".cache" / "nftproxy")
 
 
-def find_binary(name: str) -> Path:
-    """Locate NAME in $NFTPROXY_BIN, the k8s-tools cache, then (etcd only) $PATH."""
+def find_binary(name: str, version: str | None = None) -> Path:
+    """Locate NAME in $NFTPROXY_BIN, the k8s-tools cache (a Kubernetes binary: in its version's
+    directory, ``version`` or else K8S_VERSION's, testkit/k8s/versions.py), then (etcd only) $PATH."""
     candidates: list[Path] = []
     if env_bin := os.environ.get("NFTPROXY_BIN"):
         candidates.append(Path(env_bin) / name)
-    candidates.append(cache_dir() / "bin" / name)
+    if name in versions.VERSIONED:
+        candidates.append(versions.bin_dir(cache_dir(), version) / name)
+    else:
+        candidates.append(cache_dir() / "bin" / name)
     for c in candidates:
         if c.is_file() and os.access(c, os.X_OK):
             return c
     if name == "etcd" and (found := shutil.which("etcd")):
         return Path(found)
-    hint = "install Debian's etcd-server (hack/install.sh)" if name == "etcd" else "run hack/k8s-tools.sh to build it"
+    hint = (
+        "install Debian's etcd-server (hack/install.sh)"
+        if name == "etcd"
+        else f"run K8S_VERSION={version or versions.current()} hack/k8s-tools.sh (or hack/e2e-tools.sh) to build it"
+    )
     raise ControlPlaneError(
         f"{name} not found (looked in {', '.join(str(c) for c in candidates)}): {hint}, "
         "or point NFTPROXY_BIN at a directory that has it"

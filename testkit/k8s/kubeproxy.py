@@ -18,7 +18,7 @@
 without a subprocess: :func:`connect_in` creates the socket in the namespace (setns of the
 calling thread only, and back). The same helpers read nftproxy's ``nftproxy_*`` metrics.
 
-Binary: ``kube-proxy`` from ``$NFTPROXY_BIN`` or ``${NFTPROXY_CACHE:-~/.cache/nftproxy}/bin``
+Binary: ``kube-proxy`` from ``$NFTPROXY_BIN`` or ``${NFTPROXY_CACHE:-~/.cache/nftproxy}/k8s/<K8S_VERSION>/bin``
 (hack/k8s-tools.sh), found by :func:`testkit.k8s.controlplane.find_binary`.
 """
 

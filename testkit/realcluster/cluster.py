@@ -2,11 +2,13 @@
 
 * etcd (data on tmpfs) + kube-apiserver (ServiceAccount admission on) from testkit.k8s.controlplane,
   kube-controller-manager and kube-scheduler, all on 127.0.0.1 of the machine.
-* Nodes ``node-1``, ``node-2``: each a network namespace ``rc-NAME-node-N`` with one address on a
-  shared segment (172.30.0.0/24, a bridge in ``rc-NAME-lan``), its own containerd and kubelet
-  started in a private mount namespace (a holder process), pod networking by the bridge +
-  host-local CNI plugins (10.244.N.0/24) and routes to the other nodes' pod CIDRs. An outside
-  client namespace ``rc-NAME-client`` (172.30.0.100) sits on the same segment.
+* Nodes ``node-1``, ``node-2``: each a network namespace ``rc-NAME-node-N`` with an address of each
+  family on a shared segment (172.30.0.0/24 and fd00:172:30::/64, a bridge in ``rc-NAME-lan``), its
+  own containerd and kubelet (``--node-ip`` both: a dual-stack Node) started in a private mount
+  namespace (a holder process), pod networking by the bridge + host-local CNI plugins (10.244.N.0/24
+  and fd00:10:244:N::/64: dual-stack pods) and routes to the other nodes' pod CIDRs. An outside
+  client namespace ``rc-NAME-client`` (172.30.0.100, fd00:172:30::100) sits on the same segment.
+  The Services are dual-stack too (the control plane's range of each family).
 * A forwarder gives each node 127.0.0.1:APISERVER_PORT (the admin kubeconfig works unchanged) and
   the apiserver an egress proxy into the nodes (``kubectl logs/exec``). The control plane also has
   an address on the segment, 172.30.0.2 in ``rc-NAME-cp`` (forwarded to the apiserver): the
@@ -45,7 +47,10 @@ from testkit.realcluster import images as imagelib
 from testkit.realcluster import procs
 from testkit.realcluster.node import (
     APISERVER_IP,
+    APISERVER_IP6,
     CLIENT_IP,
+    CLIENT_IP6,
+    LAN6_GATEWAY,
     LAN_GATEWAY,
     NodeSpec,
     cni_conflist,
@@ -292,34 +297,44 @@ class RealCluster:
         add_ns(self.lan_netns)
         _run(["ip", "-n", self.lan_netns, "link", "add", "lan", "type", "bridge"])
         _run(["ip", "-n", self.lan_netns, "addr", "add", f"{LAN_GATEWAY}/24", "dev", "lan"])
+        _run(["ip", "-n", self.lan_netns, "addr", "add", f"{LAN6_GATEWAY}/64", "dev", "lan", "nodad"])
         _run(["ip", "-n", self.lan_netns, "link", "set", "lan", "up"])
-        members = [(n.netns, n.name, n.ip) for n in self.nodes] + [
-            (self.client_netns, "client", CLIENT_IP),
-            (self.cp_netns, "cp", APISERVER_IP),
+        members = [(n.netns, n.name, n.ip, n.ip6) for n in self.nodes] + [
+            (self.client_netns, "client", CLIENT_IP, CLIENT_IP6),
+            (self.cp_netns, "cp", APISERVER_IP, APISERVER_IP6),
         ]
-        for ns, port, ip in members:
+        for ns, port, ip, ip6 in members:
             add_ns(ns)
             # Both ends created where they live: nothing appears in the machine's namespace.
             _run(["ip", "-n", self.lan_netns, "link", "add", port, "type", "veth", "peer", "name", "eth0", "netns", ns])
             _run(["ip", "-n", self.lan_netns, "link", "set", port, "master", "lan", "up"])
             _run(["ip", "-n", ns, "addr", "add", f"{ip}/24", "dev", "eth0"])
+            # nodad: usable at once (duplicate address detection would hold it tentative ~2 s)
+            _run(["ip", "-n", ns, "addr", "add", f"{ip6}/64", "dev", "eth0", "nodad"])
             _run(["ip", "-n", ns, "link", "set", "eth0", "up"])
             _run(["ip", "-n", ns, "route", "add", "default", "via", LAN_GATEWAY])
+            _run(["ip", "-n", ns, "-6", "route", "add", "default", "via", LAN6_GATEWAY])
         for n in self.nodes:
             # The control plane answers pods (the `kubernetes` endpoint) as a routed node would.
             _run(["ip", "-n", self.cp_netns, "route", "add", n.pod_cidr, "via", n.ip])
+            _run(["ip", "-n", self.cp_netns, "-6", "route", "add", n.pod_cidr6, "via", n.ip6])
             for other in self.nodes:
                 if other is not n:
                     _run(["ip", "-n", n.netns, "route", "add", other.pod_cidr, "via", other.ip])
+                    _run(["ip", "-n", n.netns, "-6", "route", "add", other.pod_cidr6, "via", other.ip6])
             # Routing between pods, nodes and the LAN; bridged pod traffic through the ip hooks (a
             # ClusterIP answered by a pod on the same bridge is un-DNATed on the way back).
             _run(
                 [
                     "ip", "netns", "exec", n.netns, "sysctl", "-q", "-w", "net.ipv4.ip_forward=1",
-                    "net.bridge.bridge-nf-call-iptables=1", "net.ipv4.conf.all.rp_filter=0",
+                    "net.ipv6.conf.all.forwarding=1", "net.bridge.bridge-nf-call-iptables=1",
+                    "net.bridge.bridge-nf-call-ip6tables=1", "net.ipv4.conf.all.rp_filter=0",
                 ]
             )  # fmt: skip
-            self.state["nodes"][n.name] = {"ip": n.ip, "netns": n.netns, "pod_cidr": n.pod_cidr, "dir": str(n.dir)}
+            self.state["nodes"][n.name] = {
+                "ip": n.ip, "ip6": n.ip6, "netns": n.netns, "pod_cidr": n.pod_cidr, "pod_cidr6": n.pod_cidr6,
+                "dir": str(n.dir),
+            }  # fmt: skip
         self._save()
 
     def _control_plane(self) -> None:
@@ -495,11 +510,24 @@ class RealCluster:
         self._on_each_node(lambda node: self._import_missing(node, {ref: str(archive)}))
 
     def _import_missing(self, node: str, wanted: dict[str, str]) -> set[str]:
-        """Import the images of WANTED (ref -> archive) that NODE lacks; return what it had."""
+        """Import the images of WANTED (ref -> archive) that NODE lacks, or holds from another
+        build of the archive (the same tag rebuilt: e.g. agnhost, whose tag is upstream's, built
+        anew for another Kubernetes version); return what it had. What each ref was imported
+        from is recorded beside the node's containerd root."""
         have = set(self.ctr(node, "images", "ls", "-q").split())
+        record = self.containerd_root(self._node(node)).parent / f"{node}.imported.json"
+        try:
+            imported: dict[str, str] = json.loads(record.read_text())
+        except (OSError, ValueError):
+            imported = {}
         for ref, tar in wanted.items():
-            if ref not in have:
+            st = os.stat(tar)
+            ident = f"{tar} {st.st_size} {st.st_mtime_ns}"
+            if ref not in have or imported.get(ref) != ident:
                 self.ctr(node, "images", "import", tar)
+                imported[ref] = ident
+                record.parent.mkdir(parents=True, exist_ok=True)
+                record.write_text(json.dumps(imported, indent=1) + "\n")
         return have
 
     def _on_each_node(self, fn: Callable[[str], object]) -> None:
@@ -533,7 +561,7 @@ class RealCluster:
                 f"--config={n.dir / 'kubelet.json'}",
                 f"--kubeconfig={kc}",
                 f"--hostname-override={n.name}",
-                f"--node-ip={n.ip}",
+                f"--node-ip={n.ip},{n.ip6}",  # a dual-stack Node, IPv4 first
                 # one zone per node (zone-a, zone-b, ...): topology-aware routing has zones to use
                 f"--node-labels=topology.kubernetes.io/zone={n.zone}",
                 f"--root-dir={n.kubelet_dir}",

@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from testkit.k8s import versions
 from testkit.k8s.controlplane import cache_dir
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -49,8 +50,8 @@ def images_json(out: Path | None = None) -> Path:
 
 def build(log: Callable[[str], None], *, source: Path = ROOT, out: Path | None = None) -> dict[str, Any]:
     """Run hack/images.sh (a no-op when nothing changed), its progress lines through LOG. SOURCE: the
-    tree whose script and sources to build (another commit's worktree); OUT: the images directory
-    (default images_dir())."""
+    tree whose script and sources to build (another commit's worktree, which gets no K8S_VERSION:
+    its scripts build with their own default); OUT: the images directory (default images_dir())."""
     _run_script(source, "images.sh", log, out)
     return load(out)
 
@@ -59,6 +60,9 @@ def _run_script(source: Path, script: str, log: Callable[[str], None], out: Path
     """SOURCE/hack/SCRIPT (images into OUT, default images_dir()), its ``==>`` lines through LOG;
     RuntimeError with the output's tail when it fails."""
     env = dict(os.environ)
+    if source != ROOT:  # another commit's scripts may know no such version (nor its Go toolchain)
+        env.pop("K8S_VERSION", None)
+        env.pop("GOTOOLCHAIN", None)
     if out is not None:
         env["NFTPROXY_IMAGES"] = str(out)
     proc = subprocess.Popen(
@@ -106,12 +110,13 @@ def load(out: Path | None = None) -> dict[str, Any]:
 
 
 def e2e_images_json(out: Path | None = None) -> Path:
-    return (out or images_dir()) / "e2e-images.json"
+    """This Kubernetes version's (K8S_VERSION) e2e images list: each version's e2e.test names its own tags."""
+    return (out or images_dir()) / "e2e" / versions.current() / "e2e-images.json"
 
 
 def e2e_test() -> Path:
     """Upstream's e2e.test (hack/e2e-tools.sh; :func:`build_e2e` makes it)."""
-    return cache_dir() / "bin" / "e2e.test"
+    return versions.bin_dir(cache_dir()) / "e2e.test"
 
 
 def build_e2e(log: Callable[[str], None], *, out: Path | None = None) -> dict[str, str]:

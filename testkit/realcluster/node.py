@@ -1,5 +1,5 @@
 """Configuration files of one node: containerd (own root, state, socket, runc root, pause image),
-the CNI conflist (bridge + host-local, this node's pod CIDR), kubelet (cgroupfs under the cluster's
+the CNI conflist (bridge + host-local, this node's pod CIDRs: one per family), kubelet (cgroupfs under the cluster's
 cgroup, its own directories, no kernel tunables), and the holder script of its mount namespace."""
 
 from __future__ import annotations
@@ -8,15 +8,23 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+# The cluster is dual-stack, IPv4 first: the node segment, the pods and the Services (the control
+# plane's --service-cluster-ip-range) have both families.
 LAN_PREFIX = "172.30.0"
 LAN_GATEWAY = f"{LAN_PREFIX}.1"
 CLIENT_IP = f"{LAN_PREFIX}.100"
+LAN6_PREFIX = "fd00:172:30::"  # /64
+LAN6_GATEWAY = f"{LAN6_PREFIX}1"
+CLIENT_IP6 = f"{LAN6_PREFIX}100"
 # The control plane's address on the node segment (a namespace of its own, `rc-NAME-cp`): the
 # apiserver advertises it, so `default/kubernetes` has a real endpoint that pods reach.
 APISERVER_IP = f"{LAN_PREFIX}.2"
+APISERVER_IP6 = f"{LAN6_PREFIX}2"
 CLUSTER_DNS_IP = "10.96.0.10"  # the kube-dns Service (CoreDNS), kubelet's clusterDNS
 CLUSTER_DOMAIN = "cluster.local"
 CLUSTER_CIDR = "10.244.0.0/16"
+CLUSTER_CIDR6 = "fd00:10:244::/48"
+CLUSTER_CIDRS = (CLUSTER_CIDR, CLUSTER_CIDR6)
 CNI_BIN = "/usr/lib/cni"
 
 # kubelet sets these machine-wide sysctls at start (and no setting skips it): inside the node's
@@ -44,12 +52,20 @@ class NodeSpec:
         return f"{LAN_PREFIX}.{10 + self.index}"
 
     @property
+    def ip6(self) -> str:
+        return f"{LAN6_PREFIX}{10 + self.index}"
+
+    @property
     def zone(self) -> str:
         return f"zone-{chr(ord('a') + self.index - 1)}"
 
     @property
     def pod_cidr(self) -> str:
         return f"10.244.{self.index}.0/24"
+
+    @property
+    def pod_cidr6(self) -> str:
+        return f"fd00:10:244:{self.index}::/64"
 
     @property
     def daemons_cgroup(self) -> str:
@@ -128,8 +144,8 @@ def cni_conflist(node: NodeSpec) -> str:
                     "hairpinMode": True,
                     "ipam": {
                         "type": "host-local",
-                        "ranges": [[{"subnet": node.pod_cidr}]],
-                        "routes": [{"dst": "0.0.0.0/0"}],
+                        "ranges": [[{"subnet": node.pod_cidr}], [{"subnet": node.pod_cidr6}]],
+                        "routes": [{"dst": "0.0.0.0/0"}, {"dst": "::/0"}],
                         "dataDir": str(node.dir / "cni-ipam"),
                     },
                 },

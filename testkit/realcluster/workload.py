@@ -17,7 +17,7 @@ from typing import Any
 from testkit.k8s import objects
 from testkit.k8s.controlplane import find_binary
 from testkit.realcluster.cluster import ROOT, RealCluster
-from testkit.realcluster.node import CLUSTER_CIDR
+from testkit.realcluster.node import CLUSTER_CIDRS
 
 CHART = ROOT / "charts" / "nftproxy"
 RELEASE = "nftproxy"
@@ -26,8 +26,11 @@ WEB_NODEPORT = 30080
 WEB_LOCAL_NODEPORT = 30081
 
 
-def chart_values(cluster: RealCluster, extra: Mapping[str, str] | None = None, image: str | None = None) -> list[str]:
-    """The values for this cluster; IMAGE: another nftproxy image than the cluster's own build."""
+def chart_values(
+    cluster: RealCluster, extra: Mapping[str, str | bool] | None = None, image: str | None = None
+) -> list[str]:
+    """The values for this cluster; EXTRA: strings (--set-string) or booleans; IMAGE: another
+    nftproxy image than the cluster's own build."""
     repo, tag = (image or cluster.images["nftproxy"]).rsplit(":", 1)
     values = {
         "image.repository": repo,
@@ -37,25 +40,25 @@ def chart_values(cluster: RealCluster, extra: Mapping[str, str] | None = None, i
         # each node's 127.0.0.1).
         "apiServer.host": "127.0.0.1",
         "apiServer.port": str(cluster.apiserver_port),
-        "clusterCIDR": "{" + CLUSTER_CIDR + "}",
+        "clusterCIDR": "{" + ",".join(CLUSTER_CIDRS) + "}",
         "statusPeriod": "1s",
     }
     out: list[str] = []
     for k, v in values.items():
         out += ["--set", f"{k}={v}"]
     for k, v in (extra or {}).items():
-        out += ["--set-string", f"{k}={v}"]
+        out += ["--set", f"{k}={str(v).lower()}"] if isinstance(v, bool) else ["--set-string", f"{k}={v}"]
     return out
 
 
-def helm_install(cluster: RealCluster, values: Mapping[str, str] | None = None) -> str:
+def helm_install(cluster: RealCluster, values: Mapping[str, str | bool] | None = None) -> str:
     """`helm upgrade --install` of the chart with the local image (waits for the pods)."""
     return helm_upgrade(cluster, values, "--install")
 
 
 def helm_upgrade(
     cluster: RealCluster,
-    values: Mapping[str, str] | None = None,
+    values: Mapping[str, str | bool] | None = None,
     *flags: str,
     chart: Path = CHART,
     image: str | None = None,

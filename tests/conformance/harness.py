@@ -31,7 +31,9 @@ from typing import TypeVar
 
 from kubernetes.client.exceptions import ApiException
 
+from nftproxy.compiler import features
 from nftproxy.operator import kube
+from testkit.k8s import versions
 from testkit.k8s.controlplane import ControlPlane
 from testkit.k8s.kubeproxy import KubeProxy, KubeProxyError, http_request_in, wait_synced
 from testkit.lab.netlab import (
@@ -56,6 +58,17 @@ TRY_TIMEOUT = 0.5  # seconds per try (an answer here takes a few ms; a drop cost
 # A timeout seen on one side only, beside answers, is tried again with this per try (_settle_stalls)
 STALL_TIMEOUT = 3.0
 STALL_TRIES = 20
+REFERENCE_MINOR = versions.minor(versions.current())  # the reference kube-proxy's release (K8S_VERSION)
+
+
+def lax_validation() -> bool:
+    """Can the control plane of the version in use (K8S_VERSION) store the legacy address spellings
+    (cases marked ``legacy``)? Up to cases.LAX_VALIDATION_UNTIL, with a gate off (conftest.py)."""
+    return REFERENCE_MINOR <= c.LAX_VALIDATION_UNTIL
+
+
+# both proxies' feature gates: localhost NodePorts on (kube-proxy 1.37's alpha gate; 1.38's default)
+FEATURE_GATES = {features.LOCALHOST_NODEPORTS: True}
 
 
 # --------------------------------------------------------------------------- labs
@@ -165,8 +178,8 @@ class KubeProxyRef(Proxy):
     title = "kube-proxy"
 
     def __init__(self, side: Side, cp: ControlPlane, workdir: Path) -> None:
-        # localhost NodePorts: kube-proxy v1.37's userspace proxy behind its (alpha) gate, with
-        # the keywords; nftproxy gets the same --nodeport-addresses (NftProxy.start)
+        # localhost NodePorts: kube-proxy's userspace proxy behind its gate (alpha in 1.37), with
+        # the keywords; nftproxy gets the same --nodeport-addresses and gates (NftProxy.start)
         self.kp = KubeProxy(
             side.node.netns,
             c.NODE,
@@ -174,7 +187,7 @@ class KubeProxyRef(Proxy):
             workdir,
             node_ip=c.NODE4,
             nodeport_addresses=c.NODEPORT_ADDRESSES,
-            extra_config={"featureGates": {"KubeProxyNFTablesLocalhostNodePorts": True}},
+            extra_config={"featureGates": FEATURE_GATES},
         )
 
     def start(self) -> None:
@@ -218,6 +231,7 @@ class NftProxy(Proxy):
             "--min-sync-period", "0",
             "--status-period", "1s",
             "--nodeport-addresses", ",".join(c.NODEPORT_ADDRESSES),
+            "--feature-gates", ",".join(f"{g}={str(on).lower()}" for g, on in FEATURE_GATES.items()),
         ]  # fmt: skip
         with self.log.open("ab") as log:
             self.proc = subprocess.Popen(argv, stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True)
@@ -380,12 +394,13 @@ class Row:
     def verdict(self) -> str:
         if self.match:
             return "MATCH"
-        return "DIFF (intentional)" if accepted(self.case) else "DIFF"
+        return "DIFF (intentional)" if accepted(self.case, REFERENCE_MINOR) else "DIFF"
 
 
 @dataclass
 class Report:
     rows: list[Row] = field(default_factory=list)
+    left_out: list[str] = field(default_factory=list)  # cases this release's apiserver cannot hold
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def add(self, case: str, path: str, kp: Iterable[str] | str, np: Iterable[str] | str) -> Row:
@@ -405,6 +420,8 @@ class Report:
         lines += [f"{r.case} | {r.path} | {r.kube_proxy} | {r.nftproxy} | {r.verdict}" for r in self.rows]
         n = sum(r.match for r in self.rows)
         lines.append(f"{n} match, {len(self.rows) - n} differ")
+        if self.left_out:
+            lines.append(f"left out (this release's apiserver refuses to store them): {', '.join(self.left_out)}")
         return "\n".join(lines)
 
 

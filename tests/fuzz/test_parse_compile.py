@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nftproxy.compiler import ProxyConfig, compile_tables
+from nftproxy.compiler import ProxyConfig, compile_tables, features
 from nftproxy.compiler.config import this_node
 from nftproxy.compiler.fragment import _short
 from nftproxy.model.parse import Ignored, parse_endpoint_slice, parse_node, parse_service, parse_service_cidr
@@ -148,6 +148,7 @@ def shaped_config(draw: Any) -> ProxyConfig:
         cluster_cidrs=draw(_NETS),
         nodeport_addresses=draw(_NETS),
         masquerade_all=draw(st.booleans()),
+        enabled_gates=draw(st.sampled_from([frozenset(), frozenset({features.LOCALHOST_NODEPORTS})])),
     )
 
 

@@ -17,13 +17,14 @@ from typing import Any
 
 import yaml
 
+from testkit.k8s import versions
 from testkit.k8s.controlplane import ControlPlane, find_binary
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "nftproxy"
 # `helm template` (offline) renders for Kubernetes v1.20 unless told: the chart's kubeVersion
 # (>= 1.35) refuses that, so offline renders name the pinned version
-KUBE_VERSION = "1.37.2"
+KUBE_VERSION = versions.current().removeprefix("v")
 CHART_NAME = "nftproxy"
 
 Obj = dict[str, Any]

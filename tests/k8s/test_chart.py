@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from testkit.k8s.controlplane import ControlPlane, ControlPlaneError, cache_dir
-from tests.k8s.helmchart import CHART, KUBE_VERSION, Helm, Release, find, install
+from tests.k8s.helmchart import CHART, KUBE_VERSION, Helm, HelmError, Release, find, install
 
 pytestmark = pytest.mark.k8s
 
@@ -178,10 +178,25 @@ def test_daemonset_defaults(helm: Helm) -> None:
 
 
 def test_nodeport_addresses_take_kube_proxys_keywords(helm: Helm) -> None:
-    """primary, localhost and all, mixed with CIDRs, as kube-proxy v1.37's nodePortAddresses."""
+    """primary, localhost and all, mixed with CIDRs, as kube-proxy's nodePortAddresses."""
     ds = find(helm.template(["nodePortAddresses={primary,localhost,10.0.0.0/8}"]), "DaemonSet")
     env = {e["name"]: e.get("value") for e in ds["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert env["NFTPROXY_NODEPORT_ADDRESSES"] == "primary,localhost,10.0.0.0/8"
+
+
+def test_feature_gates_as_kube_proxys_and_none_by_default(helm: Helm) -> None:
+    """featureGates (gate: bool) reaches `nftproxy run` as kube-proxy's --feature-gates syntax;
+    unset, no variable: each gate follows the cluster's version. The schema names the gates."""
+
+    def env(values: list[str]) -> dict[str, str | None]:
+        ds = find(helm.template(values), "DaemonSet")
+        return {e["name"]: e.get("value") for e in ds["spec"]["template"]["spec"]["containers"][0]["env"]}
+
+    assert "NFTPROXY_FEATURE_GATES" not in env([])
+    got = env(["featureGates.KubeProxyNFTablesLocalhostNodePorts=false"])
+    assert got["NFTPROXY_FEATURE_GATES"] == "KubeProxyNFTablesLocalhostNodePorts=false"
+    with pytest.raises(HelmError, match="KubeProxyNFTablesLocalhostNodePorts"):
+        helm.template(["featureGates.NoSuchGate=true"])
 
 
 def test_conntrack_sysctls_off_mounts_nothing_and_sets_nothing(helm: Helm) -> None:

@@ -1,7 +1,8 @@
 """The Kubernetes versions the chart claims (Chart.yaml ``kubeVersion``), tested on the oldest
-(v1.35.4, an apiserver built only for this) and the pinned one (v1.37.2): helm accepts the
-cluster, the ProxyStatus CRD and its schema, the RBAC rules nftproxy needs (ServiceCIDRs
-included), and the ValidatingAdmissionPolicy that binds a node's token to its own ProxyStatus."""
+(v1.35.4) and the newest (v1.38) apiservers (hack/k8s-versions.sh; hack/test.sh builds them), and
+on the pinned one when it is neither: helm accepts the cluster, the ProxyStatus CRD and its
+schema, the RBAC rules nftproxy needs (ServiceCIDRs included), and the ValidatingAdmissionPolicy
+that binds a node's token to its own ProxyStatus."""
 
 from __future__ import annotations
 
@@ -13,20 +14,23 @@ from pathlib import Path
 import pytest
 import yaml
 
+from testkit.k8s import versions
 from testkit.k8s.controlplane import ControlPlane
 from tests.k8s.helmchart import CHART, Helm, HelmError, Release
-from tests.support.controlplanes import OLDEST, oldest_apiserver, started_control_plane
+from tests.support.controlplanes import NEWEST, OLDEST, apiserver_of, started_control_plane
 
 pytestmark = pytest.mark.k8s
+# the oldest and the newest the chart claims, and the pinned one (K8S_VERSION) when it is neither
+VERSIONS = sorted({OLDEST, NEWEST, versions.current()}, key=lambda v: (versions.minor(v), v))
 
 
-@pytest.fixture(scope="module", params=["pinned", "oldest"])
+@pytest.fixture(scope="module", params=VERSIONS)
 def versioned(request: pytest.FixtureRequest) -> Iterator[ControlPlane]:
-    """A control plane of its own per version (the session's is the pinned one, shared)."""
-    if request.param == "pinned":
+    """A control plane of its own per version (the session's, the pinned one, shared)."""
+    if request.param == versions.current():
         yield request.getfixturevalue("control_plane")
     else:
-        yield from started_control_plane(apiserver_bin=oldest_apiserver())
+        yield from started_control_plane(apiserver_bin=apiserver_of(request.param))
 
 
 def _server_version(cp: ControlPlane) -> str:
@@ -48,13 +52,15 @@ def release(versioned: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -
 
 def test_the_claimed_range_is_what_we_test() -> None:
     claim = yaml.safe_load((CHART / "Chart.yaml").read_text())["kubeVersion"]
-    assert claim == ">=1.35.0-0 <1.38.0-0"
-    assert OLDEST.startswith("v1.35.")
+    assert claim == ">=1.35.0-0 <1.39.0-0"
+    assert OLDEST.startswith("v1.35.") and NEWEST.startswith("v1.38.")
 
 
 def test_helm_refuses_a_cluster_outside_the_claim(tmp_path: Path) -> None:
     helm = Helm(tmp_path)
-    for version, ok in (("1.34.12", False), ("1.35.0", True), ("1.37.2", True), ("1.38.0", False)):
+    cases = (("1.34.12", False), ("1.35.0", True), ("1.37.2", True), ("1.38.0-beta.0", True), ("1.38.0", True),
+             ("1.38.9-gke.1", True), ("1.39.0-alpha.1", False), ("1.39.0", False))  # fmt: skip
+    for version, ok in cases:
         if ok:
             helm("template", "np", str(CHART), "--kube-version", version)
         else:
@@ -64,7 +70,7 @@ def test_helm_refuses_a_cluster_outside_the_claim(tmp_path: Path) -> None:
 
 def test_install_crd_and_status_schema(versioned: ControlPlane, release: Release) -> None:
     version = _server_version(versioned)
-    assert version.startswith(("v1.35.", "v1.37.")), version
+    assert version in VERSIONS, version
     cp = versioned
     cp.kubectl("wait", "--for=condition=Established", "crd/proxystatuses.nftproxy.io", "--timeout=30s")
     status = {"apiVersion": "nftproxy.io/v1alpha1", "kind": "ProxyStatus", "metadata": {"name": "schema-check"}}

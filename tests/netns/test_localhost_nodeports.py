@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from nftproxy.compiler import ProxyConfig
+from nftproxy.compiler import ProxyConfig, features
 from nftproxy.compiler.config import nodeport_address
 from nftproxy.dataplane.sync import Dataplane
 from nftproxy.model.manifests import classify
@@ -121,6 +121,7 @@ def lab() -> Iterator[Lab]:
             node_ips=(ip_address(node.ipv4), ip_address(node.ipv6)),
             cluster_cidrs=(ip_network("10.244.0.0/16"), ip_network("fd00:10:244::/48")),
             nodeport_addresses=(*nodeport_address("primary"), *nodeport_address("localhost")),
+            enabled_gates=frozenset({features.LOCALHOST_NODEPORTS}),
         )
         backend = KernelBackend(node.netns)
         loop = LoopThread()

@@ -1,7 +1,9 @@
-"""`nftproxy run --nodeport-addresses primary,localhost` against a real control plane: the
-operator serves a TCP NodePort on its node namespace's 127.0.0.1 after its syncs, follows the
-EndpointSlice (its last endpoint gone: no listener, refused), rejects a UDP NodePort on loopback,
-and exports kube-proxy v1.37's localhost NodePort metrics. The pieces alone, without the API:
+"""`nftproxy run --nodeport-addresses primary,localhost` (gate KubeProxyNFTablesLocalhostNodePorts
+on) against a real control plane: the operator serves a TCP NodePort on its node namespace's
+127.0.0.1 after its syncs, follows the EndpointSlice (its last endpoint gone: no listener,
+refused), rejects a UDP NodePort on loopback, and exports kube-proxy's localhost NodePort metrics.
+Without flags the gate follows the control plane's version (off at 1.37, on at 1.38: every
+protocol's localhost NodePorts rejected and counted). The pieces alone, without the API:
 tests/netns/test_localhost_nodeports.py. (The NodePorts are bound in the lab node's namespace
 only, on its loopback.)
 """
@@ -13,7 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from nftproxy.compiler import features
 from testkit.k8s import objects as k
+from testkit.k8s import versions
 from testkit.k8s.cluster import LocalCluster, eventually
 from testkit.k8s.kubeproxy import http_get_in, parse_metrics
 from testkit.lab.netlab import NetLab, Node, cleanup_stale
@@ -65,7 +69,10 @@ def test_run_serves_localhost_nodeports(cluster: LocalCluster) -> None:
         ),
         slice_,
     )  # fmt: skip
-    cl.start_proxy(node, "--min-sync-period", "0", "--nodeport-addresses", "primary,localhost")
+    cl.start_proxy(
+        node, "--min-sync-period", "0", "--nodeport-addresses", "primary,localhost",
+        "--feature-gates", f"{features.LOCALHOST_NODEPORTS}=true",
+    )  # fmt: skip
     eventually(lambda: first(cl, node, "tcp", WEB) == "web-1", timeout=60, what="the localhost NodePort served")
     assert first(cl, node, "udp", DNS) == "refused"  # UDP on loopback: rejected
     assert cl.lab.probe(node, "udp", node.ipv4, DNS)[0].pod == "web-1"  # on the node's IP: DNATed
@@ -81,3 +88,28 @@ def test_run_serves_localhost_nodeports(cluster: LocalCluster) -> None:
     eventually(lambda: first(cl, node, "tcp", WEB) == "refused", timeout=30, what="no endpoint: refused")
     assert metrics(node)['kubeproxy_nftables_localhost_nodeport_listeners{ip_family="IPv4"}'] == 0
     assert "Traceback" not in cl.proxy_log(node)
+
+
+def test_without_flags_the_gate_follows_the_control_planes_version(cluster: LocalCluster) -> None:
+    """No --feature-gates, no ``localhost``: on a 1.38 control plane the gate is on (its default)
+    and a TCP NodePort on 127.0.0.1 is rejected and counted, as kube-proxy 1.38's; on 1.37 it is
+    off (no rule, no metric), as kube-proxy 1.37's."""
+    cl = cluster
+    node = cl.add_node("gate-node", 1)
+    pod = cl.lab.add_pod(node, "web-1", tcp=(8080,), udp=())
+    ns = cl.namespace("gate")
+    cl.apply(
+        k.service("web", ["10.96.48.20"], [k.port(80, "http", node_port=WEB)], namespace=ns, type="NodePort"),
+        k.endpoint_slice("web-1", "web", [k.endpoint(pod.ipv4, node=node.name)], [k.port(8080, "http")], namespace=ns),
+    )  # fmt: skip
+    cl.start_proxy(node, "--min-sync-period", "0")
+    eventually(lambda: cl.lab.probe(node, "tcp", node.ipv4, WEB)[0].pod == "web-1", timeout=60, what="the NodePort")
+    on = versions.minor(versions.current()) >= 38
+    assert first(cl, node, "tcp", WEB) == "refused"  # rejected (1.38), or nothing listens there (1.37)
+    rejected = 'kubeproxy_nftables_localhost_nodeport_rejected_packets_total{ip_family="IPv4",protocol="TCP"}'
+    m = metrics(node)
+    if on:
+        assert m[rejected] >= 1
+    else:
+        assert rejected not in m
+    assert ("Kubernetes " + versions.current()) in cl.proxy_log(node)

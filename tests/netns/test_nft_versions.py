@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from nftproxy.compiler import compile_tables
+from nftproxy.compiler import compile_tables, features
 from nftproxy.dataplane.sync import Dataplane
 from nftproxy.model.manifests import load
 from nftproxy.nft.diff import plan
@@ -46,6 +46,7 @@ WORLD_FLAGS = (
     "--node-name", "node-1", "--node-ip", "198.18.0.1", "--node-ip", "fd00:198:18::1",
     "--cluster-cidr", "10.244.0.0/16", "--cluster-cidr", "fd00:10:244::/48",
     "--nodeport-addresses", "primary,localhost",
+    "--feature-gates", f"{features.LOCALHOST_NODEPORTS}=true",  # render has no cluster: the flag alone
 )  # fmt: skip
 
 

@@ -15,7 +15,7 @@ import os
 import subprocess
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from ipaddress import ip_address, ip_network
 from pathlib import Path
 
@@ -139,6 +139,25 @@ def test_a_port_without_serving_endpoints_loses_its_clusterip_flows_not_its_node
     ct.close()
 
 
+@pytest.mark.parametrize("clear", [True, False], ids=["cleared", "not-cleared (control)"])
+def test_a_deleted_service_loses_its_clusterip_flows_not_its_nodeport_flows(lab: Lab, clear: bool) -> None:
+    """As kube-proxy 1.38 (kubernetes#141371), on every cluster: the Service deleted while its pod
+    still runs, the client's open flow to the ClusterIP is deleted (its next datagram goes nowhere:
+    upstream e2e "should clear conntrack entries when a UDP service is deleted"); the one to the
+    NodePort is not (matched by port number alone, it could be anyone's). The control shows that
+    the flow would otherwise go on reaching the pod."""
+    backend, ct = KernelBackend(lab.node.netns), KernelConntrack(lab.node.netns)
+    dp = start(lab, backend, ct if clear else None, ep(lab.u1))  # the control: no conntrack
+    assert both_flows(lab) == ("u1", "u1")
+    dp.delete_service("default/dns")  # its EndpointSlice stays (deleted a sync later, or never)
+    dp.sync()
+    cluster_ip, node_port = both_flows(lab)
+    assert (cluster_ip == "u1") is (not clear), cluster_ip
+    assert node_port == "u1"
+    backend.close()
+    ct.close()
+
+
 def test_a_restarted_proxy_cleans_what_changed_while_it_was_away(lab: Lab) -> None:
     """A new process's first sync is a full one: the table read back says u1 went away."""
     first, ct = KernelBackend(lab.node.netns), KernelConntrack(lab.node.netns)
@@ -197,6 +216,36 @@ def test_stale_flows_are_those_of_frontends_to_non_serving_addresses() -> None:
     dp.set_slice(EndpointSlice("default", "dns-1", "dns", "IPv4", _two().ports, _two().endpoints[1:]))
     dp.sync()
     assert sorted(f for _, f in ct.deleted) == [FLOWS[0], FLOWS[2]]
+
+
+def test_a_deleted_service_or_port_loses_the_flows_to_its_addresses() -> None:
+    """kube-proxy 1.38 (kubernetes#141371): a UDP Service deleted, or its UDP port removed, leaves
+    no flow to its ClusterIP (whatever endpoint it went to); its NodePort's flows and another
+    Service's are not ours to judge. A ClusterIP taken over in the same sync keeps the flows to
+    the new Service's serving endpoints."""
+    ct = FakeConntrack()
+    dp = Dataplane(FakeBackend(), ProxyConfig(node_name="n"), ct)
+
+    def after(change: Callable[[], None]) -> list[UdpFlow]:
+        dp.set_service(SVC)
+        dp.set_slice(_two())
+        dp.sync()
+        ct.flows[Family.IP] = list(FLOWS)
+        ct.deleted.clear()
+        change()
+        dp.sync()
+        return sorted(f for _, f in ct.deleted)
+
+    assert after(lambda: dp.delete_service("default/dns")) == [FLOWS[0], FLOWS[1]]
+    tcp_only = replace(SVC, ports=(ServicePort("dns-tcp", "TCP", 53, 30054),))
+    assert after(lambda: dp.set_service(tcp_only)) == [FLOWS[0], FLOWS[1]]
+
+    def taken_over() -> None:
+        dp.delete_service("default/dns")
+        dp.set_service(replace(SVC, name="dns-b"))
+        dp.set_slice(replace(_two(), name="dns-b-1", service_name="dns-b", endpoints=_two().endpoints[1:]))
+
+    assert after(taken_over) == [FLOWS[0], FLOWS[2]]  # judged by dns-b: 10.244.1.3 serves
 
 
 def test_a_flow_to_the_old_target_port_of_a_serving_address_is_stale() -> None:

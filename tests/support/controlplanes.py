@@ -7,23 +7,29 @@ from pathlib import Path
 
 import pytest
 
+from testkit.k8s import versions
 from testkit.k8s.controlplane import ControlPlane, ControlPlaneError, cache_dir
 
-OLDEST = "v1.35.4"  # the oldest Kubernetes the chart claims (Chart.yaml kubeVersion), hack/test.sh builds it
+OLDEST = versions.oldest()  # the oldest Kubernetes the chart claims (Chart.yaml kubeVersion), hack/test.sh builds it
+NEWEST = versions.newest()  # the newest it claims
 
 
-def oldest_apiserver() -> Path:
-    """The kube-apiserver of the oldest Kubernetes the chart claims, built by hack/test.sh (fails
-    the test, with the command, when it is missing)."""
-    path = cache_dir() / "oldest" / "bin" / "kube-apiserver"
+def apiserver_of(version: str) -> Path:
+    """The kube-apiserver of that version (hack/test.sh builds the oldest and the newest the chart
+    claims); fails the test, with the command, when it is missing."""
+    path = versions.bin_dir(cache_dir(), version) / "kube-apiserver"
     stamp = path.parent / ".kube-apiserver.version"
-    if not path.is_file() or not stamp.is_file() or stamp.read_text().strip() != OLDEST:
+    if not path.is_file() or not stamp.is_file() or stamp.read_text().strip() != version:
         pytest.fail(
-            f"no kube-apiserver {OLDEST} at {path}: NFTPROXY_CACHE=<cache>/oldest K8S_VERSION={OLDEST} "
-            "K8S_TOOLS=kube-apiserver K8S_NO_HELM=1 bash hack/k8s-tools.sh (hack/test.sh runs it)",
+            f"no kube-apiserver {version} at {path}: K8S_VERSION={version} K8S_TOOLS=kube-apiserver K8S_NO_HELM=1 "
+            "bash hack/k8s-tools.sh (hack/test.sh runs it)",
             pytrace=False,
         )
     return path
+
+
+def oldest_apiserver() -> Path:
+    return apiserver_of(OLDEST)
 
 
 def started_control_plane(

@@ -7,7 +7,7 @@ from __future__ import annotations
 from ipaddress import ip_address, ip_network
 from pathlib import Path
 
-from nftproxy.compiler import ProxyConfig
+from nftproxy.compiler import ProxyConfig, features
 from nftproxy.compiler.config import nodeport_address
 
 GOLDEN = Path(__file__).resolve().parent.parent / "golden"
@@ -54,6 +54,18 @@ CASES: dict[str, tuple[Path, ProxyConfig]] = {
             node_ips=(ip_address("198.18.0.1"), ip_address("fd00:198:18::1")),
             cluster_cidrs=(ip_network("10.244.0.0/16"), ip_network("fd00:10:244::/48")),
             nodeport_addresses=(*nodeport_address("primary"), *nodeport_address("localhost")),
+            enabled_gates=frozenset({features.LOCALHOST_NODEPORTS}),
+        ),
+    ),
+    # kube-proxy 1.38's default: the gate on, no localhost in --nodeport-addresses (no userspace
+    # proxy): every protocol's localhost NodePorts rejected and counted
+    "localhost-rejected": (
+        GOLDEN / "localhost.yaml",
+        ProxyConfig(
+            node_name="node-1",
+            node_ips=(ip_address("198.18.0.1"), ip_address("fd00:198:18::1")),
+            cluster_cidrs=(ip_network("10.244.0.0/16"), ip_network("fd00:10:244::/48")),
+            enabled_gates=frozenset({features.LOCALHOST_NODEPORTS}),
         ),
     ),
 }

@@ -60,6 +60,7 @@ def _lists(services: list[list[dict[str, Any]]], slices: list[list[dict[str, Any
         slices=Prefetch(pages("44", slices)),
         node=kw.get("node") or _done(node),
         cidrs=kw.get("cidrs") or _done([]),
+        version=kw.get("version") or _done({"major": "1", "minor": "37", "gitVersion": "v1.37.2"}),
     )
 
 
@@ -95,6 +96,7 @@ def test_a_failed_list_leaves_the_start_to_the_initial_load(monkeypatch: pytest.
     monkeypatch.setattr(kube, "endpoint_slice_pages", lambda *_: iter([]))
     monkeypatch.setattr(kube, "read_node", lambda api, name: None)
     monkeypatch.setattr(kube, "service_cidrs", lambda api: [])
+    monkeypatch.setattr(kube, "server_version", lambda api: {"major": "1", "minor": "37", "gitVersion": "v1.37.2"})
 
     async def go() -> None:
         syncer, fake = make()

@@ -12,7 +12,7 @@ from ipaddress import ip_address, ip_network
 
 import pytest
 
-from nftproxy.compiler import ProxyConfig
+from nftproxy.compiler import ProxyConfig, features
 from nftproxy.compiler.config import nodeport_address
 from nftproxy.nft.addresses import LocalAddresses
 from nftproxy.operator.health import HealthCheckServers
@@ -57,6 +57,7 @@ def test_nodeport_address_keywords() -> None:
             *nodeport_address("localhost"),
             *nodeport_address("10.0.0.0/8"),
         ),
+        enabled_gates=frozenset({features.LOCALHOST_NODEPORTS}),
     )
     assert [str(n) for n in c.nodeport_networks(4)] == ["198.18.0.1/32", "127.0.0.0/8", "10.0.0.0/8"]
     assert [str(n) for n in c.nodeport_networks(6)] == ["fd00:198:18::1/128", "::1/128"]

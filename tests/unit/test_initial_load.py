@@ -16,6 +16,8 @@ from nftproxy.operator import handlers, kube, rest
 from testkit.k8s import objects as k
 from tests.support.syncer import elements, make, svc
 
+VERSION = {"major": "1", "minor": "37", "gitVersion": "v1.37.2"}  # the apiserver's /version
+
 
 def test_a_retried_list_forgets_what_only_the_failed_attempt_saw(monkeypatch: pytest.MonkeyPatch) -> None:
     attempts: list[int] = []
@@ -31,6 +33,7 @@ def test_a_retried_list_forgets_what_only_the_failed_attempt_saw(monkeypatch: py
     def slice_pages(*_: Any) -> Iterator[list[dict[str, Any]]]:
         yield [k.endpoint_slice("a-1", "a", [k.endpoint("10.244.0.2")], [k.port(80, "http")])]
 
+    monkeypatch.setattr(kube, "server_version", lambda api: VERSION)
     monkeypatch.setattr(kube, "service_pages", service_pages)
     monkeypatch.setattr(kube, "endpoint_slice_pages", slice_pages)
     monkeypatch.setattr(kube, "read_node", lambda api, name: None)
@@ -136,6 +139,7 @@ def test_kopfs_own_list_is_followed_by_ours_which_finds_deletions(monkeypatch: p
 def test_lists_started_at_process_start_are_used_once_with_their_version(monkeypatch: pytest.MonkeyPatch) -> None:
     """The Services list prefetched at start is read (its resourceVersion kept for kopf's
     watch); the EndpointSlice prefetch failed, so the retry lists again, on its own."""
+    monkeypatch.setattr(kube, "server_version", lambda api: VERSION)
     monkeypatch.setattr(kube, "read_node", lambda api, name: None)
     own: list[str] = []
 
@@ -174,6 +178,7 @@ def test_lists_started_at_process_start_are_used_once_with_their_version(monkeyp
 
 
 def test_prefetched_lists_alone_make_the_initial_load(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(kube, "server_version", lambda api: VERSION)
     monkeypatch.setattr(kube, "read_node", lambda api, name: None)
 
     def never(*_: Any) -> Iterator[list[dict[str, Any]]]:

@@ -1,5 +1,6 @@
-"""Localhost NodePorts (--nodeport-addresses localhost): what the compiler decides (the endpoints
-of each TCP NodePort, the UDP/SCTP rejects), the endpoint choice (pure), and the proxy itself on
+"""Localhost NodePorts (gate KubeProxyNFTablesLocalhostNodePorts, --nodeport-addresses localhost):
+what the compiler decides (the endpoints of each TCP NodePort, the UDP/SCTP rejects; every
+protocol rejected without the proxy; nothing with the gate off), the endpoint choice (pure), and the proxy itself on
 this namespace's loopback with real sockets (ports from the kernel): bytes both ways, half-close,
 the retry on the next endpoint, listeners that cannot be opened. The real namespace, table and
 pods: tests/netns/test_localhost_nodeports.py."""
@@ -11,12 +12,13 @@ import random
 import socket
 from collections import Counter
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from ipaddress import ip_address, ip_network
 from typing import Any
 
 import pytest
 
-from nftproxy.compiler import ProxyConfig, compile_tables, names
+from nftproxy.compiler import ProxyConfig, compile_tables, features, names
 from nftproxy.compiler.config import nodeport_address
 from nftproxy.compiler.localhost import LocalhostNodePort
 from nftproxy.dataplane.sync import Dataplane
@@ -32,10 +34,12 @@ from tests.support import syncer as support
 from tests.support.tracer import Packet, Tracer
 
 NODE = "node1"
+GATE = frozenset({features.LOCALHOST_NODEPORTS})  # KubeProxyNFTablesLocalhostNodePorts on
 LOCALHOST = ProxyConfig(
     node_name=NODE,
     node_ips=(ip_address("198.18.0.1"), ip_address("fd00:198:18::1")),
     nodeport_addresses=(*nodeport_address("primary"), *nodeport_address("localhost")),
+    enabled_gates=GATE,
 )
 A, B, C = ("10.244.1.2", "8080"), ("10.244.1.3", "8080"), ("10.244.2.2", "8080")
 
@@ -175,8 +179,9 @@ def test_the_compiler_gives_each_tcp_nodeport_its_table_endpoints() -> None:
     assert again is not got and again[4][30082].endpoints == (B,)
 
 
-def test_without_a_loopback_cidr_nothing_is_served_or_rejected() -> None:
-    for flags in ((), ("primary",), ("all",), ("0.0.0.0/0", "::/0")):
+def test_with_the_gate_off_nothing_is_served_or_rejected() -> None:
+    """kube-proxy 1.37's default: no localhost NodePort handling, even with ``localhost`` asked."""
+    for flags in ((), ("primary",), ("all",), ("0.0.0.0/0", "::/0"), ("primary", "localhost")):
         config = ProxyConfig(node_name=NODE, node_ips=LOCALHOST.node_ips,
                              nodeport_addresses=tuple(a for f in flags for a in nodeport_address(f)))  # fmt: skip
         dp, fake = dataplane(config)
@@ -186,16 +191,50 @@ def test_without_a_loopback_cidr_nothing_is_served_or_rejected() -> None:
             assert fake.tables[(family, "nftproxy")].counters == {}
 
 
-def test_a_loopback_cidr_of_one_family_serves_that_family() -> None:
-    config = ProxyConfig(node_name=NODE, nodeport_addresses=(ip_network("127.0.0.1/32"),))
+def test_with_the_gate_on_and_no_loopback_cidr_every_protocol_is_rejected_and_counted() -> None:
+    """kube-proxy 1.38's default (the gate on, --nodeport-addresses without 127.0.0.1): no
+    userspace proxy, so TCP localhost NodePorts are rejected and counted too."""
+    for flags in ((), ("primary",), ("all",), ("0.0.0.0/0", "::/0"), ("127.0.0.2/32",)):
+        config = ProxyConfig(node_name=NODE, node_ips=LOCALHOST.node_ips, enabled_gates=GATE,
+                             nodeport_addresses=tuple(a for f in flags for a in nodeport_address(f)))  # fmt: skip
+        dp, fake = dataplane(config)
+        assert dp.localhost_nodeports() == {}, flags
+        t = fake.tables[(Family.IP, "nftproxy")]
+        rejects = t.elements[names.LOCALHOST_NODEPORT_REJECT_PORTS]
+        assert rejects[("tcp", "30080")].value == ("goto localhost-nodeport-reject-tcp",)
+        assert rejects[("udp", "30053")].value == ("goto localhost-nodeport-reject-udp",)
+        assert sorted(t.counters) == [f"localhost-nodeport-rejected-{p}" for p in ("sctp", "tcp", "udp")]
+        table = next(tb for tb in compile_tables(*_parsed(), config).tables if tb.family is Family.IP)
+        tracer = Tracer(table, ["198.18.0.1"])
+        tcp = tracer.trace(Packet("127.0.0.1", "127.0.0.1", 30080, "tcp", local=True))
+        assert tcp.targets == {"REJECT"}
+        assert any("localhost-nodeport-reject-tcp" in step for step in tcp.outcomes[0].path), tcp.describe()
+        assert tracer.trace(Packet("198.18.0.100", "198.18.0.1", 30080, "tcp")).targets != {"REJECT"}
+        fake.tables[(Family.IP, "nftproxy")].packets["localhost-nodeport-rejected-tcp"] = 2
+        assert localhost_rejections(fake, config)[("IPv4", "TCP")] == 2
+
+
+def test_a_cidr_holding_localhost_of_one_family_serves_that_family() -> None:
+    """kube-proxy 1.38's ContainsExplicitLoopback, followed on every cluster: a CIDR other than a /0
+    that holds 127.0.0.1 (or ::1). 127.0.0.2/32 no longer starts a proxy on 127.0.0.1 (1.37 did);
+    0.0.0.0/1 now does."""
+    config = ProxyConfig(node_name=NODE, nodeport_addresses=(ip_network("127.0.0.1/32"),), enabled_gates=GATE)
     dp, fake = dataplane(config)
     assert sorted(dp.localhost_nodeports()) == [4]
-    assert names.LOCALHOST_NODEPORT_REJECT_PORTS not in fake.tables[(Family.IP6, "nftproxy")].sets
+    six = fake.tables[(Family.IP6, "nftproxy")].elements[names.LOCALHOST_NODEPORT_REJECT_PORTS]
+    assert six[("tcp", "30080")].value == ("goto localhost-nodeport-reject-tcp",)  # no proxy on ::1: rejected
     # kube-proxy checks the CIDRs as given: with "all" too, localhost NodePorts are served
-    every = ProxyConfig(nodeport_addresses=(*nodeport_address("all"), *nodeport_address("localhost")))
+    every = ProxyConfig(nodeport_addresses=(*nodeport_address("all"), *nodeport_address("localhost")),
+                        enabled_gates=GATE)  # fmt: skip
     assert every.localhost_nodeports(4) and every.localhost_nodeports(6)
-    assert not ProxyConfig(nodeport_addresses=nodeport_address("primary"),
+    assert not ProxyConfig(nodeport_addresses=nodeport_address("primary"), enabled_gates=GATE,
                            node_ips=(ip_address("127.0.0.1"),)).localhost_nodeports(4)  # fmt: skip
+    for cidr, served in (("127.0.0.1/32", True), ("127.0.0.2/32", False), ("127.5.0.0/16", False),
+                         ("0.0.0.0/1", True), ("0.0.0.0/0", False), ("::1/128", True), ("::/1", True),
+                         ("::/0", False)):  # fmt: skip
+        c = ProxyConfig(nodeport_addresses=(ip_network(cidr),), enabled_gates=GATE)
+        assert c.localhost_nodeports(ip_network(cidr).version) is served, cidr
+        assert not replace(c, enabled_gates=frozenset()).localhost_nodeports(ip_network(cidr).version)
 
 
 def test_udp_and_sctp_localhost_nodeports_are_rejected_and_counted() -> None:
@@ -239,7 +278,7 @@ def test_turning_localhost_nodeports_on_and_off_rebuilds_the_table() -> None:
     """Other base rules: another layout (table comment), so the table is rebuilt in one
     transaction, its counters included; the default layout is what it always was (golden)."""
     on = compile_tables(*_parsed(), LOCALHOST).tables[0]
-    off = compile_tables(*_parsed(), ProxyConfig(node_name=NODE, node_ips=LOCALHOST.node_ips)).tables[0]
+    off = compile_tables(*_parsed(), replace(LOCALHOST, enabled_gates=frozenset())).tables[0]
     assert on.comment != off.comment and off.counters == {}
     tx = plan(on, off).render()
     assert tx.startswith("delete table ip nftproxy\nadd table ip nftproxy") and "counter" not in tx

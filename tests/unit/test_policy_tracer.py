@@ -280,10 +280,10 @@ def test_every_rule_our_compiler_can_write_is_understood() -> None:
             "jump mark-for-masquerade",
             f"{family.value} saddr != @cluster-cidrs jump mark-for-masquerade",
         ):
-            for pods, localhost in ((False, False), (True, False), (True, True)):
-                sets = {s.name: s for s in skeleton.base_sets(family, localhost)}
-                chains = {c.name: c for c in skeleton.base_chains(family, localhost)}
-                counters = {c.name: c for c in skeleton.base_counters(localhost)}
+            for pods, rejected in ((False, ()), (True, ()), (True, ("udp", "sctp")), (True, ("tcp", "udp", "sctp"))):
+                sets = {s.name: s for s in skeleton.base_sets(family, rejected)}
+                chains = {c.name: c for c in skeleton.base_chains(family, rejected)}
+                counters = {c.name: c for c in skeleton.base_counters(rejected)}
                 kinds = [
                     (kind, n)
                     for kind in skeleton.KINDS

@@ -69,3 +69,12 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- define "nftproxy.isWildcard" -}}
 {{- if or (eq . "0.0.0.0") (eq . "::") }}true{{ end }}
 {{- end }}
+
+{{/* featureGates (gate: bool) as kube-proxy's --feature-gates: "A=true,B=false", sorted by name. */}}
+{{- define "nftproxy.featureGates" -}}
+{{- $out := list -}}
+{{- range $gate, $on := . -}}
+{{- $out = append $out (printf "%s=%t" $gate $on) -}}
+{{- end -}}
+{{- join "," $out -}}
+{{- end -}}
