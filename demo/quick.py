@@ -9,6 +9,7 @@ leftovers of a demo that was killed.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
@@ -42,8 +43,15 @@ def down() -> int:
     return 0
 
 
-def main() -> int:
-    if "--down" in sys.argv:
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m demo.quick",
+        description="make demo-quick: a control plane, node namespaces and `nftproxy run`",
+    )
+    p.add_argument(
+        "--down", action="store_true", help="remove what an earlier run left (processes, mounts, namespaces)"
+    )
+    if p.parse_args(argv).down:
         return down()
     cleanup_stale()
     WORK.mkdir(exist_ok=True)

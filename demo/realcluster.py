@@ -11,6 +11,7 @@ rolls nftproxy itself. Every step prints its duration. Everything is removed at 
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -159,8 +160,15 @@ def run(c: RealCluster) -> None:
     show(c.kubectl("get", "proxystatus"))
 
 
-def main() -> int:
-    if "--down" in sys.argv:
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m demo.realcluster",
+        description="make demo: a real cluster on this machine, nftproxy installed with helm (KEEP=1 keeps it up)",
+    )
+    p.add_argument(
+        "--down", action="store_true", help="remove what an earlier run left (processes, mounts, namespaces)"
+    )
+    if p.parse_args(argv).down:
         return down()
     if (state_dir(NAME) / "state.json").exists():
         say("a demo cluster from an earlier run is still there: removing it")
