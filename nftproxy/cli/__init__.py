@@ -136,7 +136,12 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="nftproxy", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="nftproxy",
+        description="A kube-proxy replacement: programs a node's nftables for Kubernetes Services, "
+        "each change in one atomic transaction. `run` is the per-node operator; the other commands "
+        "render, apply, verify, explain, trace and clean up its tables (`selftest`: what `helm test` runs).",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     for name, fn, text in (
         ("render", cmd_render, "print the nft script for the given objects; touches nothing"),
