@@ -42,7 +42,7 @@ CONFIG_SETS = (CLUSTER_CIDRS, NODEPORT_IPS, SERVICE_CIDRS)  # elements from the 
 
 # -- localhost NodePorts (gate KubeProxyNFTablesLocalhostNodePorts, compiler/features.py): with
 # --nodeport-addresses holding 127.0.0.1 (``localhost``) TCP is served by the userspace proxy
-# (operator/localhost.py); nftables cannot DNAT loopback, so the other protocols' packets to a
+# (nftproxy/localhost_proxy/); nftables cannot DNAT loopback, so the other protocols' packets to a
 # loopback NodePort (all protocols' without that proxy) are rejected and counted, with kube-proxy's
 # names (its nftables_localhost_nodeport_rejected_packets_total reads these counters).
 LOCALHOST_NODEPORT_REJECT_PORTS = "localhost-nodeport-reject-ports"  # proto . NodePort -> goto its reject chain

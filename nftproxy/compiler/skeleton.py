@@ -213,7 +213,7 @@ SETS: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
 
 
 # -- localhost NodePorts (gate KubeProxyNFTablesLocalhostNodePorts: ProxyConfig.localhost_rejected) --
-# nftables cannot DNAT loopback: TCP is served by the userspace proxy (operator/localhost.py) when
+# nftables cannot DNAT loopback: TCP is served by the userspace proxy (nftproxy/localhost_proxy/) when
 # --nodeport-addresses holds 127.0.0.1, and the other protocols' packets to a loopback NodePort
 # (all protocols' without the proxy) are rejected and counted, as kube-proxy's. The check sits in
 # filter-input (as kube-proxy's, whose nodeport-endpoints-check only filter-input reaches): the
