@@ -335,7 +335,7 @@ def _sticky(family: Family) -> str:
 NODEPORT_STICKY = f"meta l4proto . th dport vmap @{names.STICKY_NODEPORTS}"
 
 
-def rr_sticky(family: Family) -> tuple[str, ...]:
+def rr_sticky_rules(family: Family) -> tuple[str, ...]:
     """A round-robin chain serves every frontend of its Service port: both lookups."""
     ip = family.value
     return (_sticky(family), f"fib daddr type local {ip} daddr @nodeport-ips {NODEPORT_STICKY}")
@@ -454,7 +454,7 @@ def count_objects(
     algorithm (balancing.py), renamed with the tag."""
     f = family
     if kind.startswith(balancing.RR):  # round-robin: objects of its own (balancing.py)
-        return balancing.rr_objects(family, kind, n, masquerade, pods, rr_sticky(family))
+        return balancing.rr_objects(family, kind, n, masquerade, pods, rr_sticky_rules(family))
     if kind.startswith(f"{names.AFFINITY_KIND}:"):
         return affinity_objects(family, kind.split(":", 1)[1], n)
     base, t = balancing.split_kind(kind)
