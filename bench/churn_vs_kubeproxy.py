@@ -20,8 +20,8 @@ so each gets about one write a second); each pod replacement is three writes of 
 
 Measured over the churn (from its first write to its last):
 
-* CPU seconds per minute of the proxy process, user and system apart (/proc/PID/stat utime,
-  stime, plus cutime, cstime of reaped children and the times of children still running:
+* CPU seconds per minute of the proxy process, user and system apart (its own,
+  plus that of reaped children and of children still running, testkit.process.cpu_user_system:
   kube-proxy's ``nft`` runs); kube-proxy's in-namespace API forwarder (testkit.lab.nsforward)
   and the counting forwarder below are not counted, nor the apiserver or etcd;
 * RSS (VmRSS) of the proxy process at the start and end of the churn, and its peak (sampled
@@ -77,12 +77,13 @@ import yaml
 import nftproxy
 from bench.apiserver import NS, cluster_ip, import_many, prepare, stored
 from bench.figures import figure
-from bench.runners import METRICS, NODE, KubeProxyRunner, NftproxyRunner, Runner, kube_proxy_version, rss_mb
+from bench.runners import METRICS, NODE, KubeProxyRunner, NftproxyRunner, Runner, kube_proxy_version
 from testkit.k8s import objects
 from testkit.k8s.controlplane import ControlPlane
 from testkit.k8s.kubeproxy import http_get_in, parse_metrics, wait_synced
 from testkit.lab.netlab import bare_netns
 from testkit.lab.nftwatch import _NEWSETELEM, NFNL_SUBSYS_NFTABLES, ElementWatch, _messages, _Watch, service_key
+from testkit.process import cpu_user_system, rss_mb
 
 TRIGGER = "endpoints.kubernetes.io/last-change-trigger-time"
 ENDPOINTS = 10
@@ -196,37 +197,6 @@ def stream(services: int, concurrent: int, seed: int) -> Iterator[Write]:
 def rfc3339(t: float) -> str:
     """``t`` (time.time()) as the endpointslice controller writes the trigger time (RFC 3339, UTC)."""
     return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def cpu_times(stat: str) -> tuple[int, int, int, int]:
-    """utime, stime, cutime, cstime (clock ticks) from the text of /proc/PID/stat."""
-    fields = stat[stat.rindex(")") + 2 :].split()  # from field 3 (state) on: comm may hold spaces
-    utime, stime, cutime, cstime = (int(f) for f in fields[11:15])
-    return utime, stime, cutime, cstime
-
-
-def cpu_user_system(pid: int) -> tuple[float, float]:
-    """User and system CPU seconds of the process, its reaped children and its running children
-    (with theirs), as bench.runners.cpu_s but apart."""
-    user, system = _ticks(pid)
-    tck = os.sysconf("SC_CLK_TCK")
-    return user / tck, system / tck
-
-
-def _ticks(pid: int) -> tuple[int, int]:
-    try:
-        u, s, cu, cs = cpu_times(Path(f"/proc/{pid}/stat").read_text())
-    except FileNotFoundError:  # reaped since its parent listed it: in the parent's cutime, or missed
-        return 0, 0
-    user, system = u + cu, s + cs
-    children: set[int] = set()
-    for task in Path(f"/proc/{pid}/task").glob("*"):
-        with contextlib.suppress(FileNotFoundError):
-            children.update(int(c) for c in (task / "children").read_text().split())
-    for c in children:
-        cu2, cs2 = _ticks(c)
-        user, system = user + cu2, system + cs2
-    return user, system
 
 
 def pct(values: list[float], p: float) -> float | None:

@@ -45,6 +45,7 @@ from types import TracebackType
 from typing import IO, Any
 
 from testkit.k8s import versions
+from testkit.process import cmdline, pid_alive
 
 __all__ = [
     "SERVICE_CLUSTER_IP_RANGE",
@@ -268,30 +269,6 @@ def _tail(path: Path, lines: int = 40) -> str:
     except OSError:
         return "(no log)"
     return "\n".join(text.splitlines()[-lines:])
-
-
-def pid_alive(pid: int) -> bool:
-    """Is ``pid`` running (a zombie counts as gone)?"""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie (exited, not yet reaped by its parent) counts as gone.
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
-
-
-def _cmdline(pid: int) -> list[str]:
-    try:
-        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return []
-    return [a.decode(errors="replace") for a in raw.split(b"\0") if a]
 
 
 # --------------------------------------------------------------------------- processes
@@ -792,7 +769,7 @@ def _our_pids(d: Path, state: dict[str, Any]) -> dict[str, int]:
     """PIDs from the state file that still run our binary with our work dir (no PID-reuse kills)."""
     out: dict[str, int] = {}
     for name, pid in (state.get("pids") or {}).items():
-        argv = _cmdline(int(pid))
+        argv = cmdline(int(pid))
         if argv and Path(argv[0]).name == name and any(str(d) in a for a in argv):
             out[name] = int(pid)
     return {n: p for n, p in out.items() if pid_alive(p)}
