@@ -20,8 +20,9 @@ measured:
   its ``service-ips`` element. Median of ``--rounds`` (5);
 * RSS of the proxy process right after its first sync (VmRSS; nftproxy's short-lived ``nft``
   children for big transactions are not counted);
-* CPU seconds the proxy process spent (user + system, plus that of the children it reaped: nftproxy's short-lived ``nft`` processes,
-  kube-proxy's ``nft`` runs, plus those of its children still running: testkit.process.cpu_s):
+* CPU seconds the proxy process spent (user + system, plus that of the children it reaped:
+  nftproxy's short-lived ``nft`` processes, kube-proxy's ``nft`` runs, plus those of its children
+  still running: testkit.process.cpu_s):
   (a) from its start to the first sync committed, (b) from its start
   to the end of the new-Service rounds (the whole measurement at that size; its wall time is
   printed too). kube-proxy's API forwarder (testkit.lab.nsforward, a separate process) is not

@@ -6,18 +6,9 @@ from __future__ import annotations
 import itertools
 from datetime import datetime
 
-from bench.churn_vs_kubeproxy import (
-    ENDPOINTS,
-    TRIGGER,
-    categorize,
-    inclusive_table,
-    initial_pods,
-    metric_sum,
-    pct,
-    profile_table,
-    rfc3339,
-    stream,
-)
+from bench.churn_vs_kubeproxy.profile import categorize, inclusive_table, profile_table
+from bench.churn_vs_kubeproxy.results import metric_sum, pct
+from bench.churn_vs_kubeproxy.stream import ENDPOINTS, TRIGGER, initial_pods, rfc3339, stream
 
 
 def _conditions(body: dict) -> dict[str, tuple[bool, bool, bool]]:  # type: ignore[type-arg]
