@@ -64,7 +64,7 @@ COPY --from=build /staging/usr/local /usr/local
 # writing bytecode.
 RUN python3 -c 'import nftproxy.cli, nftproxy.migration, nftproxy.operator.main, nftproxy.operator.kube, nftables' \
  && python3 -c 'import nftproxy.operator.early, nftproxy.operator.handlers, nftproxy.operator.health' \
- && python3 -c 'import nftproxy.operator.status, nftproxy.operator.kubeproxy_watch, nftproxy.operator.localhost, tenacity' \
+ && python3 -c 'import nftproxy.operator.status, nftproxy.operator.kubeproxy_watch, nftproxy.localhost_proxy, tenacity' \
  && python3 -c 'import nftproxy.cli.explain, nftproxy.cli.trace, nftproxy.cli.selftest' \
  && python3 -B -c 'import nftproxy.cli.explain, nftproxy.cli.trace, nftproxy.cli.verify' \
  && python3 -B -c 'from kubernetes.client import CoreV1Api, DiscoveryV1Api, CustomObjectsApi' \

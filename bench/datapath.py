@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -43,6 +42,7 @@ from testkit.k8s import objects
 from testkit.k8s.controlplane import ControlPlane
 from testkit.k8s.kubeproxy import wait_synced
 from testkit.lab.netlab import bare_netns
+from testkit.process import cpu_user_system
 
 PROBE_VIP, PROBE_PORT = "10.96.251.1", 80  # among the probes' addresses (bench.apiserver.cluster_ip), not the bulk's
 POD_IP, POD_PORT = "10.200.0.2", 8080
@@ -86,9 +86,8 @@ def node_with_pod(prefix: str = "dp") -> Iterator[tuple[str, subprocess.Popen[by
 
 
 def sys_seconds(pid: int) -> float:
-    """System CPU time of a process and its waited-for children (clock ticks -> seconds)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[12]) + int(fields[14])) / os.sysconf("SC_CLK_TCK")
+    """System CPU time of a process and its waited-for children."""
+    return cpu_user_system(pid, running_children=False)[1]
 
 
 def run_client(node: str, count: int) -> dict[str, Any]:

@@ -4,7 +4,7 @@ Run: ``flock /tmp/nftproxy-heavy.lock .venv/bin/python -m bench localhost_proxy`
 per bulk transfer, default 256 MiB; ``--rounds`` 3; ``--connections`` 3000; ``--parallel`` 4).
 
 A node namespace and a pod namespace behind a veth pair (both ``lhnp-…``); the pod runs a
-threaded TCP server (bench/localhost_proxy_peer.py); the proxy (operator/localhost.py, as
+threaded TCP server (bench/localhost_proxy_peer.py); the proxy (nftproxy/localhost_proxy/, as
 ``nftproxy run --netns`` runs it: an event loop in this process, its sockets made in the node's
 namespace) serves 127.0.0.1:NODEPORT there with the pod as its one endpoint. Clients run in the
 node namespace, each figure twice: to the pod directly (the kernel alone: what a NodePort on a
@@ -39,7 +39,7 @@ from typing import Any, TypeVar
 
 from bench.figures import figure
 from nftproxy.compiler.localhost import LocalhostNodePort
-from nftproxy.operator.localhost import LocalhostNodePorts
+from nftproxy.localhost_proxy import LocalhostNodePorts
 from nftproxy.operator.metrics import Metrics
 from testkit.lab.netlab import bare_netns
 

@@ -55,6 +55,7 @@ from nftproxy.nft.backend import NftError
 from nftproxy.nft.kernel import KernelBackend
 from nftproxy.nft.objects import Family
 from nftproxy.operator import kube
+from testkit import process
 from testkit.k8s.controlplane import ControlPlane
 from testkit.lab.nftwatch import ElementWatch
 
@@ -122,8 +123,7 @@ class Node:
 
     def rss_mb(self) -> tuple[float, float]:
         assert self.proc
-        fields = dict(line.split(":", 1) for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines())
-        return int(fields["VmRSS"].split()[0]) / 1024, int(fields["VmHWM"].split()[0]) / 1024
+        return process.rss_mb(self.proc.pid), process.peak_rss_mb(self.proc.pid)
 
     def close(self) -> None:
         self.stop()

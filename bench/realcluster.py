@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shutil
 import statistics
@@ -29,6 +30,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from testkit import process
 from testkit.realcluster import RealCluster, procs
 from testkit.realcluster import workload as w
 
@@ -54,16 +56,13 @@ def rss_by_component(c: RealCluster) -> dict[str, float]:
     """MiB of RSS per process name, every process of the cluster's cgroup."""
     out: dict[str, float] = defaultdict(float)
     for pid in procs.cgroup_pids(c.cgroup):
-        try:
-            status = Path(f"/proc/{pid}/status").read_text()
-        except OSError:
+        name, rss = process.name(pid), process.rss_mb(pid)
+        if not name or math.isnan(rss):  # gone meanwhile
             continue
-        name = next(line.split()[1] for line in status.splitlines() if line.startswith("Name:"))
         if name.startswith("python"):  # the nftproxy pods, or the apiserver forwarder
-            args = procs.cmdline(pid)
+            args = " ".join(process.cmdline(pid))
             name = "forwarder (python)" if "realcluster.forward" in args else "nftproxy pods (python)"
-        rss = next((int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:")), 0)
-        out[name] += rss / 1024
+        out[name] += rss
     return dict(out)
 
 

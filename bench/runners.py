@@ -3,7 +3,6 @@ started and stopped the same way for each."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,39 +14,6 @@ NODE = "bench-node"
 
 
 METRICS = ("127.0.0.1", 10249)
-
-
-def rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
-
-
-def cpu_s(pid: int) -> float:
-    """CPU seconds the process and its children have spent so far: its user + system time
-    (utime, stime), that of the children it has reaped (cutime, cstime: nftproxy's short-lived
-    ``nft``, kube-proxy's ``nft`` runs), and that of its children still running, with theirs in
-    turn (kube-proxy's ``nft`` of a big sync may still be exiting when the kernel has announced
-    the last element), from /proc/PID/stat, in clock ticks of SC_CLK_TCK. A child reaped between
-    the reads is missed (not counted twice: the parent is read first)."""
-    return _ticks(pid) / os.sysconf("SC_CLK_TCK")
-
-
-def _ticks(pid: int) -> int:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:  # reaped since its parent listed it: counted in the parent's cutime or missed
-        return 0
-    fields = stat[stat.rindex(")") + 2 :].split()  # from field 3 (state) on: comm may hold spaces
-    total = sum(int(f) for f in fields[11:15])  # fields 14-17: utime, stime, cutime, cstime
-    children: set[int] = set()
-    for task in Path(f"/proc/{pid}/task").glob("*"):
-        try:
-            children.update(int(c) for c in (task / "children").read_text().split())
-        except FileNotFoundError:  # thread exited
-            continue
-    return total + sum(_ticks(c) for c in children)
 
 
 def kube_proxy_version() -> str:

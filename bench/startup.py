@@ -14,11 +14,11 @@ import argparse
 import asyncio
 import gc
 import json
+import os
 import subprocess
 import sys
 import time
 import uuid
-from pathlib import Path
 
 from bench.figures import figure
 from bench.listed import endpoint_slice, service
@@ -29,13 +29,14 @@ from nftproxy.nft.kernel import KernelBackend
 from nftproxy.operator.metrics import Metrics
 from nftproxy.operator.settings import Settings
 from nftproxy.operator.syncer import Syncer
+from testkit.process import peak_rss_mb, rss_mb
 
 PAGE = 500
 
 
 def rss() -> tuple[float, float]:
-    fields = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines())
-    return int(fields["VmRSS"].split()[0]) / 1024, int(fields["VmHWM"].split()[0]) / 1024
+    """This process's RSS and peak RSS, MiB."""
+    return rss_mb(os.getpid()), peak_rss_mb(os.getpid())
 
 
 def pages(make: object, n: int) -> list[bytes]:

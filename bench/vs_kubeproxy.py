@@ -20,9 +20,9 @@ measured:
   its ``service-ips`` element. Median of ``--rounds`` (5);
 * RSS of the proxy process right after its first sync (VmRSS; nftproxy's short-lived ``nft``
   children for big transactions are not counted);
-* CPU seconds the proxy process spent (user + system, /proc/PID/stat utime + stime, plus
-  cutime + cstime of the children it reaped: nftproxy's short-lived ``nft`` processes,
-  kube-proxy's ``nft`` runs, plus those of its children still running: bench.runners.cpu_s):
+* CPU seconds the proxy process spent (user + system, plus that of the children it reaped:
+  nftproxy's short-lived ``nft`` processes, kube-proxy's ``nft`` runs, plus those of its children
+  still running: testkit.process.cpu_s):
   (a) from its start to the first sync committed, (b) from its start
   to the end of the new-Service rounds (the whole measurement at that size; its wall time is
   printed too). kube-proxy's API forwarder (testkit.lab.nsforward, a separate process) is not
@@ -54,12 +54,13 @@ from typing import Any, cast
 import nftproxy
 from bench.apiserver import NS, PROBE_BASE, cluster_ip, create_many, endpoint_slice, import_many, prepare, service
 from bench.figures import figure
-from bench.runners import METRICS, NODE, KubeProxyRunner, NftproxyRunner, Runner, cpu_s, kube_proxy_version, rss_mb
+from bench.runners import METRICS, NODE, KubeProxyRunner, NftproxyRunner, Runner, kube_proxy_version
 from nftproxy.operator import kube
 from testkit.k8s.controlplane import ControlPlane
 from testkit.k8s.kubeproxy import wait_synced
 from testkit.lab.netlab import bare_netns
 from testkit.lab.nftwatch import ElementWatch, service_key
+from testkit.process import cpu_s, rss_mb
 
 NEW_BASE = PROBE_BASE + 500  # indexes of the Services created during the rounds (10.96.251.244 on)
 

@@ -24,11 +24,10 @@ The per-count kinds of skeleton.py carry the algorithm as ``kind@tag`` (``lb@sh`
 
 from __future__ import annotations
 
-import hashlib
 import re
 from dataclasses import replace
 
-from nftproxy.compiler.names import RR_LOCAL_NODEPORTS, RR_LOCAL_SERVICES, RR_NODEPORTS, RR_SERVICES
+from nftproxy.compiler.names import PORT_TAG, RR_LOCAL_NODEPORTS, RR_LOCAL_SERVICES, RR_NODEPORTS, RR_SERVICES, port_tag
 from nftproxy.model.balancing import ALGORITHMS, ANNOTATION, RANDOM, ROUND_ROBIN, SOURCE_HASH, from_annotations
 from nftproxy.nft.objects import Chain, Family, Set
 
@@ -45,8 +44,7 @@ def tag(algorithm: str, service: str, port: str, proto: str, sticky: bool = Fals
     if algorithm == SOURCE_HASH:
         return "sh"
     if algorithm == ROUND_ROBIN:
-        digest = hashlib.sha256(f"{service}/{port}/{proto}".encode()).hexdigest()[:10]
-        return f"{digest}{'s' if sticky else ''}"
+        return f"{port_tag(service, port, proto)}{'s' if sticky else ''}"
     return ""
 
 
@@ -116,9 +114,14 @@ def rr_name(t: str, n: int) -> str:
     return f"rr-{t}-{n}"
 
 
+def sticky_tag(t: str) -> bool:
+    """Does this round-robin tag's Service have sessionAffinity (flag ``s`` after the digest)?"""
+    return "s" in t[PORT_TAG:]
+
+
 def rr_sticky(map_name: str) -> bool:
-    """Does this round-robin map's Service have sessionAffinity (tag flag ``s``)?"""
-    return map_name.startswith("rr-") and "s" in map_name[3:].rsplit("-", 1)[0][10:]
+    """Does this round-robin map's Service have sessionAffinity?"""
+    return map_name.startswith("rr-") and sticky_tag(map_name[3:].rsplit("-", 1)[0])
 
 
 def rr_objects(
@@ -154,4 +157,4 @@ def rr_objects(
     name = rr_name(t, n)
     the_map = Set(name, f"typeof numgen inc mod {n} : {ip} daddr . th dport", comment=f"round-robin: one of {n}")
     dnat = f"meta l4proto {{ tcp, udp, sctp }} dnat {ip} to numgen inc mod {n} map @{name}"
-    return [the_map], [Chain(name, (*sticky_rules, dnat) if "s" in t[10:] else (dnat,))]
+    return [the_map], [Chain(name, (*sticky_rules, dnat) if sticky_tag(t) else (dnat,))]

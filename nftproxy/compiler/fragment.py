@@ -316,7 +316,7 @@ def _affinity(
     LoadBalancer IPs. Frontends under a Local policy choose among this node's endpoints, so they
     share a record of their own (tag + "l"); pod and node traffic short-circuited there uses it too."""
     cluster, local = lists
-    tag = names.affinity_tag(svc, port, p.proto)
+    tag = names.port_tag(svc, port, p.proto)
     uses = [(p.cluster, fe.itp_local, names.AFFINITY_SERVICES, names.STICKY_SERVICES)]
     uses += [(k, fe.etp_local, names.AFFINITY_SERVICES, names.STICKY_SERVICES) for k in p.externals]
     if p.node_port:

@@ -1,4 +1,4 @@
-"""Localhost NodePorts: what the userspace proxy (operator/localhost.py) serves of one TCP
+"""Localhost NodePorts: what the userspace proxy (nftproxy/localhost_proxy/) serves of one TCP
 NodePort on a loopback address, decided by the compiler with the table, from the same endpoint
 choice (endpoints.categorize), so the proxy and the table never disagree on who serves a port.
 

@@ -42,7 +42,7 @@ CONFIG_SETS = (CLUSTER_CIDRS, NODEPORT_IPS, SERVICE_CIDRS)  # elements from the 
 
 # -- localhost NodePorts (gate KubeProxyNFTablesLocalhostNodePorts, compiler/features.py): with
 # --nodeport-addresses holding 127.0.0.1 (``localhost``) TCP is served by the userspace proxy
-# (operator/localhost.py); nftables cannot DNAT loopback, so the other protocols' packets to a
+# (nftproxy/localhost_proxy/); nftables cannot DNAT loopback, so the other protocols' packets to a
 # loopback NodePort (all protocols' without that proxy) are rejected and counted, with kube-proxy's
 # names (its nftables_localhost_nodeport_rejected_packets_total reads these counters).
 LOCALHOST_NODEPORT_REJECT_PORTS = "localhost-nodeport-reject-ports"  # proto . NodePort -> goto its reject chain
@@ -69,12 +69,15 @@ def localhost_nodeport_rejected_counter(proto: str) -> str:
 #   chain sticky-<tag>-<timeout>          dnat a known client to its endpoint (reached from the
 #                                         load-balance chains through sticky-services/-nodeports)
 #   chain affinity-record-<tag>-<timeout> write the record (postrouting, through affinity-services/-nodeports)
+PORT_TAG = 10  # hex digits of a Service port's digest (port_tag)
 AFFINITY_KIND = "affinity"  # kind "affinity:<tag>", N: the timeout
-_AFFINITY_MAP = re.compile(r"^affinity-(port-)?([0-9a-f]{10}l?)-(\d+)$")
+_AFFINITY_MAP = re.compile(rf"^affinity-(port-)?([0-9a-f]{{{PORT_TAG}}}l?)-(\d+)$")
 
 
-def affinity_tag(service: str, port: str, proto: str) -> str:
-    return hashlib.sha256(f"{service}/{port}/{proto}".encode()).hexdigest()[:10]
+def port_tag(service: str, port: str, proto: str) -> str:
+    """A Service port's digest (10 hex digits) in the names of its own objects: its affinity
+    records and chains, and its round-robin map and chain (balancing.tag)."""
+    return hashlib.sha256(f"{service}/{port}/{proto}".encode()).hexdigest()[:PORT_TAG]
 
 
 def affinity_map(tag: str, timeout: int) -> str:
@@ -177,7 +180,7 @@ def frontend_width(set_name: str) -> int | None:
 
 # -- round-robin (balancing.py): a Service port's own map, keyed by slot only ----------------
 RR_PREFIX = "rr-"
-_RR_MAP = re.compile(r"^rr-([0-9a-f]{10}s?)-(\d+)$")
+_RR_MAP = re.compile(rf"^rr-([0-9a-f]{{{PORT_TAG}}}s?)-(\d+)$")
 
 
 def rr_map(set_name: str) -> tuple[str, int] | None:

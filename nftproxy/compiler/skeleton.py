@@ -213,7 +213,7 @@ SETS: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
 
 
 # -- localhost NodePorts (gate KubeProxyNFTablesLocalhostNodePorts: ProxyConfig.localhost_rejected) --
-# nftables cannot DNAT loopback: TCP is served by the userspace proxy (operator/localhost.py) when
+# nftables cannot DNAT loopback: TCP is served by the userspace proxy (nftproxy/localhost_proxy/) when
 # --nodeport-addresses holds 127.0.0.1, and the other protocols' packets to a loopback NodePort
 # (all protocols' without the proxy) are rejected and counted, as kube-proxy's. The check sits in
 # filter-input (as kube-proxy's, whose nodeport-endpoints-check only filter-input reaches): the
@@ -335,7 +335,7 @@ def _sticky(family: Family) -> str:
 NODEPORT_STICKY = f"meta l4proto . th dport vmap @{names.STICKY_NODEPORTS}"
 
 
-def rr_sticky(family: Family) -> tuple[str, ...]:
+def rr_sticky_rules(family: Family) -> tuple[str, ...]:
     """A round-robin chain serves every frontend of its Service port: both lookups."""
     ip = family.value
     return (_sticky(family), f"fib daddr type local {ip} daddr @nodeport-ips {NODEPORT_STICKY}")
@@ -454,7 +454,7 @@ def count_objects(
     algorithm (balancing.py), renamed with the tag."""
     f = family
     if kind.startswith(balancing.RR):  # round-robin: objects of its own (balancing.py)
-        return balancing.rr_objects(family, kind, n, masquerade, pods, rr_sticky(family))
+        return balancing.rr_objects(family, kind, n, masquerade, pods, rr_sticky_rules(family))
     if kind.startswith(f"{names.AFFINITY_KIND}:"):
         return affinity_objects(family, kind.split(":", 1)[1], n)
     base, t = balancing.split_kind(kind)

@@ -100,9 +100,9 @@ async def _main(
     # -- the first sync is in (or was tried): now kopf, aiohttp and the Kubernetes client ------
     import kopf  # noqa: PLC0415
 
+    from nftproxy.localhost_proxy import LocalhostNodePorts, localhost_rejections, raise_fd_limit  # noqa: PLC0415
     from nftproxy.operator import handlers, health, kube  # noqa: PLC0415
     from nftproxy.operator.kubeproxy_watch import KubeProxyWatch  # noqa: PLC0415
-    from nftproxy.operator.localhost import LocalhostNodePorts, localhost_rejections, raise_fd_limit  # noqa: PLC0415
     from nftproxy.operator.status import StatusWriter  # noqa: PLC0415
 
     api = api or kube.api_client(settings.kubeconfig)

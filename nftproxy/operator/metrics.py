@@ -114,7 +114,7 @@ class Metrics:
         self.services = Gauge("nftproxy_services", "Services programmed", registry=r)
         self.endpoints = Gauge("nftproxy_endpoints", "Endpoints programmed", registry=r)
         self.skipped = Gauge("nftproxy_skipped_objects", "Objects left out for bad input", registry=r)
-        # -- localhost NodePorts (operator/localhost.py), label ip_family: IPv4 | IPv6 ---------
+        # -- localhost NodePorts (nftproxy/localhost_proxy/), label ip_family: IPv4 | IPv6 ---------
         self.localhost_listeners = Gauge(
             "kubeproxy_nftables_localhost_nodeport_listeners",
             "Number of active localhost NodePort userspace proxy listeners.",

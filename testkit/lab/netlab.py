@@ -42,7 +42,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
 
-from testkit.k8s.controlplane import pid_alive as _pid_alive
+from testkit.process import pid_alive
 
 __all__ = [
     "Client",
@@ -277,7 +277,7 @@ def cleanup_stale(prefix: str = "np") -> list[str]:
         if m is None:
             return False
         pid = int(m.group(1))
-        return pid != os.getpid() and not _pid_alive(pid)
+        return pid != os.getpid() and not pid_alive(pid)
 
     names = [n for n in list_netns() if stale(n)]
     _kill_netns_processes(names)

@@ -42,7 +42,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from testkit.k8s.controlplane import ControlPlane, cache_dir, find_binary, pid_alive
+from testkit.k8s.controlplane import ControlPlane, cache_dir, find_binary
+from testkit.process import pid_alive
 from testkit.realcluster import images as imagelib
 from testkit.realcluster import procs
 from testkit.realcluster.node import (

@@ -17,7 +17,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from testkit.k8s.controlplane import pid_alive
+from testkit.process import cmdline, pid_alive
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 
@@ -99,15 +99,8 @@ def kill_cgroup(rel: str, timeout: float = 10.0) -> None:
                     time.sleep(0.1)
 
 
-def cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""
-
-
 def ours(pid: int, marker: str) -> bool:
-    return pid_alive(pid) and marker in cmdline(pid)
+    return pid_alive(pid) and marker in " ".join(cmdline(pid))
 
 
 def spawn(

@@ -38,6 +38,7 @@ from nftproxy.diagnose.verify import Report
 from nftproxy.nft import netns as netns_mod
 from nftproxy.nft.kernel import KernelBackend
 from nftproxy.operator import kube
+from testkit import process
 from testkit.k8s import objects
 from testkit.k8s.cluster import LocalCluster
 from testkit.k8s.controlplane import ControlPlane
@@ -307,11 +308,7 @@ class Churn:
         raise AssertionError(f"nftproxy not healthy after {timeout}s:\n{self.cl.proxy_log(self.node)[-3000:]}")
 
     def rss_mb(self) -> float:
-        proc = self.cl.proxies[self.node.name]
-        for line in Path(f"/proc/{proc.pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-        return 0.0
+        return process.rss_mb(self.cl.proxies[self.node.name].pid)
 
     def check(self, attempts: int = 30) -> Report:
         """The checker; API errors (a pooled connection the restarted apiserver dropped) are retried."""

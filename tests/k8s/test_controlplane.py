@@ -12,9 +12,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import psutil
 import pytest
 from kubernetes import client, config  # the client kopf and nftproxy use
 
+from testkit import process
 from testkit.k8s.controlplane import (
     SERVICE_CLUSTER_IP_RANGE,
     ControlPlane,
@@ -40,15 +42,12 @@ def _eventually(check: Callable[[], bool], timeout: float = 15.0) -> None:
 def _processes_mentioning(text: str) -> list[tuple[int, str]]:
     """(pid, cmdline) of every live process whose command line contains TEXT."""
     found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+    for proc in psutil.process_iter():
+        if proc.pid == os.getpid():
             continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
-            continue
+        cmdline = " ".join(process.cmdline(proc.pid))
         if text in cmdline:
-            found.append((int(entry.name), cmdline))
+            found.append((proc.pid, cmdline))
     return found
 
 

@@ -27,7 +27,7 @@ TIMEOUT = 2
 CLUSTER_IP6 = "fd00:10:96::5:10"
 EXTERNAL_IP = "198.19.5.10"  # routed to the node by the lab (EXTERNAL4)
 EXTERNAL_IP6 = "fd00:198:19::5:10"
-TAG = names.affinity_tag("default/sticky", "http", "tcp")
+TAG = names.port_tag("default/sticky", "http", "tcp")
 
 
 def sticky(timeout: int = TIMEOUT) -> Service:

@@ -28,10 +28,10 @@ import pytest
 from nftproxy.compiler import ProxyConfig, features
 from nftproxy.compiler.config import nodeport_address
 from nftproxy.dataplane.sync import Dataplane
+from nftproxy.localhost_proxy import LocalhostNodePorts, localhost_rejections
 from nftproxy.model.manifests import classify
 from nftproxy.nft.kernel import KernelBackend
 from nftproxy.nft.objects import Family
-from nftproxy.operator.localhost import LocalhostNodePorts, localhost_rejections
 from nftproxy.operator.metrics import Metrics
 from testkit.k8s import objects as k
 from testkit.lab.netlab import NetLab, Node, Pod, cleanup_stale

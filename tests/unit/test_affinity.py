@@ -21,7 +21,7 @@ CFG = ProxyConfig(
 )
 STICKY = {"sessionAffinity": "ClientIP", "sessionAffinityConfig": {"clientIP": {"timeoutSeconds": 60}}}
 HTTP = [{"name": "http", "port": 8080, "protocol": "TCP"}]
-TAG = names.affinity_tag("default/web", "http", "tcp")
+TAG = names.port_tag("default/web", "http", "tcp")
 
 
 def objects(**spec: Any) -> list[k.Obj]:

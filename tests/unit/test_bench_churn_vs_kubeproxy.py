@@ -1,24 +1,14 @@
-"""The pure parts of bench.churn_vs_kubeproxy: the rolling-Deployment stream, the CPU split,
-the percentile and the profile's categories."""
+"""The pure parts of bench.churn_vs_kubeproxy: the rolling-Deployment stream, the percentile and the
+profile's categories."""
 
 from __future__ import annotations
 
 import itertools
 from datetime import datetime
 
-from bench.churn_vs_kubeproxy import (
-    ENDPOINTS,
-    TRIGGER,
-    categorize,
-    cpu_times,
-    inclusive_table,
-    initial_pods,
-    metric_sum,
-    pct,
-    profile_table,
-    rfc3339,
-    stream,
-)
+from bench.churn_vs_kubeproxy.profile import categorize, inclusive_table, profile_table
+from bench.churn_vs_kubeproxy.results import metric_sum, pct
+from bench.churn_vs_kubeproxy.stream import ENDPOINTS, TRIGGER, initial_pods, rfc3339, stream
 
 
 def _conditions(body: dict) -> dict[str, tuple[bool, bool, bool]]:  # type: ignore[type-arg]
@@ -74,12 +64,6 @@ def test_trigger_time_is_rfc3339_utc() -> None:
     text = rfc3339(1_796_212_800.25)
     assert text.endswith("Z") and text == "2026-12-02T12:00:00.250000Z"
     assert datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp() == 1_796_212_800.25
-
-
-def test_cpu_times_read_past_a_comm_with_spaces() -> None:
-    rest = " ".join(str(x) for x in range(4, 53))  # fields 4.. ; utime is field 14
-    stat = f"123 (kube proxy (x)) S {rest}"
-    assert cpu_times(stat) == (14, 15, 16, 17)
 
 
 def test_pct_and_metric_sum() -> None:

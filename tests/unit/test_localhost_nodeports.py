@@ -1,6 +1,6 @@
 """Localhost NodePorts (gate KubeProxyNFTablesLocalhostNodePorts, --nodeport-addresses localhost):
 what the compiler decides (the endpoints of each TCP NodePort, the UDP/SCTP rejects; every
-protocol rejected without the proxy; nothing with the gate off), the endpoint choice (pure), and the proxy itself on
+protocol rejected without the proxy; nothing with the gate off), and the proxy itself on
 this namespace's loopback with real sockets (ports from the kernel): bytes both ways, half-close,
 the retry on the next endpoint, listeners that cannot be opened. The real namespace, table and
 pods: tests/netns/test_localhost_nodeports.py."""
@@ -8,9 +8,7 @@ pods: tests/netns/test_localhost_nodeports.py."""
 from __future__ import annotations
 
 import asyncio
-import random
 import socket
-from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from ipaddress import ip_address, ip_network
@@ -23,11 +21,11 @@ from nftproxy.compiler.config import nodeport_address
 from nftproxy.compiler.localhost import LocalhostNodePort
 from nftproxy.dataplane.sync import Dataplane
 from nftproxy.diagnose.verify import compare
+from nftproxy.localhost_proxy import LocalhostNodePorts, localhost_rejections
 from nftproxy.model.manifests import Inputs, classify
 from nftproxy.nft.diff import plan
 from nftproxy.nft.fake import FakeBackend
 from nftproxy.nft.objects import Family, Slot
-from nftproxy.operator.localhost import LocalhostNodePorts, Picker, client_hash, localhost_rejections
 from nftproxy.operator.metrics import Metrics
 from testkit.k8s import objects as k
 from tests.support import syncer as support
@@ -46,66 +44,6 @@ A, B, C = ("10.244.1.2", "8080"), ("10.244.1.3", "8080"), ("10.244.2.2", "8080")
 
 def spec(eps: tuple[Slot, ...], algorithm: str = "random", affinity: int = 0, port: int = 30080) -> LocalhostNodePort:
     return LocalhostNodePort(port, "ns/web", "http", algorithm, affinity, False, eps, ())
-
-
-def first(p: Picker, client: str = "127.0.0.1") -> Slot:
-    return next(p.candidates(client))
-
-
-# -- which endpoint ----------------------------------------------------------------------------
-
-
-def test_random_spreads_and_a_retry_never_repeats() -> None:
-    p = Picker(spec((A, B, C)), random.Random(7))
-    seen = Counter(first(p) for _ in range(3000))
-    assert set(seen) == {A, B, C} and min(seen.values()) > 800, seen
-    for _ in range(50):
-        order = list(p.candidates("127.0.0.1"))
-        assert sorted(order) == sorted([A, B, C])  # every endpoint once
-
-
-def test_round_robin_rotates_per_connection_and_retries_go_to_the_next_slots() -> None:
-    p = Picker(spec((A, B, C), "round-robin"))
-    assert [first(p) for _ in range(6)] == [A, B, C, A, B, C]
-    assert list(p.candidates("127.0.0.1")) == [A, B, C]  # a retry: the following slots
-    assert list(p.candidates("127.0.0.1")) == [B, C, A]  # one turn per connection, not per retry
-
-
-def test_source_hash_is_per_client_address() -> None:
-    p = Picker(spec((A, B, C), "source-hash"))
-    eps = (A, B, C)
-    for client in ("127.0.0.1", "127.0.0.2", "::1", "127.9.9.9"):
-        start = client_hash(client) % 3
-        assert [first(p, client) for _ in range(5)] == [eps[start]] * 5
-        assert list(p.candidates(client)) == [eps[(start + i) % 3] for i in range(3)]
-    assert len({first(p, f"127.0.0.{i}") for i in range(1, 40)}) == 3  # different clients spread
-
-
-def test_affinity_keeps_the_endpoint_that_served_within_the_timeout() -> None:
-    now = [1000.0]
-    p = Picker(spec((A, B, C), "round-robin", affinity=10), clock=lambda: now[0])
-    assert first(p) == A
-    p.served("127.0.0.1", A)
-    assert [first(p) for _ in range(4)] == [A] * 4  # the record wins over the rotation …
-    assert list(p.candidates("127.0.0.1")) == [A, B, C]  # … and a retry goes on with the rotation
-    assert first(p, "127.0.0.2") == C  # another client: the algorithm
-    now[0] += 9
-    p.served("127.0.0.1", A)  # served again: a sliding window
-    now[0] += 9
-    assert first(p) == A
-    now[0] += 11  # expired: the algorithm again, the record gone
-    assert first(p) == A and "127.0.0.1" not in p.pins
-    p.served("127.0.0.1", C)  # the endpoint that answered (after a retry) is the one remembered
-    assert first(p) == C
-    p.update(spec((A, B), "round-robin", affinity=10))  # its endpoint went away: chosen again
-    assert first(p) in (A, B) and "127.0.0.1" not in p.pins
-    p.served("127.0.0.1", B)
-    p.update(spec((A, B), "round-robin", affinity=30))  # a new timeout forgets every client (as upstream)
-    assert p.pins == {}
-
-
-def test_no_endpoints_no_candidates() -> None:
-    assert list(Picker(spec(())).candidates("127.0.0.1")) == []
 
 
 # -- what the compiler decides -------------------------------------------------------------------

@@ -1,40 +1,14 @@
-"""A real Kubernetes control plane (etcd + kube-apiserver) on loopback, for tests and the demo.
-
-Modelled on controller-runtime's envtest: no controller-manager, no scheduler, no kubelet. Objects
-are stored and served, RBAC is enforced, service-account tokens are signed, but nothing reconciles
-them (namespaces stay Terminating when deleted, Pods never run, no default ServiceAccount appears).
-
-Everything binds to 127.0.0.1 on free random ports; nothing touches the host's network
-configuration. etcd and kube-apiserver run as child processes, each in its own process group, with
-their data, certificates and logs under one work directory.
-
-Binaries: ``kube-apiserver`` and ``kubectl`` from ``$NFTPROXY_BIN`` or
-``${NFTPROXY_CACHE:-~/.cache/nftproxy}/k8s/<K8S_VERSION>/bin`` (built by ``hack/k8s-tools.sh``,
-testkit/k8s/versions.py); ``etcd`` from ``$NFTPROXY_BIN`` or ``…/bin``, else ``$PATH`` (Debian's
-etcd-server).
-
-CLI (used by the demo)::
-
-    python -m testkit.k8s.controlplane up --dir DIR     # detached; writes DIR/kubeconfig
-    python -m testkit.k8s.controlplane status --dir DIR
-    python -m testkit.k8s.controlplane down --dir DIR   # stops and removes DIR
-"""
+"""ControlPlane: etcd + kube-apiserver on 127.0.0.1, started, waited for, stopped."""
 
 from __future__ import annotations
 
-import argparse
-import base64
 import contextlib
-import ctypes
 import json
 import os
-import secrets
 import shutil
-import signal
 import socket
 import ssl
 import subprocess
-import sys
 import tempfile
 import time
 import urllib.error
@@ -42,314 +16,25 @@ import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Any
+from typing import Any
 
-from testkit.k8s import versions
-
-__all__ = [
-    "SERVICE_CLUSTER_IP_RANGE",
-    "ControlPlane",
-    "ControlPlaneError",
-    "KubectlError",
-    "find_binary",
-]
-
-SERVICE_CLUSTER_IP_RANGE = "10.96.0.0/16,fd00:10:96::/112"
-# First address of the range: the apiserver allocates it to the `kubernetes` Service.
-KUBERNETES_SERVICE_IP = "10.96.0.1"
-SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
-ADMIN_USER = "nftproxy-admin"
-STATE_FILE = "controlplane.json"  # marks a directory as ours (CLI `down` only removes those)
-_LOOPBACK = "127.0.0.1"
-_PR_SET_PDEATHSIG = 1
+from testkit.k8s.controlplane.binaries import find_binary
+from testkit.k8s.controlplane.child import Child, log_tail
+from testkit.k8s.controlplane.constants import (
+    ADMIN_USER,
+    LOOPBACK,
+    SERVICE_ACCOUNT_ISSUER,
+    SERVICE_CLUSTER_IP_RANGE,
+    STATE_FILE,
+)
+from testkit.k8s.controlplane.errors import ControlPlaneError, KubectlError
+from testkit.k8s.controlplane.pki import file_b64, generate_pki, signed_cert, write_kubeconfig
 
 
-class ControlPlaneError(RuntimeError):
-    """The control plane could not be started, or a binary is missing."""
-
-
-class KubectlError(subprocess.CalledProcessError):
-    """A kubectl command failed; str() includes its stderr."""
-
-    def __str__(self) -> str:
-        stderr = (self.stderr or "").strip()
-        return f"{super().__str__()}\nstderr: {stderr}" if stderr else super().__str__()
-
-
-# --------------------------------------------------------------------------- binaries
-
-
-def cache_dir() -> Path:
-    return Path(os.environ.get("NFTPROXY_CACHE") or Path.home() / ".cache" / "nftproxy")
-
-
-def find_binary(name: str, version: str | None = None) -> Path:
-    """Locate NAME in $NFTPROXY_BIN, the k8s-tools cache (a Kubernetes binary: in its version's
-    directory, ``version`` or else K8S_VERSION's, testkit/k8s/versions.py), then (etcd only) $PATH."""
-    candidates: list[Path] = []
-    if env_bin := os.environ.get("NFTPROXY_BIN"):
-        candidates.append(Path(env_bin) / name)
-    if name in versions.VERSIONED:
-        candidates.append(versions.bin_dir(cache_dir(), version) / name)
-    else:
-        candidates.append(cache_dir() / "bin" / name)
-    for c in candidates:
-        if c.is_file() and os.access(c, os.X_OK):
-            return c
-    if name == "etcd" and (found := shutil.which("etcd")):
-        return Path(found)
-    hint = (
-        "install Debian's etcd-server (hack/install.sh)"
-        if name == "etcd"
-        else f"run K8S_VERSION={version or versions.current()} hack/k8s-tools.sh (or hack/e2e-tools.sh) to build it"
-    )
-    raise ControlPlaneError(
-        f"{name} not found (looked in {', '.join(str(c) for c in candidates)}): {hint}, "
-        "or point NFTPROXY_BIN at a directory that has it"
-    )
-
-
-# --------------------------------------------------------------------------- helpers
-
-
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((_LOOPBACK, 0))
+        s.bind((LOOPBACK, 0))
         return int(s.getsockname()[1])
-
-
-def _openssl(*args: str, cwd: Path) -> None:
-    proc = subprocess.run(["openssl", *args], cwd=cwd, capture_output=True, text=True, check=False)
-    if proc.returncode != 0:
-        raise ControlPlaneError(f"openssl {' '.join(args)} failed: {proc.stderr.strip()}")
-
-
-def _ec_key(path: Path) -> None:
-    _openssl(
-        "genpkey",
-        "-algorithm",
-        "EC",
-        "-pkeyopt",
-        "ec_paramgen_curve:P-256",
-        "-out",
-        path.name,
-        cwd=path.parent,
-    )
-
-
-def _signed_cert(certs: Path, name: str, subject: str, extensions: str) -> None:
-    """certs/NAME.{key,crt}: a P-256 key and a certificate signed by certs/ca.{key,crt}."""
-    _ec_key(certs / f"{name}.key")
-    (certs / f"{name}.ext").write_text(extensions)
-    _openssl("req", "-new", "-key", f"{name}.key", "-subj", subject, "-out", f"{name}.csr", cwd=certs)
-    _openssl(
-        "x509",
-        "-req",
-        "-in",
-        f"{name}.csr",
-        "-CA",
-        "ca.crt",
-        "-CAkey",
-        "ca.key",
-        "-set_serial",
-        "0x" + secrets.token_hex(16),
-        "-days",
-        "3650",
-        "-sha256",
-        "-extfile",
-        f"{name}.ext",
-        "-out",
-        f"{name}.crt",
-        cwd=certs,
-    )
-    (certs / f"{name}.csr").unlink()
-    (certs / f"{name}.ext").unlink()
-
-
-def _generate_pki(certs: Path, extra_ips: Sequence[str] = ()) -> None:
-    certs.mkdir(parents=True, exist_ok=True)
-    _ec_key(certs / "ca.key")
-    _openssl(
-        "req",
-        "-x509",
-        "-new",
-        "-key",
-        "ca.key",
-        "-subj",
-        "/CN=nftproxy-test-ca",
-        "-days",
-        "3650",
-        "-sha256",
-        "-addext",
-        "basicConstraints=critical,CA:TRUE",
-        "-addext",
-        "keyUsage=critical,keyCertSign,cRLSign",
-        "-out",
-        "ca.crt",
-        cwd=certs,
-    )
-    sans = [
-        f"IP:{_LOOPBACK}",
-        f"IP:{KUBERNETES_SERVICE_IP}",
-        *(f"IP:{ip}" for ip in extra_ips),
-        "DNS:localhost",
-        "DNS:kubernetes",
-        "DNS:kubernetes.default",
-        "DNS:kubernetes.default.svc",
-        "DNS:kubernetes.default.svc.cluster.local",
-    ]
-    _signed_cert(
-        certs,
-        "apiserver",
-        "/CN=kube-apiserver",
-        "basicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature\n"
-        f"extendedKeyUsage=serverAuth\nsubjectAltName={','.join(sans)}\n",
-    )
-    _signed_cert(
-        certs,
-        "admin",
-        f"/O=system:masters/CN={ADMIN_USER}",
-        "basicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=clientAuth\n",
-    )
-    # Service-account token signing key pair.
-    _openssl(
-        "genpkey",
-        "-algorithm",
-        "RSA",
-        "-pkeyopt",
-        "rsa_keygen_bits:2048",
-        "-out",
-        "sa.key",
-        cwd=certs,
-    )
-    _openssl("pkey", "-in", "sa.key", "-pubout", "-out", "sa.pub", cwd=certs)
-    for key in certs.glob("*.key"):
-        key.chmod(0o600)
-
-
-def _b64(path: Path) -> str:
-    return base64.b64encode(path.read_bytes()).decode()
-
-
-def _write_kubeconfig(path: Path, server: str, ca: Path, user: dict[str, str], name: str) -> Path:
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [
-            {
-                "name": "nftproxy",
-                "cluster": {"server": server, "certificate-authority-data": _b64(ca)},
-            }
-        ],
-        "users": [{"name": name, "user": user}],
-        "contexts": [{"name": name, "context": {"cluster": "nftproxy", "user": name}}],
-        "current-context": name,
-        "preferences": {},
-    }
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    # JSON is YAML: kubectl, client-go and the Python client all read it.
-    tmp.write_text(json.dumps(config, indent=2) + "\n")
-    tmp.chmod(0o600)
-    tmp.replace(path)
-    return path
-
-
-def _die_with_parent() -> None:  # pragma: no cover - runs in the forked child
-    """preexec_fn: have the kernel SIGTERM the child when the forking thread's process dies."""
-    with contextlib.suppress(OSError, AttributeError):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-
-
-def _tail(path: Path, lines: int = 40) -> str:
-    try:
-        text = path.read_text(errors="replace")
-    except OSError:
-        return "(no log)"
-    return "\n".join(text.splitlines()[-lines:])
-
-
-def pid_alive(pid: int) -> bool:
-    """Is ``pid`` running (a zombie counts as gone)?"""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie (exited, not yet reaped by its parent) counts as gone.
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
-
-
-def _cmdline(pid: int) -> list[str]:
-    try:
-        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return []
-    return [a.decode(errors="replace") for a in raw.split(b"\0") if a]
-
-
-# --------------------------------------------------------------------------- processes
-
-
-class _Proc:
-    """One child process in its own process group, logging to a file."""
-
-    def __init__(self, name: str, argv: list[str], log: Path, *, detached: bool) -> None:
-        self.name = name
-        self.argv = argv
-        self.log = log
-        self.detached = detached
-        self.popen: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        self.log.parent.mkdir(parents=True, exist_ok=True)
-        logf: IO[bytes]
-        with self.log.open("ab") as logf:
-            logf.write(f"\n=== {time.strftime('%H:%M:%S')} starting {self.name}\n".encode())
-            logf.flush()
-            self.popen = subprocess.Popen(
-                self.argv,
-                stdin=subprocess.DEVNULL,
-                stdout=logf,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,  # own process group: killpg reaches all of it
-                preexec_fn=None if self.detached else _die_with_parent,  # noqa: PLW1509
-                close_fds=True,
-            )
-
-    @property
-    def pid(self) -> int | None:
-        return self.popen.pid if self.popen else None
-
-    def running(self) -> bool:
-        return self.popen is not None and self.popen.poll() is None
-
-    def stop(self, timeout: float = 15.0) -> None:
-        p = self.popen
-        if p is None:
-            return
-        self.popen = None
-        if p.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(p.pid, signal.SIGTERM)
-            try:
-                p.wait(timeout)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(p.pid, signal.SIGKILL)
-                p.wait()
-        # Anything left in the group (nothing, normally: these binaries don't fork).
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(p.pid, signal.SIGKILL)
-
-
-# --------------------------------------------------------------------------- the control plane
 
 
 class ControlPlane:
@@ -402,8 +87,8 @@ class ControlPlane:
         self.etcd_port = 0
         self.etcd_peer_port = 0
         self.secure_port = 0
-        self._etcd: _Proc | None = None
-        self._apiserver: _Proc | None = None
+        self._etcd: Child | None = None
+        self._apiserver: Child | None = None
         self._kubectl_bin: Path | None = None
 
     # ----------------------------------------------------------- paths / properties
@@ -429,11 +114,11 @@ class ControlPlane:
 
     @property
     def server(self) -> str:
-        return f"https://{_LOOPBACK}:{self.secure_port}"
+        return f"https://{LOOPBACK}:{self.secure_port}"
 
     @property
     def etcd_url(self) -> str:
-        return f"http://{_LOOPBACK}:{self.etcd_port}"
+        return f"http://{LOOPBACK}:{self.etcd_port}"
 
     @property
     def etcd_log(self) -> Path:
@@ -489,16 +174,16 @@ class ControlPlane:
             # fdatasync took seconds and the apiserver's /readyz failed its etcd check.
             self._own_etcd_dir = self.etcd_data_dir = Path(tempfile.mkdtemp(prefix="nftproxy-etcd-", dir="/dev/shm"))
         try:
-            _generate_pki(self.cert_dir, [self.advertise_address] if self.advertise_address else [])
+            generate_pki(self.cert_dir, [self.advertise_address] if self.advertise_address else [])
             self.etcd_port, self.etcd_peer_port, self.secure_port = (
-                _free_port(),
-                _free_port(),
-                _free_port(),
+                free_port(),
+                free_port(),
+                free_port(),
             )
-            self._etcd = _Proc("etcd", self._etcd_argv(etcd_bin), self.etcd_log, detached=self.detached)
+            self._etcd = Child("etcd", self._etcd_argv(etcd_bin), self.etcd_log, detached=self.detached)
             self._etcd.start()
             self._wait_etcd()
-            self._apiserver = _Proc(
+            self._apiserver = Child(
                 "kube-apiserver",
                 self._apiserver_argv(apiserver_bin),
                 self.apiserver_log,
@@ -506,13 +191,13 @@ class ControlPlane:
             )
             self._apiserver.start()
             self._wait_ready()
-            _write_kubeconfig(
+            write_kubeconfig(
                 self.kubeconfig,
                 self.server,
                 self.ca_file,
                 {
-                    "client-certificate-data": _b64(self.cert_dir / "admin.crt"),
-                    "client-key-data": _b64(self.cert_dir / "admin.key"),
+                    "client-certificate-data": file_b64(self.cert_dir / "admin.crt"),
+                    "client-key-data": file_b64(self.cert_dir / "admin.key"),
                 },
                 ADMIN_USER,
             )
@@ -569,7 +254,7 @@ class ControlPlane:
         if self._apiserver.running():
             raise ControlPlaneError("kube-apiserver is already running")
         if not self._etcd.running():
-            raise ControlPlaneError(f"etcd is not running:\n{_tail(self.etcd_log)}")
+            raise ControlPlaneError(f"etcd is not running:\n{log_tail(self.etcd_log)}")
         self._apiserver.start()
         try:
             self._wait_ready()
@@ -633,21 +318,21 @@ class ControlPlane:
         """Write a kubeconfig at PATH with a new client certificate (CN, O) signed by the CA."""
         name = "client-" + "".join(c if c.isalnum() else "-" for c in common_name)
         subject = (f"/O={organization}" if organization else "") + f"/CN={common_name}"
-        _signed_cert(
+        signed_cert(
             self.cert_dir,
             name,
             subject,
             "basicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=clientAuth\n",
         )
         user = {
-            "client-certificate-data": _b64(self.cert_dir / f"{name}.crt"),
-            "client-key-data": _b64(self.cert_dir / f"{name}.key"),
+            "client-certificate-data": file_b64(self.cert_dir / f"{name}.crt"),
+            "client-key-data": file_b64(self.cert_dir / f"{name}.key"),
         }
-        return _write_kubeconfig(Path(path), self.server, self.ca_file, user, name)
+        return write_kubeconfig(Path(path), self.server, self.ca_file, user, name)
 
     def token_kubeconfig(self, token: str, path: str | os.PathLike[str]) -> Path:
         """Write a kubeconfig at PATH that authenticates with a bearer token; return its path."""
-        return _write_kubeconfig(Path(path), self.server, self.ca_file, {"token": token}, "token")
+        return write_kubeconfig(Path(path), self.server, self.ca_file, {"token": token}, "token")
 
     def ssl_context(self) -> ssl.SSLContext:
         """TLS context that trusts the apiserver and presents the admin client certificate."""
@@ -658,7 +343,7 @@ class ControlPlane:
     # ----------------------------------------------------------- internals
 
     def _etcd_argv(self, etcd_bin: Path) -> list[str]:
-        peer = f"http://{_LOOPBACK}:{self.etcd_peer_port}"
+        peer = f"http://{LOOPBACK}:{self.etcd_peer_port}"
         return [
             str(etcd_bin),
             "--name=default",
@@ -679,8 +364,8 @@ class ControlPlane:
         return [
             str(apiserver_bin),
             f"--etcd-servers={self.etcd_url}",
-            f"--bind-address={_LOOPBACK}",
-            f"--advertise-address={self.advertise_address or _LOOPBACK}",
+            f"--bind-address={LOOPBACK}",
+            f"--advertise-address={self.advertise_address or LOOPBACK}",
             f"--secure-port={self.secure_port}",
             f"--cert-dir={certs}",
             f"--tls-cert-file={certs / 'apiserver.crt'}",
@@ -722,7 +407,7 @@ class ControlPlane:
         last = ""
         while time.monotonic() < deadline:
             if not self._etcd.running():
-                raise ControlPlaneError(f"etcd exited during startup:\n{_tail(self.etcd_log)}")
+                raise ControlPlaneError(f"etcd exited during startup:\n{log_tail(self.etcd_log)}")
             try:
                 with urllib.request.urlopen(f"{self.etcd_url}/health", timeout=2) as resp:  # noqa: S310
                     body = json.loads(resp.read())
@@ -732,7 +417,9 @@ class ControlPlane:
             except (OSError, ValueError) as e:
                 last = str(e)
             time.sleep(0.1)
-        raise ControlPlaneError(f"etcd not healthy after {self.start_timeout:.0f}s ({last}):\n{_tail(self.etcd_log)}")
+        raise ControlPlaneError(
+            f"etcd not healthy after {self.start_timeout:.0f}s ({last}):\n{log_tail(self.etcd_log)}"
+        )
 
     def _wait_ready(self) -> None:
         assert self._apiserver is not None
@@ -743,7 +430,7 @@ class ControlPlane:
             if not self._apiserver.running():
                 raise ControlPlaneError(
                     f"kube-apiserver exited during startup; log tail "
-                    f"({self.apiserver_log}):\n{_tail(self.apiserver_log)}"
+                    f"({self.apiserver_log}):\n{log_tail(self.apiserver_log)}"
                 )
             try:
                 with urllib.request.urlopen(  # noqa: S310 - https to our own loopback server
@@ -759,7 +446,7 @@ class ControlPlane:
             time.sleep(0.25)
         raise ControlPlaneError(
             f"kube-apiserver not ready after {self.start_timeout:.0f}s (last /readyz: {last}); "
-            f"log tail ({self.apiserver_log}):\n{_tail(self.apiserver_log)}"
+            f"log tail ({self.apiserver_log}):\n{log_tail(self.apiserver_log)}"
         )
 
     def _write_state(self) -> None:
@@ -775,115 +462,3 @@ class ControlPlane:
         tmp.write_text(json.dumps(state, indent=2) + "\n")
         tmp.replace(path)
         (self.workdir / "pids.json").write_text(json.dumps(self.pids) + "\n")
-
-
-# --------------------------------------------------------------------------- CLI
-
-
-def _read_state(d: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads((d / STATE_FILE).read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def _our_pids(d: Path, state: dict[str, Any]) -> dict[str, int]:
-    """PIDs from the state file that still run our binary with our work dir (no PID-reuse kills)."""
-    out: dict[str, int] = {}
-    for name, pid in (state.get("pids") or {}).items():
-        argv = _cmdline(int(pid))
-        if argv and Path(argv[0]).name == name and any(str(d) in a for a in argv):
-            out[name] = int(pid)
-    return {n: p for n, p in out.items() if pid_alive(p)}
-
-
-def _kill_detached(pids: dict[str, int], timeout: float = 15.0) -> None:
-    for name in ("kube-apiserver", "etcd"):  # apiserver first, like stop()
-        pid = pids.get(name)
-        if pid is None:
-            continue
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(pid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout
-        while pid_alive(pid) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(pid, signal.SIGKILL)
-        while pid_alive(pid):
-            time.sleep(0.05)
-
-
-def _cmd_up(d: Path, timeout: float) -> int:
-    state = _read_state(d)
-    if state is not None:
-        live = _our_pids(d, state)
-        if len(live) == 2:
-            print(f"control plane already up: {state['server']}, kubeconfig {d / 'kubeconfig'}")
-            return 0
-        _kill_detached(live)  # half-dead leftovers of an earlier run: start afresh
-        for sub in ("etcd", "certs", "logs"):
-            shutil.rmtree(d / sub, ignore_errors=True)
-    cp = ControlPlane(d, detached=True, start_timeout=timeout)
-    cp.start()  # on failure start() stops what it started and raises with the log tail
-    print(f"control plane up: {cp.server}")
-    print(f"export KUBECONFIG={cp.kubeconfig}")
-    # Leave the children running: forget them without stopping.
-    cp._etcd = cp._apiserver = None
-    return 0
-
-
-def _cmd_down(d: Path) -> int:
-    state = _read_state(d)
-    if state is None:
-        if d.exists():
-            print(f"{d} holds no control plane ({STATE_FILE} missing); left alone", file=sys.stderr)
-            return 1
-        print("control plane already down")
-        return 0
-    _kill_detached(_our_pids(d, state))
-    shutil.rmtree(d, ignore_errors=True)
-    print(f"control plane down; removed {d}")
-    return 0
-
-
-def _cmd_status(d: Path) -> int:
-    state = _read_state(d)
-    live = _our_pids(d, state) if state else {}
-    if state is None or len(live) != 2:
-        print(f"down (running: {', '.join(live) or 'nothing'})")
-        return 1
-    print(f"up: {state['server']} kubeconfig {state['kubeconfig']} pids {live}")
-    return 0
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m testkit.k8s.controlplane",
-        description="Run etcd + kube-apiserver on 127.0.0.1 (detached) for the demo.",
-    )
-    sub = parser.add_subparsers(dest="cmd", required=True)
-    for name, text in (
-        ("up", "start detached; return once ready (writes DIR/kubeconfig)"),
-        ("down", "stop and remove DIR"),
-        ("status", "exit 0 if up"),
-    ):
-        p = sub.add_parser(name, help=text)
-        p.add_argument("--dir", required=True, type=Path, help="work directory")
-        if name == "up":
-            p.add_argument("--timeout", type=float, default=120.0, help="seconds to wait")
-    args = parser.parse_args(argv)
-    d: Path = args.dir.resolve()
-    try:
-        if args.cmd == "up":
-            return _cmd_up(d, args.timeout)
-        if args.cmd == "down":
-            return _cmd_down(d)
-        return _cmd_status(d)
-    except ControlPlaneError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())
