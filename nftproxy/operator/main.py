@@ -2,8 +2,8 @@
 cluster-wide).
 
 The start is in two parts (``boot``): first the lists (plain GETs started by the command at
-process start), the Syncer and the first sync, with nothing of kopf, aiohttp or the Kubernetes
-client imported; then those are imported, and the servers, the status writer and kopf's watches
+process start), the Syncer and the first sync, with nothing of kopf or aiohttp
+imported; then those are imported, and the servers, the status writer and kopf's watches
 (at the lists' resourceVersions) start. The /healthz and /metrics sockets are bound before the
 first sync (a taken port fails the start before the kernel is touched, as before); a probe that
 connects meanwhile is answered once the first sync is in.
@@ -30,7 +30,7 @@ from nftproxy.operator.sockets import listening_socket
 from nftproxy.operator.syncer import Status, Syncer
 
 if TYPE_CHECKING:
-    from nftproxy.operator.rest import Prefetch
+    from nftproxy.operator.kube import Prefetch
 
 log = logging.getLogger("nftproxy")
 
@@ -41,8 +41,8 @@ def run(
     prefetched: dict[str, Prefetch] | None = None,
     lists: Lists | None = None,
 ) -> int:
-    """``lists``: the first lists, started at process start (``early``); without them (a
-    kubeconfig only the Kubernetes client handles), ``prefetched`` lists through ``api``."""
+    """``lists``: the first lists, started at process start (``early``); without them,
+    ``prefetched`` lists through ``api`` (``kube.Client``: ours, for every call but kopf's watches)."""
     logging.basicConfig(
         level=getattr(logging, settings.log_level.upper()),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -97,7 +97,7 @@ async def _main(
         log.info("stopped during the first sync (SIGTERM or SIGINT)")
         return
 
-    # -- the first sync is in (or was tried): now kopf, aiohttp and the Kubernetes client ------
+    # -- the first sync is in (or was tried): now kopf and aiohttp --------------------------------
     import kopf  # noqa: PLC0415
 
     from nftproxy.operator import handlers, health, kube  # noqa: PLC0415
@@ -105,7 +105,7 @@ async def _main(
     from nftproxy.operator.localhost import LocalhostNodePorts, localhost_rejections, raise_fd_limit  # noqa: PLC0415
     from nftproxy.operator.status import StatusWriter  # noqa: PLC0415
 
-    api = api or kube.api_client(settings.kubeconfig)
+    api = api or kube.connect(settings.kubeconfig)
     writer = StatusWriter(api, syncer, settings.node_name, settings.status_period)
     ctx = handlers.Context(settings, syncer, writer, api, prefetched=prefetched)
     if loaded is not None:  # kopf's watches start at these lists' versions
