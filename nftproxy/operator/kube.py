@@ -270,14 +270,6 @@ def service_cidrs(api: Client) -> list[dict[str, Any]]:
         raise
 
 
-def prefetch_lists(api: Client) -> dict[str, Prefetch]:
-    """Start the initial lists of Services and EndpointSlices now (see Prefetch)."""
-    return {
-        "svc": Prefetch(lambda on_version: service_pages(api, on_version)),
-        "slice": Prefetch(lambda on_version: endpoint_slice_pages(api, on_version)),
-    }
-
-
 def server_version(api: Client) -> dict[str, Any]:
     """The apiserver's ``/version`` (every authenticated client may read it)."""
     return dict(api.request("GET", "/version"))
