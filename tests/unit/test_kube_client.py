@@ -6,6 +6,9 @@ The same against a real kube-apiserver: tests/k8s/test_kube_client.py."""
 from __future__ import annotations
 
 import json
+import select
+import socket
+import socketserver
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -207,3 +210,50 @@ def test_kopf_logs_in_with_our_credentials(tmp_path: Path) -> None:
     assert (info.scheme, info.token) == ("Bearer", "from-the-plugin")
     info = login(credentials.Credentials("http://h", username="a", password="b"))  # noqa: S106  (a test's token)
     assert info.as_http_headers() == {"Authorization": "Basic YTpi"}
+
+
+class _ConnectProxy(socketserver.ThreadingTCPServer):
+    """An HTTP CONNECT proxy (as squid answers it): records each CONNECT target, then relays."""
+
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _Tunnel)
+        self.targets: list[str] = []
+
+
+class _Tunnel(socketserver.BaseRequestHandler):
+    def handle(self) -> None:
+        head = b""
+        while b"\r\n\r\n" not in head:
+            head += self.request.recv(4096)
+        target = head.split(b" ", 2)[1].decode()
+        self.server.targets.append(target)  # type: ignore[attr-defined]
+        host, port = target.rsplit(":", 1)
+        upstream = socket.create_connection((host, int(port)))
+        self.request.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
+        ends = [self.request, upstream]
+        while True:
+            for end in select.select(ends, [], [], 5)[0]:
+                data = end.recv(65536)
+                if not data:
+                    upstream.close()
+                    return
+                (upstream if end is self.request else self.request).sendall(data)
+
+
+def test_requests_go_through_the_environments_proxy(tmp_path: Path, server: ThreadingHTTPServer) -> None:
+    proxy = _ConnectProxy()
+    threading.Thread(target=proxy.serve_forever, daemon=True).start()
+    try:
+        kc = kubeconfigs.write(tmp_path / "kc", {"server": _url(server)}, {"token": "t"})
+        env = {"HTTP_PROXY": f"http://127.0.0.1:{proxy.server_address[1]}"}
+        api = kube.Client(credentials.load(kc, env))
+        assert api.read("/ok") == {"metadata": {"name": "ok"}}
+        assert api.read("/missing") is None
+        assert proxy.targets == [f"127.0.0.1:{server.server_port}"]  # one tunnel, kept alive
+        assert [auth for _, _, auth, _, _ in server.seen] == ["Bearer t", "Bearer t"]  # type: ignore[attr-defined]
+    finally:
+        proxy.shutdown()
+        proxy.server_close()
