@@ -9,8 +9,8 @@ change made after the list is delivered by the watch; one the list already had a
 same resourceVersion and is skipped (``intake``). Nothing is missed, nothing applied twice.
 
 This module imports neither kopf, aiohttp nor the Kubernetes client (import-linter checks it).
-When a list fails, nothing is marked loaded and the operator's own initial load (kopf's startup handler,
-with retries) lists everything as before.
+When a list fails, nothing is marked loaded and the operator's own initial load (kopf's startup
+handler, with retries) lists everything as before.
 """
 
 from __future__ import annotations

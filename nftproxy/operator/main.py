@@ -2,8 +2,8 @@
 cluster-wide).
 
 The start is in two parts (``boot``): first the lists (plain GETs started by the command at
-process start), the Syncer and the first sync, with nothing of kopf or aiohttp
-imported; then those are imported, and the servers, the status writer and kopf's watches
+process start), the Syncer and the first sync, with nothing of kopf, aiohttp or the Kubernetes
+client imported; then those are imported, and the servers, the status writer and kopf's watches
 (at the lists' resourceVersions) start. The /healthz and /metrics sockets are bound before the
 first sync (a taken port fails the start before the kernel is touched, as before); a probe that
 connects meanwhile is answered once the first sync is in.
@@ -97,7 +97,7 @@ async def _main(
         log.info("stopped during the first sync (SIGTERM or SIGINT)")
         return
 
-    # -- the first sync is in (or was tried): now kopf and aiohttp --------------------------------
+    # -- the first sync is in (or was tried): now kopf, aiohttp and the Kubernetes client ------
     import kopf  # noqa: PLC0415
 
     from nftproxy.operator import handlers, health, kube  # noqa: PLC0415
