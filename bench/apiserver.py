@@ -6,8 +6,6 @@ from __future__ import annotations
 import base64
 import http.client
 import json
-import ssl
-import threading
 import time
 import urllib.request
 import uuid
@@ -15,7 +13,6 @@ from concurrent.futures import ThreadPoolExecutor
 from ipaddress import IPv4Address
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 from nftproxy.operator import kube
 from testkit.k8s import objects
@@ -78,44 +75,28 @@ def endpoint_slice(i: int, endpoints: int, salt: int = 0) -> dict[str, Any]:
     return objects.endpoint_slice(f"s{i}-x", f"s{i}", eps, [objects.port(8080, "http")], namespace=NS)
 
 
-def create_many(api: Any, start: int, stop: int, endpoints: int, threads: int = 16) -> None:
-    """Services ``start``..``stop``-1 and their EndpointSlices, created by ``threads`` threads, each
-    with its own keep-alive HTTPS connection, plain JSON POSTs (half the client CPU of the
+def create_many(api: kube.Client, start: int, stop: int, endpoints: int, threads: int = 16) -> None:
+    """Services ``start``..``stop``-1 and their EndpointSlices, created by ``threads`` threads
+    through our client (keep-alive connections, plain JSON POSTs: half the client CPU of the
     generated CoreV1Api, measured). kube-apiserver's CPU is the limit: ~1.7 ms per object at
     first (2.8 s of its CPU for 1.6k objects, 0.6 s of etcd's), growing with the number of
     Services (its ClusterIP allocator): 50k Services + slices took 16 minutes, ~300 Services/s at
     first, ~30/s at 48k. For a big bulk, import_many."""
-    cfg = api.configuration
-    ctx = ssl.create_default_context(cafile=cfg.ssl_ca_cert)
-    if cfg.cert_file:
-        ctx.load_cert_chain(cfg.cert_file, cfg.key_file)
-    url = urlsplit(cfg.host)
-    local = threading.local()
 
     def post(path: str, body: dict[str, Any]) -> None:
         for attempt in range(5):
-            conn = getattr(local, "conn", None)
-            if conn is None:
-                conn = local.conn = http.client.HTTPSConnection(url.hostname or "", url.port or 443, context=ctx)
             try:
-                conn.request("POST", path, json.dumps(body).encode(), {"Content-Type": "application/json"})
-                resp = conn.getresponse()
-                data = resp.read()
+                api.request("POST", path, body=body)
+                return
+            except kube.ApiError as e:
+                if e.status == 409:  # already there (e.g. a retried request that had gone through)
+                    return
+                if e.status != 429 and e.status < 500:
+                    raise
             except (OSError, http.client.HTTPException):
-                conn.close()
-                local.conn = None
                 if attempt == 4:
                     raise
-                time.sleep(0.5)
-                continue
-            if resp.status == 409:  # already there (e.g. a retried request that had gone through)
-                return
-            if resp.status == 429 or resp.status >= 500:
-                time.sleep(0.5)
-                continue
-            if resp.status >= 300:
-                raise RuntimeError(f"POST {path}: {resp.status} {data[:300]!r}")
-            return
+            time.sleep(0.5)
         raise RuntimeError(f"POST {path}: still failing")
 
     def one(i: int) -> None:
@@ -197,11 +178,11 @@ def import_many(cp: ControlPlane, start: int, stop: int, endpoints: int, threads
         list(pool.map(lambda b: put(b, False), batches))
 
 
-def warm_up(api: Any) -> None:
+def warm_up(api: kube.Client) -> None:
     """List everything once, as the proxy will. Right after the bulk is written into etcd, the
     apiserver's first list of it is slower (measured at 50k, both lists one after the other:
     11.2 s, then 7.2-7.6 s every time after); the apiserver of a live cluster holds its objects
     long before a proxy starts."""
     for path in ("/api/v1/services", "/apis/discovery.k8s.io/v1/endpointslices"):
-        for _ in kube.pages(api, path):
+        for _ in api.pages(path):
             pass

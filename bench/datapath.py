@@ -148,7 +148,7 @@ def main() -> int:
         prepare(cp, NODE)
         for obj in probed_objects():
             cp.kubectl("apply", "-f", "-", input=json.dumps(obj))
-        api = kube.api_client(str(cp.kubeconfig))
+        api = kube.connect(str(cp.kubeconfig))
         have = 0
         print(f"{'Services':>9} {'proxy':<22}{'p50 µs':>9}{'p99 µs':>9}{'sys µs/conn':>13}", flush=True)
         for n in sizes:

@@ -34,7 +34,7 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from bench.apiserver import (
     AT_START_BASE,
@@ -132,9 +132,6 @@ class Node:
 
 
 def latency(api: Any, node: Node, index: int, rounds: int, first_round: int = 1) -> list[float]:
-    import kubernetes  # noqa: PLC0415
-
-    disc = kubernetes.client.DiscoveryV1Api(api)
     out = []
     for r in range(first_round, first_round + rounds):
         body = endpoint_slice(index, PROBE_ENDPOINTS, salt=1_000_000 + r * 10)
@@ -144,7 +141,7 @@ def latency(api: Any, node: Node, index: int, rounds: int, first_round: int = 1)
         assert node.watch is not None
         node.watch.expect(f"endpoints-{PROBE_ENDPOINTS}", value)
         t0 = time.perf_counter()
-        disc.replace_namespaced_endpoint_slice(f"s{index}-x", NS, cast(Any, body))
+        api.request("PUT", f"/apis/discovery.k8s.io/v1/namespaces/{NS}/endpointslices/s{index}-x", body=body)
         try:
             t1 = node.watch.wait(f"endpoints-{PROBE_ENDPOINTS}", value, 30)
         except TimeoutError:
@@ -206,7 +203,7 @@ def main() -> int:
     with ControlPlane(service_cluster_ip_range=SERVICE_RANGE) as cp:
         cp.kubectl("apply", "-f", str(CRD))
         cp.kubectl("create", "namespace", NS)
-        api = kube.api_client(str(cp.kubeconfig))
+        api = kube.connect(str(cp.kubeconfig))
         node = Node(cp, work, args.netns_prefix)
         at_index = AT_START_BASE
         try:

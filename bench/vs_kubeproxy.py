@@ -49,7 +49,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import nftproxy
 from bench.apiserver import NS, PROBE_BASE, cluster_ip, create_many, endpoint_slice, import_many, prepare, service
@@ -92,10 +92,7 @@ def measure(
     timeout: float,
     netns_prefix: str = "kpb",
 ) -> Measured:
-    import kubernetes  # noqa: PLC0415
-
-    core = kubernetes.client.CoreV1Api(api)
-    disc = kubernetes.client.DiscoveryV1Api(api)
+    services, slices = f"/api/v1/namespaces/{NS}/services", f"/apis/discovery.k8s.io/v1/namespaces/{NS}/endpointslices"
     with bare_netns(netns_prefix) as netns:
         subprocess.run(["ip", "-n", netns, "link", "set", "lo", "up"], check=True)
         runner = make(netns)
@@ -113,14 +110,14 @@ def measure(
                 for r in range(rounds):
                     i = new_index(r)
                     since = time.time()
-                    disc.create_namespaced_endpoint_slice(NS, cast(Any, endpoint_slice(i, 10)))
+                    api.request("POST", slices, body=endpoint_slice(i, 10))
                     time.sleep(0.2)
                     wait_synced(netns, *METRICS, runner.prefix, since=since, timeout=timeout, quiet=0.2)
                     time.sleep(1.5)  # past the min sync period: the Service's sync is not held back
                     k = service_key(cluster_ip(i), "tcp", 80)
                     watch.expect("service-ips", k)
                     t1 = time.perf_counter()
-                    core.create_namespaced_service(NS, cast(Any, service(i)))
+                    api.request("POST", services, body=service(i))
                     api_s.append(time.perf_counter() - t1)
                     lat.append(watch.wait("service-ips", k, timeout) - t1)
                     runner.pid()  # still running
@@ -155,7 +152,7 @@ def main() -> int:
     try:
         with ControlPlane() as cp:
             prepare(cp, NODE)
-            api = kube.api_client(str(cp.kubeconfig))
+            api = kube.connect(str(cp.kubeconfig))
             have = 0
             for si, n in enumerate(sizes):
                 t0 = time.perf_counter()

@@ -20,7 +20,6 @@ from nftproxy.nft.backend import NftError, PartialLoadError
 from nftproxy.nft.conntrack import KernelConntrack
 from nftproxy.nft.diff import plan
 from nftproxy.nft.kernel import KernelBackend
-from nftproxy.operator.settings import Settings
 
 
 def _load(args: argparse.Namespace) -> Inputs:
@@ -100,33 +99,18 @@ def cmd_cleanup(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from nftproxy.operator import early, rest  # noqa: PLC0415
+    from nftproxy.operator import early, kube  # noqa: PLC0415
 
     heap.tune()  # before the first thread (the lists')
     settings = settings_from_args(args)
-    # the first lists, with the standard library alone (operator/boot.py): started by
+    # the first lists, before kopf is imported (operator/boot.py): started by
     # `python -m nftproxy` before these imports (operator/early.py), or now
     lists = early.take(settings.kubeconfig, settings.node_name)
     if lists is None:
-        try:
-            lists = early.lists(rest.load(settings.kubeconfig), settings.node_name)
-        except rest.Unsupported:  # e.g. an exec plugin: the Kubernetes client's lists, as before
-            return _run_with_client(settings)
+        lists = early.lists(kube.connect(settings.kubeconfig), settings.node_name)
     from nftproxy.operator.main import run  # noqa: PLC0415  (kopf is imported after the first sync)
 
-    return run(settings, lists=lists)
-
-
-def _run_with_client(settings: Settings) -> int:
-    """A kubeconfig that only the Kubernetes client reproduces (exec plugins, proxies, …): its
-    lists start at once, the operator starts meanwhile (kopf's startup handler reads them)."""
-    from nftproxy.operator import kube  # noqa: PLC0415
-
-    api = kube.api_client(settings.kubeconfig)
-    prefetched = kube.prefetch_lists(api)  # the initial lists load while kopf imports (~0.4 s)
-    from nftproxy.operator.main import run  # noqa: PLC0415
-
-    return run(settings, api, prefetched)
+    return run(settings, lists.api, lists=lists)
 
 
 def cmd_verify(args: argparse.Namespace) -> int:

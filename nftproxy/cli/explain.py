@@ -8,6 +8,7 @@ import json
 import sys
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
 from nftproxy.cli.flags import add_proxy_flags, config_from_args, feature_gates
 from nftproxy.nft.kernel import KernelBackend
@@ -16,6 +17,7 @@ from nftproxy.nft.objects import Family
 if TYPE_CHECKING:  # imported when the command runs: every command builds this parser (`run` too)
     from nftproxy.diagnose.explain import Explanation, Frontend
     from nftproxy.diagnose.tableview import TableView
+    from nftproxy.operator.kube import Client
 
 
 def add_flags(p: argparse.ArgumentParser) -> None:
@@ -59,9 +61,9 @@ def run(args: argparse.Namespace) -> int:
     result: Explanation = explain(views, [f"{f.value} {args.table}" for f in Family], args.service, args.port)
     if args.kubeconfig:
         from nftproxy.cli.verify import with_cluster_gates  # noqa: PLC0415
-        from nftproxy.operator.kube import api_client  # noqa: PLC0415  (kubernetes client: only when asked)
+        from nftproxy.operator import kube  # noqa: PLC0415  (only when asked)
 
-        api = api_client(args.kubeconfig)
+        api = kube.connect(args.kubeconfig)
         try:
             svc, slices, node, status = fetch(api, args.service, args.node_name)
             config = with_cluster_gates(api, config_from_args(args), feature_gates(args))
@@ -77,35 +79,17 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _get(call: Any, *args: Any, **kwargs: Any) -> dict[str, Any] | None:
-    from kubernetes.client.exceptions import ApiException  # noqa: PLC0415
-
-    try:
-        resp = call(*args, _preload_content=False, _request_timeout=30, **kwargs)
-    except ApiException as e:
-        if e.status == 404:
-            return None
-        raise
-    return dict(json.loads(resp.data))
-
-
 def fetch(
-    api: Any, service: str, node: str | None
+    api: Client, service: str, node: str | None
 ) -> tuple[dict[str, Any] | None, list[dict[str, Any]], dict[str, Any] | None, dict[str, Any] | None]:
     """(Service, its EndpointSlices, the Node, the node's ProxyStatus) as the API serves them now."""
-    import kubernetes  # noqa: PLC0415
+    from nftproxy.operator import kube  # noqa: PLC0415
 
-    ns, name = service.split("/", 1)
-    core = kubernetes.client.CoreV1Api(api)
-    svc = _get(core.read_namespaced_service, name, ns)
-    sl = _get(
-        kubernetes.client.DiscoveryV1Api(api).list_namespaced_endpoint_slice,
-        ns,
-        label_selector=f"kubernetes.io/service-name={name}",
-    )
-    node_obj = _get(core.read_node, node) if node else None
-    status = None
-    if node:
-        co = kubernetes.client.CustomObjectsApi(api)
-        status = _get(co.get_cluster_custom_object, "nftproxy.io", "v1alpha1", "proxystatuses", node)
-    return svc, list((sl or {}).get("items") or []), node_obj, status
+    ns, name = (quote(part) for part in service.split("/", 1))
+    svc = api.read(f"/api/v1/namespaces/{ns}/services/{name}")
+    selector = {"labelSelector": f"kubernetes.io/service-name={service.split('/', 1)[1]}"}
+    path = f"/apis/discovery.k8s.io/v1/namespaces/{ns}/endpointslices"
+    slices = [o for page in api.pages(path, query=selector) for o in page]
+    node_obj = kube.read_node(api, node) if node else None
+    status = api.read(kube.proxy_status_path(node)) if node else None
+    return svc, slices, node_obj, status

@@ -9,10 +9,10 @@ import argparse
 import time
 import urllib.error
 import urllib.request
-from typing import Any
+from typing import TYPE_CHECKING
 
-# nftproxy.operator.kube (the Kubernetes client, ~0.3 s to import) only when this command runs:
-# every command builds this parser, `nftproxy run` among them
+if TYPE_CHECKING:  # imported when the command runs: every command builds this parser (`run` too)
+    from nftproxy.operator.kube import Client
 
 
 def add_flags(p: argparse.ArgumentParser) -> None:
@@ -31,15 +31,14 @@ def _service(target: str) -> tuple[bool, str]:
         return False, f"GET http://{target}/healthz: {e}"
 
 
-def _in_sync(api: Any) -> tuple[bool, list[str]]:
+def _in_sync(api: Client) -> tuple[bool, list[str]]:
     from nftproxy.operator import kube  # noqa: PLC0415
-    from nftproxy.operator.kube import GROUP, PLURAL, VERSION  # noqa: PLC0415
 
-    nodes = [n["metadata"]["name"] for page in kube.pages(api, "/api/v1/nodes") for n in page]
+    nodes = [n["metadata"]["name"] for page in api.pages("/api/v1/nodes") for n in page]
     lines, ok = [], bool(nodes)
     for name in sorted(nodes):
         try:
-            st = kube.request(api, "GET", f"/apis/{GROUP}/{VERSION}/{PLURAL}/{name}")
+            st = api.request("GET", kube.proxy_status_path(name))
         except Exception as e:
             ok = False
             lines.append(f"node {name}: no ProxyStatus ({str(e).splitlines()[0] if str(e) else e})")
@@ -55,7 +54,7 @@ def _in_sync(api: Any) -> tuple[bool, list[str]]:
 def run(args: argparse.Namespace) -> int:
     from nftproxy.operator import kube  # noqa: PLC0415
 
-    api = kube.api_client(args.kubeconfig)
+    api = kube.connect(args.kubeconfig)
     deadline = time.monotonic() + args.timeout
     while True:
         svc_ok, svc_line = _service(args.service)

@@ -19,7 +19,7 @@ from nftproxy.operator import kube
 Objs = list[dict[str, Any]]
 
 
-def read_api(api: Any, node_name: str) -> tuple[Objs, Objs, dict[str, Any] | None, Objs]:
+def read_api(api: kube.Client, node_name: str) -> tuple[Objs, Objs, dict[str, Any] | None, Objs]:
     """Every Service and EndpointSlice (paged lists), this node's Node (None: not found), and
     the ServiceCIDRs."""
     services = [o for page in kube.service_pages(api) for o in page]
@@ -27,14 +27,16 @@ def read_api(api: Any, node_name: str) -> tuple[Objs, Objs, dict[str, Any] | Non
     return services, slices, kube.read_node(api, node_name), kube.service_cidrs(api)
 
 
-def with_cluster_gates(api: Any, config: ProxyConfig, overrides: Mapping[str, bool]) -> ProxyConfig:
+def with_cluster_gates(api: kube.Client, config: ProxyConfig, overrides: Mapping[str, bool]) -> ProxyConfig:
     """``config`` with the feature gates ``run`` has on this cluster: its version's defaults,
     ``overrides`` (--feature-gates) over them."""
     version = features.parse_version(features.server_version(kube.server_version(api)))
     return config.with_gates(features.enabled(version, overrides))
 
 
-def verify_once(api: Any, backend: Backend, config: ProxyConfig, gates: Mapping[str, bool] | None = None) -> Report:
+def verify_once(
+    api: kube.Client, backend: Backend, config: ProxyConfig, gates: Mapping[str, bool] | None = None
+) -> Report:
     """Read the API, then the kernel, and compare (what changes in between shows as a difference:
     callers checking a live cluster retry, see ``main``'s --wait). ``gates``: --feature-gates,
     over the defaults of the cluster's version (None: ``config``'s gates as they are)."""
@@ -56,7 +58,7 @@ def main(args: argparse.Namespace, config: ProxyConfig) -> int:
         print(f"nftproxy verify: no network namespace {args.netns!r}", file=sys.stderr)
         return 2
     try:
-        api = kube.api_client(args.kubeconfig)
+        api = kube.connect(args.kubeconfig)
     except Exception as e:
         print(f"nftproxy verify: cannot use the kubeconfig: {str(e).splitlines()[0] if str(e) else e}", file=sys.stderr)
         return 2

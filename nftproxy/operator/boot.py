@@ -1,7 +1,7 @@
 """`nftproxy run`'s start: the first ruleset before kopf.
 
 The lists of Services and EndpointSlices, this node's Node and the ServiceCIDRs are fetched from
-process start with plain GETs (``early``, ``rest``: the standard library, no Kubernetes client), parsed into
+process start with plain GETs (``early``, ``kube``: the standard library, no Kubernetes client), parsed into
 the Syncer as they arrive, and the first sync is committed. Only then does ``main`` import kopf,
 aiohttp and the Kubernetes client (~0.5 s at every start, more than a 1k-Service first sync) and
 start the watches, each at its list's resourceVersion (``handlers.watch_from_our_lists``): a
@@ -9,9 +9,8 @@ change made after the list is delivered by the watch; one the list already had a
 same resourceVersion and is skipped (``intake``). Nothing is missed, nothing applied twice.
 
 This module imports neither kopf, aiohttp nor the Kubernetes client (import-linter checks it).
-When the lists cannot be made this way (a kubeconfig ``rest`` does not reproduce, or a list
-fails), nothing is marked loaded and the operator's own initial load (kopf's startup handler,
-with retries) lists everything as before.
+When a list fails, nothing is marked loaded and the operator's own initial load (kopf's startup
+handler, with retries) lists everything as before.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 ``python -m nftproxy run …`` (what the chart and the benchmarks run) calls ``start`` first: from
 the command line and the environment alone (``--kubeconfig``/``KUBECONFIG``,
-``--node-name``/``NODE_NAME``), with the standard library, it starts the four GETs of the first
+``--node-name``/``NODE_NAME``), with our client (``kube``: the standard library), it starts the four GETs of the first
 sync (``boot``) in threads, so the apiserver works while the compiler, the dataplane and the rest
 import (~0.1-0.2 s). ``cmd_run`` then takes them with ``take`` only if argparse read the same two
 values (else they are dropped, and listed again): a pure head start, never a different result.
@@ -18,9 +18,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from nftproxy import heap
-from nftproxy.operator.rest import Prefetch, Rest, load
-
-SLICES = "/apis/discovery.k8s.io/v1/endpointslices"
+from nftproxy.operator import kube
+from nftproxy.operator.kube import Prefetch
 
 
 def _in_thread(fn: Callable[[], Any]) -> Future[Any]:
@@ -38,8 +37,10 @@ def _in_thread(fn: Callable[[], Any]) -> Future[Any]:
 
 @dataclass
 class Lists:
-    """The first lists, under way (each in a thread of its own, decoded there)."""
+    """The first lists, under way (each in a thread of its own, decoded there), and the client
+    that makes them (the operator's, for everything after)."""
 
+    api: kube.Client
     services: Prefetch
     slices: Prefetch
     node: Future[dict[str, Any] | None]
@@ -47,14 +48,15 @@ class Lists:
     version: Future[dict[str, Any]]  # the apiserver's /version: the feature gates' defaults
 
 
-def lists(rest: Rest, node_name: str) -> Lists:
+def lists(api: kube.Client, node_name: str) -> Lists:
     """Start the five requests now."""
     return Lists(
-        services=Prefetch(lambda on_version: rest.pages("/api/v1/services", on_version=on_version)),
-        slices=Prefetch(lambda on_version: rest.pages(SLICES, on_version=on_version)),
-        node=_in_thread(lambda: rest.node(node_name)),
-        cidrs=_in_thread(rest.service_cidrs),
-        version=_in_thread(rest.server_version),
+        api=api,
+        services=Prefetch(lambda on_version: kube.service_pages(api, on_version)),
+        slices=Prefetch(lambda on_version: kube.endpoint_slice_pages(api, on_version)),
+        node=_in_thread(lambda: kube.read_node(api, node_name)),
+        cidrs=_in_thread(lambda: kube.service_cidrs(api)),
+        version=_in_thread(lambda: kube.server_version(api)),
     )
 
 
@@ -82,8 +84,8 @@ def start(argv: Sequence[str]) -> None:
         if not node:
             return
         heap.tune()  # before the first thread
-        _started[kubeconfig, node] = lists(load(kubeconfig), node)
-    except Exception:  # Unsupported or anything else: cmd_run starts them (or fails) as it would
+        _started[kubeconfig, node] = lists(kube.connect(kubeconfig), node)
+    except Exception:  # whatever it is, cmd_run meets it again (and says it)
         return
 
 

@@ -19,7 +19,7 @@ from kopf._core.reactor import inventory  # private (kopf is pinned): see NoMemo
 
 from nftproxy import heap
 from nftproxy.operator import kube
-from nftproxy.operator.rest import Prefetch
+from nftproxy.operator.kube import Prefetch
 from nftproxy.operator.settings import Settings
 from nftproxy.operator.status import StatusWriter
 from nftproxy.operator.syncer import Syncer
@@ -334,20 +334,24 @@ def last_sync(memo: kopf.Memo, **_: Any) -> str | None:
 
 @kopf.on.login()
 def login(memo: kopf.Memo, **_: Any) -> kopf.ConnectionInfo:
-    """kopf talks to the API with the same credentials as our client (--kubeconfig or in-cluster)."""
-    cfg = _ctx(memo).api.configuration
-    header = cfg.get_api_key_with_prefix("BearerToken") or cfg.get_api_key_with_prefix("authorization")
-    scheme, token = header.split(" ", 1) if header and " " in header else (None, header)
+    """kopf talks to the API with our client's credentials (``operator/credentials.py``: the
+    kubeconfig or the in-cluster service account). kopf logs in again after a 401: the token is
+    read again then (a rotated service account token, an exec plugin's renewed one)."""
+    c = _ctx(memo).api.credentials
+    header = c.authorization()
+    scheme, token = header.split(" ", 1) if header and " " in header else (None, None)
     return kopf.ConnectionInfo(
-        server=cfg.host,
-        ca_path=cfg.ssl_ca_cert,
-        insecure=not cfg.verify_ssl,
-        username=cfg.username or None,
-        password=cfg.password or None,
-        scheme=scheme or ("Bearer" if token else None),
-        token=token or None,
-        certificate_path=cfg.cert_file,
-        private_key_path=cfg.key_file,
+        server=c.server,
+        ca_path=c.ca_file,
+        ca_data=c.ca_data,
+        insecure=c.insecure or None,
+        scheme=scheme,
+        token=token,
+        certificate_path=c.cert_file,
+        certificate_data=c.cert_data,
+        private_key_path=c.key_file,
+        private_key_data=c.key_data,
+        proxy_url=c.proxy,
     )
 
 

@@ -1,134 +1,314 @@
-"""Kubernetes API access of our own (besides kopf's watches): initial lists, the Node, writes."""
+"""Our one client of the Kubernetes API (kopf's watches aside): plain JSON over ``http.client``.
+
+Every call of ours goes through a ``Client``: the first lists of ``nftproxy run`` (started at
+process start, ``early``), the status writer, the kube-proxy watch's Events, the periodic lists,
+and the CLI (``verify``, ``explain``, ``selftest``). Its credentials come from ``credentials``,
+which also feeds kopf's login. An error status is an ``ApiError`` (``.status``, ``.not_found``);
+``read`` is the one place a 404 becomes None.
+
+The standard library, not the Kubernetes client: importing that client costs ~0.15 s (its
+generated API classes ~1 s more), more than a 1k-Service first sync; and we need only a few
+paths, read and written as JSON. Nothing here imports kopf, aiohttp or the Kubernetes client
+(import-linter's "the first sync" contract).
+"""
 
 from __future__ import annotations
 
+import base64
+import http.client
 import json
-import logging
+import queue
+import select
+import ssl
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, unquote, urlencode, urlsplit
 
-import kubernetes
-from kubernetes.client.exceptions import ApiException
+from nftproxy.operator.credentials import Credentials, load
 
-from nftproxy.operator.rest import Prefetch, paged
-
-log = logging.getLogger("nftproxy.kube")
-
-
-def api_client(kubeconfig: str | None) -> Any:
-    """An ApiClient from the kubeconfig, or the in-cluster service account when None."""
-    cfg = kubernetes.client.Configuration()
-    if kubeconfig:
-        kubernetes.config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)  # type: ignore[no-untyped-call]
-    else:
-        kubernetes.config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
-    cfg.retries = False  # tenacity decides
-    return kubernetes.client.ApiClient(cfg)
+TIMEOUT = 30.0  # seconds, per request
+IDLE = 8  # keep-alive connections kept per client
+GROUP, VERSION, PLURAL = "nftproxy.io", "v1alpha1", "proxystatuses"
+SERVICES = "/api/v1/services"
+SLICES = "/apis/discovery.k8s.io/v1/endpointslices"
+CIDRS = "/apis/networking.k8s.io/v1/servicecidrs"
 
 
-def request(api: Any, method: str, path: str, query: dict[str, Any] | None = None, body: Any = None) -> Any:
-    """One API call, its JSON answer decoded (None when empty); ApiException on an error status.
+class ApiError(Exception):
+    """The apiserver answered with an error status; ``message`` is its Status's message."""
 
-    Plain REST through the client's connection pool and credentials: the generated API classes
-    (CoreV1Api & co.) import ~250 pydantic models on first use, ~1 s at every start."""
-    headers = {"Accept": "application/json"}
-    if body is not None:
-        headers["Content-Type"] = "application/merge-patch+json" if method == "PATCH" else "application/json"
-    method, url, headers, data, _ = api.param_serialize(
-        method,
-        path,
-        query_params=list((query or {}).items()),
-        header_params=headers,
-        body=body,
-        auth_settings=["BearerToken"],
-    )
-    resp = api.call_api(method, url, header_params=headers, body=data, _request_timeout=30)
-    raw = resp.read()
-    if not 200 <= resp.status < 300:
-        raise ApiException(status=resp.status, reason=resp.reason, body=raw.decode(errors="replace"))
-    return json.loads(raw) if raw else None
+    def __init__(self, status: int, reason: str, body: str) -> None:
+        self.status = status
+        self.reason = reason
+        self.body = body
+        try:
+            found = json.loads(body).get("message") if body else None
+        except (ValueError, AttributeError):
+            found = None
+        self.message = str(found) if found else (body[:200] or reason)
+        super().__init__(f"({status}) {reason}: {self.message}")
+
+    @property
+    def not_found(self) -> bool:
+        return self.status == 404
 
 
-def pages(
-    api: Any, path: str, limit: int = 500, on_version: Callable[[str], None] | None = None
+class Client:
+    """One apiserver: requests on a small pool of keep-alive connections (thread-safe: each
+    request takes a connection of its own from the pool)."""
+
+    def __init__(self, credentials: Credentials) -> None:
+        self.credentials = credentials
+        url = urlsplit(credentials.server)
+        if url.scheme not in ("http", "https") or not url.hostname:
+            raise ValueError(f"apiserver URL {credentials.server!r}")
+        self.scheme = url.scheme
+        self.host = url.hostname
+        self.port = url.port or (443 if url.scheme == "https" else 80)
+        self.base = url.path.rstrip("/")
+        self.context = credentials.ssl_context() if url.scheme == "https" else None
+        self.proxy = urlsplit(credentials.proxy) if credentials.proxy else None
+        if self.proxy is not None and (self.proxy.scheme != "http" or not self.proxy.hostname):
+            raise ValueError(f"proxy {credentials.proxy!r}: only http:// proxies are supported")
+        self._idle: list[http.client.HTTPConnection] = []
+        self._lock = threading.Lock()
+
+    # -- connections
+
+    def _connect(self) -> http.client.HTTPConnection:
+        host, port = self.host, self.port
+        if self.proxy is not None:  # a CONNECT tunnel through it
+            host, port = self.proxy.hostname or "", self.proxy.port or 80
+        if self.scheme == "http":
+            conn = http.client.HTTPConnection(host, port, timeout=TIMEOUT)
+        else:
+            sni = self.credentials.tls_server_name or self.host
+            conn = _HTTPS(host, port, self.context, sni)
+        if self.proxy is not None:
+            headers = {}
+            if self.proxy.username is not None:
+                user = f"{unquote(self.proxy.username)}:{unquote(self.proxy.password or '')}"
+                headers["Proxy-Authorization"] = "Basic " + base64.b64encode(user.encode()).decode()
+            conn.set_tunnel(self.host, self.port, headers)
+        return conn
+
+    def _take(self) -> tuple[http.client.HTTPConnection, bool]:
+        """(a connection, whether it was used before)."""
+        with self._lock:
+            while self._idle:
+                conn = self._idle.pop()
+                if conn.sock is not None and not select.select([conn.sock], [], [], 0)[0]:
+                    return conn, True
+                conn.close()  # closed by the server meanwhile (readable: EOF)
+        return self._connect(), False
+
+    def _give_back(self, conn: http.client.HTTPConnection) -> None:
+        with self._lock:
+            if len(self._idle) < IDLE:
+                self._idle.append(conn)
+                return
+        conn.close()
+
+    def close(self) -> None:
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.close()
+
+    # -- requests
+
+    def request(
+        self, method: str, path: str, query: dict[str, Any] | None = None, body: Any = None, timeout: float = TIMEOUT
+    ) -> Any:
+        """One call, its JSON answer decoded (None when empty); ApiError on an error status.
+        A body is sent as JSON (PATCH: a JSON merge patch)."""
+        url = self.base + path + (f"?{urlencode(query)}" if query else "")
+        headers = {"Accept": "application/json", "User-Agent": "nftproxy"}
+        if auth := self.credentials.authorization():
+            headers["Authorization"] = auth
+        data = None
+        if body is not None:
+            data = json.dumps(body).encode()
+            headers["Content-Type"] = "application/merge-patch+json" if method == "PATCH" else "application/json"
+        while True:
+            conn, reused = self._take()
+            conn.timeout = timeout
+            if conn.sock is not None:
+                conn.sock.settimeout(timeout)
+            try:
+                conn.request(method, url, body=data, headers=headers)
+                resp = conn.getresponse()
+                raw = resp.read()
+            except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
+                conn.close()
+                if reused:  # the server closed the idle connection as we sent: once more, on a new one
+                    continue
+                raise
+            except BaseException:
+                conn.close()
+                raise
+            break
+        if resp.will_close:
+            conn.close()
+        else:
+            self._give_back(conn)
+        if not 200 <= resp.status < 300:
+            raise ApiError(resp.status, resp.reason, raw.decode(errors="replace"))
+        return json.loads(raw) if raw else None
+
+    def read(self, path: str) -> dict[str, Any] | None:
+        """One object; None when it does not exist (404)."""
+        try:
+            return dict(self.request("GET", path))
+        except ApiError as e:
+            if e.not_found:
+                return None
+            raise
+
+    def pages(
+        self,
+        path: str,
+        limit: int = 500,
+        on_version: Callable[[str], None] | None = None,
+        query: dict[str, Any] | None = None,
+    ) -> Iterator[list[dict[str, Any]]]:
+        """A consistent list, page by page: the caller parses each page and lets it go, so the raw
+        objects of the whole list (~10 KB each decoded) are never all in memory at once.
+        ``on_version`` gets the list's resourceVersion (one snapshot for every page): a watch
+        started there sees every change made after the list, and nothing before."""
+        return paged(lambda q: self.request("GET", path, {**(query or {}), **q}), limit, on_version)
+
+
+class _HTTPS(http.client.HTTPSConnection):
+    """HTTPS whose certificate is checked for ``server_hostname`` (the kubeconfig's
+    tls-server-name, also sent as SNI, else the apiserver's host), through a tunnel if set."""
+
+    def __init__(self, host: str, port: int, context: ssl.SSLContext | None, server_hostname: str) -> None:
+        super().__init__(host, port, timeout=TIMEOUT, context=context)
+        self.tls_context = context or ssl.create_default_context()
+        self.server_hostname = server_hostname
+
+    def connect(self) -> None:
+        http.client.HTTPConnection.connect(self)  # and the CONNECT tunnel, if any
+        self.sock = self.tls_context.wrap_socket(self.sock, server_hostname=self.server_hostname)
+
+
+def connect(kubeconfig: str | None) -> Client:
+    """A client for ``kubeconfig`` (None: the in-cluster service account)."""
+    return Client(load(kubeconfig))
+
+
+def paged(
+    get: Callable[[dict[str, Any]], Any], limit: int, on_version: Callable[[str], None] | None
 ) -> Iterator[list[dict[str, Any]]]:
-    """A consistent list, page by page: the caller parses each page and lets it go, so the raw
-    objects of the whole list (~10 KB each decoded) are never all in memory at once.
-    ``on_version`` gets the list's resourceVersion (one snapshot for every page): a watch
-    started there sees every change made after the list, and nothing before."""
-    return paged(lambda query: request(api, "GET", path, query), limit, on_version)
+    """The pages of one list, GET(query) each (``limit``/``continue``): one snapshot, whose
+    resourceVersion (from the first page) goes to ``on_version``."""
+    token = None
+    while True:
+        query: dict[str, Any] = {"limit": limit}
+        if token:
+            query["continue"] = token
+        page = get(query)
+        meta = page.get("metadata") or {}
+        if on_version is not None and not token and meta.get("resourceVersion"):
+            on_version(str(meta["resourceVersion"]))
+        yield page.get("items") or []
+        token = meta.get("continue")
+        if not token:
+            return
 
 
-def service_pages(api: Any, on_version: Callable[[str], None] | None = None) -> Iterator[list[dict[str, Any]]]:
-    return pages(api, "/api/v1/services", on_version=on_version)
+class Prefetch:
+    """A list fetched (and JSON-decoded) by a thread from the start of the process, while the
+    rest of the operator imports and starts: the apiserver's work for the initial list overlaps
+    ours. At most ``depth`` pages wait decoded (memory stays bounded)."""
+
+    def __init__(self, pages: Callable[[Callable[[str], None]], Iterator[list[dict[str, Any]]]], depth: int = 4):
+        self.version: str | None = None
+        self._queue: queue.Queue[list[dict[str, Any]] | BaseException | None] = queue.Queue(depth)
+        threading.Thread(target=self._run, args=(pages,), daemon=True, name="prefetch").start()
+
+    def _set_version(self, version: str) -> None:
+        self.version = version
+
+    def _run(self, pages: Callable[[Callable[[str], None]], Iterator[list[dict[str, Any]]]]) -> None:
+        try:
+            for page in pages(self._set_version):
+                self._queue.put(page)
+            self._queue.put(None)
+        except BaseException as e:  # handed to the reader, which retries with a list of its own
+            self._queue.put(e)
+
+    def pages(self) -> Iterator[list[dict[str, Any]]]:
+        while (item := self._queue.get()) is not None:
+            if isinstance(item, BaseException):
+                raise item
+            yield item
 
 
-def endpoint_slice_pages(api: Any, on_version: Callable[[str], None] | None = None) -> Iterator[list[dict[str, Any]]]:
-    return pages(api, "/apis/discovery.k8s.io/v1/endpointslices", on_version=on_version)
+# --------------------------------------------------------------------------- what we read
 
 
-def service_cidrs(api: Any) -> list[dict[str, Any]]:
+def service_pages(api: Client, on_version: Callable[[str], None] | None = None) -> Iterator[list[dict[str, Any]]]:
+    return api.pages(SERVICES, on_version=on_version)
+
+
+def endpoint_slice_pages(
+    api: Client, on_version: Callable[[str], None] | None = None
+) -> Iterator[list[dict[str, Any]]]:
+    return api.pages(SLICES, on_version=on_version)
+
+
+def service_cidrs(api: Client) -> list[dict[str, Any]]:
     """Every networking.k8s.io/v1 ServiceCIDR ([] where the API has none: before Kubernetes 1.33)."""
     try:
-        return [o for page in pages(api, "/apis/networking.k8s.io/v1/servicecidrs") for o in page]
-    except ApiException as e:
-        if e.status == 404:
+        return [o for page in api.pages(CIDRS) for o in page]
+    except ApiError as e:
+        if e.not_found:
             return []
         raise
 
 
-def prefetch_lists(api: Any) -> dict[str, Prefetch]:
-    """Start the initial lists of Services and EndpointSlices now (see Prefetch)."""
-    return {
-        "svc": Prefetch(lambda on_version: service_pages(api, on_version)),
-        "slice": Prefetch(lambda on_version: endpoint_slice_pages(api, on_version)),
-    }
-
-
-def server_version(api: Any) -> dict[str, Any]:
+def server_version(api: Client) -> dict[str, Any]:
     """The apiserver's ``/version`` (every authenticated client may read it)."""
-    return dict(request(api, "GET", "/version"))
+    return dict(api.request("GET", "/version"))
 
 
-def read_node(api: Any, name: str) -> dict[str, Any] | None:
-    try:
-        return dict(request(api, "GET", f"/api/v1/nodes/{quote(name)}"))
-    except ApiException as e:
-        if e.status == 404:
-            return None
-        raise
+def read_node(api: Client, name: str) -> dict[str, Any] | None:
+    return api.read(f"/api/v1/nodes/{quote(name)}")
 
 
-GROUP, VERSION, PLURAL = "nftproxy.io", "v1alpha1", "proxystatuses"
-
-
-def write_proxy_status(api: Any, node: str, node_uid: str | None, status: dict[str, Any]) -> None:
-    """Create the node's ProxyStatus if needed (owned by the Node), then patch its status."""
+def proxy_status_path(node: str | None = None) -> str:
     path = f"/apis/{GROUP}/{VERSION}/{PLURAL}"
+    return f"{path}/{quote(node)}" if node is not None else path
+
+
+# --------------------------------------------------------------------------- what we write
+
+
+def write_proxy_status(api: Client, node: str, node_uid: str | None, status: dict[str, Any]) -> None:
+    """Create the node's ProxyStatus if needed (owned by the Node), then patch its status."""
     owner = (
         [{"apiVersion": "v1", "kind": "Node", "name": node, "uid": node_uid, "blockOwnerDeletion": False}]
         if node_uid
         else []
     )
-    try:
-        current: Any = request(api, "GET", f"{path}/{quote(node)}")
-    except ApiException as e:
-        if e.status != 404:
-            raise
+    current = api.read(proxy_status_path(node))
+    if current is None:
         body = {
             "apiVersion": f"{GROUP}/{VERSION}",
             "kind": "ProxyStatus",
             "metadata": {"name": node, "ownerReferences": owner},
             "spec": {"nodeName": node},
         }
-        current = request(api, "POST", path, body=body)
-    if owner and not current.get("metadata", {}).get("ownerReferences"):
-        request(api, "PATCH", f"{path}/{quote(node)}", body={"metadata": {"ownerReferences": owner}})
-    request(api, "PATCH", f"{path}/{quote(node)}/status", body={"status": status})
+        current = api.request("POST", proxy_status_path(), body=body)
+    if owner and not (current or {}).get("metadata", {}).get("ownerReferences"):
+        api.request("PATCH", proxy_status_path(node), body={"metadata": {"ownerReferences": owner}})
+    api.request("PATCH", proxy_status_path(node) + "/status", body={"status": status})
 
 
-def post_event(api: Any, node: str, kind: str, namespace: str, name: str, reason: str, message: str) -> None:
+def post_event(api: Client, node: str, kind: str, namespace: str, name: str, reason: str, message: str) -> None:
     """A Warning Event on an object (seen with `kubectl describe`): a Service or EndpointSlice left
     out, or (``kind`` "Node" or "ServiceCIDR", no namespace) a cluster-scoped one, e.g. this node
     with kube-proxy's rules found on it."""
@@ -153,4 +333,4 @@ def post_event(api: Any, node: str, kind: str, namespace: str, name: str, reason
         "lastTimestamp": now,
         "count": 1,
     }
-    request(api, "POST", f"/api/v1/namespaces/{quote(namespace)}/events", body=body)
+    api.request("POST", f"/api/v1/namespaces/{quote(namespace)}/events", body=body)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
 
 from nftproxy.migration import Presence, detect
 from nftproxy.operator import kube
@@ -53,7 +52,7 @@ class KubeProxyWatch:
         self.last: Presence | None = None
         self.posted: set[str] = set()
 
-    async def run(self, syncer: Syncer, api: Any, node: str) -> None:
+    async def run(self, syncer: Syncer, api: kube.Client, node: str) -> None:
         if self.period <= 0:
             return
         loop = asyncio.get_running_loop()
@@ -78,5 +77,5 @@ class KubeProxyWatch:
             await asyncio.sleep(self.period)
 
 
-def post_node_event(api: Any, node: str, reason: str, message: str) -> None:
+def post_node_event(api: kube.Client, node: str, reason: str, message: str) -> None:
     kube.post_event(api, node, "Node", "", node, reason, f"nftproxy on {node}: {message}")

@@ -30,7 +30,7 @@ from nftproxy.operator.sockets import listening_socket
 from nftproxy.operator.syncer import Status, Syncer
 
 if TYPE_CHECKING:
-    from nftproxy.operator.rest import Prefetch
+    from nftproxy.operator.kube import Prefetch
 
 log = logging.getLogger("nftproxy")
 
@@ -41,8 +41,8 @@ def run(
     prefetched: dict[str, Prefetch] | None = None,
     lists: Lists | None = None,
 ) -> int:
-    """``lists``: the first lists, started at process start (``early``); without them (a
-    kubeconfig only the Kubernetes client handles), ``prefetched`` lists through ``api``."""
+    """``lists``: the first lists, started at process start (``early``); without them,
+    ``prefetched`` lists through ``api`` (``kube.Client``: ours, for every call but kopf's watches)."""
     logging.basicConfig(
         level=getattr(logging, settings.log_level.upper()),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -105,7 +105,7 @@ async def _main(
     from nftproxy.operator.kubeproxy_watch import KubeProxyWatch  # noqa: PLC0415
     from nftproxy.operator.status import StatusWriter  # noqa: PLC0415
 
-    api = api or kube.api_client(settings.kubeconfig)
+    api = api or kube.connect(settings.kubeconfig)
     writer = StatusWriter(api, syncer, settings.node_name, settings.status_period)
     ctx = handlers.Context(settings, syncer, writer, api, prefetched=prefetched)
     if loaded is not None:  # kopf's watches start at these lists' versions

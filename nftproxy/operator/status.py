@@ -56,7 +56,7 @@ def render_status(syncer: Syncer) -> dict[str, Any]:
 
 
 class StatusWriter:
-    def __init__(self, api: Any, syncer: Syncer, node: str, period: float) -> None:
+    def __init__(self, api: kube.Client, syncer: Syncer, node: str, period: float) -> None:
         self.api = api
         self.syncer = syncer
         self.node = node

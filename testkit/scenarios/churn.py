@@ -30,7 +30,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from ipaddress import IPv4Address, ip_network
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 from nftproxy.cli.verify import verify_once
 from nftproxy.compiler import ProxyConfig
@@ -237,7 +237,7 @@ class Churn:
         self.workdir = workdir
         self.result = Result(plan)
         self.rng = random.Random(plan.seed)
-        self.api = kube.api_client(str(cp.kubeconfig))
+        self.api = kube.connect(str(cp.kubeconfig))
         self.lab = NetLab("vf")
         self.cl = LocalCluster(cp, self.lab, workdir)
         self.node: Node = self.cl.add_node("churn-node", 1)
@@ -260,25 +260,14 @@ class Churn:
         )
 
     # -- API --------------------------------------------------------------------------------
-    def _core(self) -> Any:
-        import kubernetes  # noqa: PLC0415
-
-        return kubernetes.client.CoreV1Api(self.api)
-
-    def _disc(self) -> Any:
-        import kubernetes  # noqa: PLC0415
-
-        return kubernetes.client.DiscoveryV1Api(self.api)
+    SERVICES = f"/api/v1/namespaces/{NS}/services"
+    SLICES = f"/apis/discovery.k8s.io/v1/namespaces/{NS}/endpointslices"
 
     def _create(self, i: int) -> None:
         name = f"s{i}"
-        self._core().create_namespaced_service(
-            NS, cast(Any, service(name, str(IPv4Address(CHURN_BASE + i)))), _request_timeout=10
-        )
+        self.api.request("POST", self.SERVICES, body=service(name, str(IPv4Address(CHURN_BASE + i))), timeout=10)
         n = 1 + (i % self.plan.endpoints)
-        self._disc().create_namespaced_endpoint_slice(
-            NS, cast(Any, endpoint_slice(name, fake_endpoints(i, n))), _request_timeout=10
-        )
+        self.api.request("POST", self.SLICES, body=endpoint_slice(name, fake_endpoints(i, n)), timeout=10)
 
     def populate(self) -> None:
         self.cl.namespace(NS)
@@ -347,7 +336,7 @@ class Churn:
             def scale() -> None:
                 body = endpoint_slice(name, addrs)
                 t = time.monotonic()
-                self._disc().replace_namespaced_endpoint_slice(f"{name}-x", NS, cast(Any, body), _request_timeout=5)
+                self.api.request("PUT", f"{self.SLICES}/{name}-x", body=body, timeout=5)
                 self.written[addrs[-1]] = t
 
             return scale
@@ -358,14 +347,14 @@ class Churn:
             value = self.rng.choice(values)
 
             def flip() -> None:
-                self._core().patch_namespaced_service(name, NS, {"spec": {field_: value}}, _request_timeout=5)
+                self.api.request("PATCH", f"{self.SERVICES}/{name}", body={"spec": {field_: value}}, timeout=5)
 
             return flip
         if roll < 0.85:
 
             def delete() -> None:
-                self._core().delete_namespaced_service(name, NS, _request_timeout=5)
-                self._disc().delete_namespaced_endpoint_slice(f"{name}-x", NS, _request_timeout=5)
+                self.api.request("DELETE", f"{self.SERVICES}/{name}", timeout=5)
+                self.api.request("DELETE", f"{self.SLICES}/{name}-x", timeout=5)
 
             return delete
         return lambda: self._create(i)
@@ -446,9 +435,7 @@ class Churn:
         deadline = t0 + 120
         while time.monotonic() < deadline:
             try:
-                self._disc().replace_namespaced_endpoint_slice(
-                    "marker-x", NS, cast(Any, endpoint_slice("marker", [addr])), _request_timeout=5
-                )
+                self.api.request("PUT", f"{self.SLICES}/marker-x", body=endpoint_slice("marker", [addr]), timeout=5)
                 break
             except Exception:
                 time.sleep(0.5)

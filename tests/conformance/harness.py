@@ -29,8 +29,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
-from kubernetes.client.exceptions import ApiException
-
 from nftproxy.compiler import features
 from nftproxy.operator import kube
 from testkit.k8s import versions
@@ -454,13 +452,13 @@ def settle(
 
 
 class ApiWriter:
-    """Creates, patches and deletes objects one at a time through the apiserver's REST API (the
-    kubernetes client's connection, as the operator's), so that what it refuses is known object
+    """Creates, patches and deletes objects one at a time through the apiserver's REST API (our
+    client, the operator's), so that what it refuses is known object
     by object (``kubectl apply`` of a list goes on past a refused object and reports them all
     together)."""
 
     def __init__(self, cp: ControlPlane) -> None:
-        self.api = kube.api_client(str(cp.kubeconfig))
+        self.api = kube.connect(str(cp.kubeconfig))
 
     @staticmethod
     def path(obj: c.Obj, name: bool = False) -> str:
@@ -479,42 +477,32 @@ class ApiWriter:
     def create(self, obj: c.Obj) -> tuple[c.Obj | None, str]:
         """(the object as stored, "") or (None, the apiserver's reason for refusing it)."""
         try:
-            return kube.request(self.api, "POST", self.path(obj), body=obj), ""
-        except ApiException as e:
-            return None, _status_message(e)
+            return self.api.request("POST", self.path(obj), body=obj), ""
+        except kube.ApiError as e:
+            return None, e.message
 
     def patch_status(self, obj: c.Obj) -> tuple[c.Obj | None, str]:
         """A merge patch of the object's status (a Service's LoadBalancer ingress)."""
         try:
             path = self.path(obj, name=True) + "/status"
-            return kube.request(self.api, "PATCH", path, body={"status": obj["status"]}), ""
-        except ApiException as e:
-            return None, _status_message(e)
+            return self.api.request("PATCH", path, body={"status": obj["status"]}), ""
+        except kube.ApiError as e:
+            return None, e.message
 
     def put(self, obj: c.Obj) -> c.Obj:
         """Create or replace (the caller's own objects, which must be accepted)."""
-        try:
-            current = kube.request(self.api, "GET", self.path(obj, name=True))
-        except ApiException as e:
-            if e.status != 404:
-                raise
-            return dict(kube.request(self.api, "POST", self.path(obj), body=obj))
+        current = self.api.read(self.path(obj, name=True))
+        if current is None:
+            return dict(self.api.request("POST", self.path(obj), body=obj))
         body = {**obj, "metadata": {**obj["metadata"], "resourceVersion": current["metadata"]["resourceVersion"]}}
-        return dict(kube.request(self.api, "PUT", self.path(obj, name=True), body=body))
+        return dict(self.api.request("PUT", self.path(obj, name=True), body=body))
 
     def delete(self, obj: c.Obj) -> None:
         try:
-            kube.request(self.api, "DELETE", self.path(obj, name=True))
-        except ApiException as e:
-            if e.status != 404:
+            self.api.request("DELETE", self.path(obj, name=True))
+        except kube.ApiError as e:
+            if not e.not_found:
                 raise
 
     def close(self) -> None:
         self.api.close()
-
-
-def _status_message(e: ApiException) -> str:
-    try:
-        return str(json.loads(e.body or "").get("message", "")) or f"HTTP {e.status}"
-    except ValueError:
-        return f"HTTP {e.status}"

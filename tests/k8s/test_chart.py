@@ -593,7 +593,7 @@ def test_rbac_least_privilege_for_real(
 
     _apply_crds(cp)
     node = _unique("node")
-    api = kube.api_client(str(kc))
+    api = kube.connect(str(kc))
     try:
         kube.write_proxy_status(api, node, None, {"services": 3, "endpoints": 7})
         kube.write_proxy_status(api, node, None, {"services": 4, "endpoints": 7})

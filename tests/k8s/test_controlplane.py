@@ -14,7 +14,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from kubernetes import client, config  # the client kopf and nftproxy use
+from kubernetes import client, config  # its kubeconfig loader reads exec-plugin kubeconfigs for nftproxy
 
 from testkit import process
 from testkit.k8s.controlplane import (
@@ -222,7 +222,7 @@ def test_cli_up_and_down(tmp_path: Path) -> None:
 
 
 def test_our_initial_list_reads_every_object_page_by_page(control_plane: ControlPlane) -> None:
-    """nftproxy's own initial list (``kube.pages``) follows the API's continue tokens: a list
+    """nftproxy's own initial list (``kube.Client.pages``) follows the API's continue tokens: a list
     longer than one page arrives whole, in pages (parsed one at a time, not all at once)."""
     from nftproxy.operator import kube  # noqa: PLC0415
 
@@ -231,9 +231,9 @@ def test_our_initial_list_reads_every_object_page_by_page(control_plane: Control
     cp.kubectl("create", "namespace", ns)
     docs = [SERVICE_YAML.format(ns=ns).replace("name: web", f"name: web{i}") for i in range(5)]
     cp.kubectl("apply", "-f", "-", input="---\n".join(docs))
-    api = kube.api_client(str(cp.kubeconfig))
+    api = kube.connect(str(cp.kubeconfig))
     versions: list[str] = []
-    pages = list(kube.pages(api, f"/api/v1/namespaces/{ns}/services", limit=2, on_version=versions.append))
+    pages = list(api.pages(f"/api/v1/namespaces/{ns}/services", limit=2, on_version=versions.append))
     assert [len(p) for p in pages] == [2, 2, 1]
     assert sorted(s["metadata"]["name"] for p in pages for s in p) == [f"web{i}" for i in range(5)]
     assert len(versions) == 1 and versions[0].isdigit(), versions  # the list's snapshot, once

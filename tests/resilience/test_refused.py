@@ -98,7 +98,7 @@ def test_refused_transaction_keeps_serving_is_reported_and_retried(cluster: Loca
     )
     nft(node.netns, "delete", "rule", "ip", "nftproxy", "services", "handle", handle.strip())
     eventually(lambda: answers(20) == {"p0", "p1", "p2"}, timeout=60, what="web on p0, p1, p2 after the retry")
-    api = kube.api_client(str(cl.cp.kubeconfig))
+    api = kube.connect(str(cl.cp.kubeconfig))
     config = ProxyConfig(
         node_name=node.name, cluster_cidrs=(ip_network("10.244.0.0/16"), ip_network("fd00:10:244::/48"))
     )

@@ -1,4 +1,4 @@
-"""`nftproxy run`'s start (operator/boot.py, operator/rest.py): the first lists with plain GETs,
+"""`nftproxy run`'s start (operator/boot.py, operator/early.py, operator/kube.py): the first lists with plain GETs,
 the first sync committed before kopf is imported, and the watches at the lists' versions. The
 same against a real apiserver, with a Service created between the list and the watch:
 tests/k8s/test_boot.py."""
@@ -6,7 +6,6 @@ tests/k8s/test_boot.py."""
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
 import subprocess
 import sys
@@ -22,8 +21,8 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 import yaml
 
-from nftproxy.operator import boot, early, handlers, kube, main, rest
-from nftproxy.operator.rest import Prefetch
+from nftproxy.operator import boot, credentials, early, handlers, kube, main
+from nftproxy.operator.kube import Prefetch
 from testkit.k8s import objects as k
 from tests.support.syncer import elements, make, settings, svc
 
@@ -56,6 +55,7 @@ def _lists(services: list[list[dict[str, Any]]], slices: list[list[dict[str, Any
     node = k.node("n1", {"InternalIP": "192.0.2.1"})
     node["metadata"]["uid"] = "node-uid"
     return early.Lists(
+        api=cast(Any, None),
         services=kw.get("services_prefetch") or Prefetch(pages("41", services)),
         slices=Prefetch(pages("44", slices)),
         node=kw.get("node") or _done(node),
@@ -90,7 +90,7 @@ def test_a_failed_list_leaves_the_start_to_the_initial_load(monkeypatch: pytest.
     def broken(on_version: Any) -> Iterator[list[dict[str, Any]]]:
         on_version("41")
         yield [_versioned(svc("a", "10.96.0.1"), "3"), _versioned(svc("b", "10.96.0.2"), "4")]
-        raise rest.ApiError(500, "Internal Server Error", "etcd leader changed")
+        raise kube.ApiError(500, "Internal Server Error", "etcd leader changed")
 
     monkeypatch.setattr(kube, "service_pages", lambda *_: iter([[_versioned(svc("a", "10.96.0.1"), "3")]]))
     monkeypatch.setattr(kube, "endpoint_slice_pages", lambda *_: iter([]))
@@ -175,7 +175,7 @@ def test_nothing_of_kopf_aiohttp_or_the_kubernetes_client_is_imported_for_the_fi
     assert out.stdout.strip() == "[]"
 
 
-# -- rest: the kubeconfig, read as the Kubernetes client reads it ------------------------------
+# -- the first lists through our client (operator/kube.py) -------------------------------------
 
 
 def _kubeconfig(tmp_path: Path, cluster: dict[str, Any], user: dict[str, Any]) -> str:
@@ -190,42 +190,6 @@ def _kubeconfig(tmp_path: Path, cluster: dict[str, Any], user: dict[str, Any]) -
     path = tmp_path / "kubeconfig"
     path.write_text(yaml.safe_dump(doc))
     return str(path)
-
-
-def test_kubeconfig_token_and_basic_auth(tmp_path: Path) -> None:
-    (tmp_path / "tok").write_text("s3cret")
-    r = rest.load(_kubeconfig(tmp_path, {"server": "http://127.0.0.1:8080/prefix/"}, {"tokenFile": "tok"}), {})
-    assert (r.scheme, r.host, r.port, r.base) == ("http", "127.0.0.1", 8080, "/prefix")
-    assert r.headers == {"Authorization": "Bearer s3cret"}
-    r = rest.load(_kubeconfig(tmp_path, {"server": "http://h"}, {"username": "a", "password": "b"}), {})
-    assert r.headers == {"Authorization": "Basic " + base64.b64encode(b"a:b").decode()} and r.port == 80
-    r = rest.load(_kubeconfig(tmp_path, {"server": "https://h:6443", "insecure-skip-tls-verify": True}, {}), {})
-    assert r.context is not None and not r.context.check_hostname and r.headers == {}
-
-
-@pytest.mark.parametrize(
-    ("cluster", "user", "env"),
-    [
-        ({"server": "https://h"}, {"exec": {"command": "x"}}, {}),
-        ({"server": "https://h"}, {"auth-provider": {"name": "oidc"}}, {}),
-        ({"server": "https://h", "proxy-url": "http://p"}, {}, {}),
-        ({"server": "https://h"}, {}, {}),  # no CA: the client would use its own bundle
-        ({"server": "http://h"}, {}, {"HTTPS_PROXY": "http://p:3128"}),
-        ({"server": "https://h", "certificate-authority": "missing.crt"}, {}, {}),
-    ],
-)
-def test_what_only_the_kubernetes_client_does_is_unsupported(
-    tmp_path: Path, cluster: dict[str, Any], user: dict[str, Any], env: dict[str, str]
-) -> None:
-    with pytest.raises(rest.Unsupported):
-        rest.load(_kubeconfig(tmp_path, cluster, user), env)
-
-
-def test_several_kubeconfigs_and_no_cluster_are_unsupported(tmp_path: Path) -> None:
-    with pytest.raises(rest.Unsupported):
-        rest.load(f"{tmp_path}/a:{tmp_path}/b", {})
-    with pytest.raises(rest.Unsupported):
-        rest.load(None, {})
 
 
 class _Api(BaseHTTPRequestHandler):
@@ -259,7 +223,7 @@ def test_pages_keep_the_first_pages_version_and_follow_continue() -> None:
     server.seen = []  # type: ignore[attr-defined]
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        r = rest.Rest("http", "127.0.0.1", server.server_port, headers={"Authorization": "Bearer t"})
+        r = kube.Client(credentials.Credentials(f"http://127.0.0.1:{server.server_port}", token="t"))  # noqa: S106  (a test's token)
         versions: list[str] = []
         pages = list(r.pages("/api/v1/services", limit=1, on_version=versions.append))
         assert [[o["metadata"]["name"] for o in p] for p in pages] == [["a"], ["b"]]
@@ -269,8 +233,8 @@ def test_pages_keep_the_first_pages_version_and_follow_continue() -> None:
             (["1"], None, "Bearer t"),
             (["1"], ["next"], "Bearer t"),
         ]
-        assert r.node("n1") is None  # 404
-        assert r.service_cidrs() == []  # 404: an API without ServiceCIDRs
+        assert kube.read_node(r, "n1") is None  # 404
+        assert kube.service_cidrs(r) == []  # 404: an API without ServiceCIDRs
     finally:
         server.shutdown()
 

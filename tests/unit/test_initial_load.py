@@ -10,9 +10,8 @@ from types import SimpleNamespace
 from typing import Any, cast
 
 import pytest
-from kubernetes.client.exceptions import ApiException
 
-from nftproxy.operator import handlers, kube, rest
+from nftproxy.operator import handlers, kube
 from testkit.k8s import objects as k
 from tests.support.syncer import elements, make, svc
 
@@ -26,7 +25,7 @@ def test_a_retried_list_forgets_what_only_the_failed_attempt_saw(monkeypatch: py
         attempts.append(1)
         if len(attempts) == 1:
             yield [svc("a", "10.96.0.1"), svc("b", "10.96.0.2")]
-            raise ApiException(status=500, reason="etcd leader changed")
+            raise kube.ApiError(500, "Internal Server Error", "etcd leader changed")
         yield [svc("a", "10.96.0.1")]  # b was deleted meanwhile
         yield [svc("c", "10.96.0.3")]
 
@@ -148,7 +147,7 @@ def test_lists_started_at_process_start_are_used_once_with_their_version(monkeyp
         yield [svc("a", "10.96.0.1")]
 
     def broken(on_version: Any) -> Iterator[list[dict[str, Any]]]:
-        raise ApiException(status=500, reason="etcd leader changed")
+        raise kube.ApiError(500, "Internal Server Error", "etcd leader changed")
         yield []
 
     def own_slices(_: Any, on_version: Any) -> Iterator[list[dict[str, Any]]]:
@@ -167,7 +166,7 @@ def test_lists_started_at_process_start_are_used_once_with_their_version(monkeyp
     async def go() -> None:
         syncer, fake = make()
         ctx = handlers.Context(syncer.settings, syncer, cast(Any, SimpleNamespace(node_uid=None)), api=None)
-        ctx.prefetched = {"svc": rest.Prefetch(services), "slice": rest.Prefetch(broken)}
+        ctx.prefetched = {"svc": kube.Prefetch(services), "slice": kube.Prefetch(broken)}
         await handlers.initial_load(ctx)
         assert own == ["svc", "slice"], "the retry lists both again"
         assert ctx.prefetched == {} and ctx.list_versions == {"services": "42", "endpointslices": "43"}
@@ -199,7 +198,7 @@ def test_prefetched_lists_alone_make_the_initial_load(monkeypatch: pytest.Monkey
     async def go() -> None:
         syncer, fake = make()
         ctx = handlers.Context(syncer.settings, syncer, cast(Any, SimpleNamespace(node_uid=None)), api=None)
-        ctx.prefetched = {"svc": rest.Prefetch(services), "slice": rest.Prefetch(slices)}
+        ctx.prefetched = {"svc": kube.Prefetch(services), "slice": kube.Prefetch(slices)}
         await handlers.initial_load(ctx)
         assert ctx.list_versions == {"services": "41", "endpointslices": "44"}
         await syncer.sync_once()
