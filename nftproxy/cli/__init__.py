@@ -9,7 +9,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from nftproxy import heap
+from nftproxy import __version__, heap
 from nftproxy.cli.flags import add_proxy_flags, add_run_flags, config_from_args, settings_from_args
 from nftproxy.compiler import ProxyConfig, compile_tables
 from nftproxy.compiler.build import Desired
@@ -142,6 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
         "each change in one atomic transaction. `run` is the per-node operator; the other commands "
         "render, apply, verify, explain, trace and clean up its tables (`selftest`: what `helm test` runs).",
     )
+    parser.add_argument("--version", action="version", version=f"nftproxy {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     for name, fn, text in (
         ("render", cmd_render, "print the nft script for the given objects; touches nothing"),
