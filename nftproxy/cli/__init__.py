@@ -14,6 +14,7 @@ from nftproxy.cli.flags import add_proxy_flags, add_run_flags, config_from_args,
 from nftproxy.compiler import ProxyConfig, compile_tables
 from nftproxy.compiler.build import Desired
 from nftproxy.compiler.config import this_node
+from nftproxy.dataplane.requirements import Unsupported
 from nftproxy.dataplane.sync import Dataplane
 from nftproxy.model.manifests import Inputs, ManifestError, load
 from nftproxy.nft.backend import NftError, PartialLoadError
@@ -200,6 +201,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except PermissionError as e:
         print(f"nftproxy: {e} (needs CAP_NET_ADMIN)", file=sys.stderr)
+        return 1
+    except Unsupported as e:  # `run` on a node without what it needs (dataplane/requirements.py)
+        print(f"nftproxy: {e}", file=sys.stderr)
         return 1
 
 
