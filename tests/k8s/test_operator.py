@@ -130,8 +130,8 @@ def test_proxystatus_reports_the_node_in_sync_with_counts(env: Env) -> None:
         return st if ok else None
 
     st = eventually(in_sync, what="ProxyStatus in sync with the Service count")
-    assert st["endpoints"] and st["lastSyncTime"] and st["rulesetChecksum"]
     assert st["version"] == __version__  # the release running on the node, kept by the CRD's schema
+    assert st["endpoints"] and st["lastSyncTime"] and st["rulesetChecksum"]
     table = env.cl.cp.kubectl("get", "proxystatus").stdout
     assert re.search(r"^NAME\s+NODE\s+SERVICES\s+ENDPOINTS\s+IN-SYNC\s+LAST-SYNC\s+DURATION\s+AGE", table, re.M), table
     assert re.search(r"^e2e-node\s+e2e-node\s+\d+\s+\d+\s+True\s+", table, re.M), table
