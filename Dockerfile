@@ -1,5 +1,5 @@
 # nftproxy: the image the Helm chart (charts/nftproxy) runs, one pod per node.
-#   docker build -t REGISTRY/nftproxy:0.1.0 .
+#   docker build -t REGISTRY/nftproxy:$(make -s version) --build-arg VERSION=$(make -s version) .
 # BASE: a Debian trixie image (default debian:trixie-slim; hack/images.sh builds an equivalent one
 # locally with mmdebstrap for the test cluster: --build-arg BASE=localhost/nftproxy-base:trixie).
 # Debian trixie: python3 3.13, nftables 1.1.x: the nft CLI (debugging: `nft list table ip
@@ -18,7 +18,7 @@ RUN apt-get update \
  && apt-get install -y --no-install-recommends python3 python3-pip \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
-COPY pyproject.toml ./
+COPY pyproject.toml LICENSE ./
 COPY nftproxy ./nftproxy
 # The project and its pinned runtime dependencies (pyproject.toml, no dev extras) under
 # /staging/usr/local (Debian's pip installs into /usr/local), no bytecode (the image compiles only
@@ -75,15 +75,16 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     LANG=C.UTF-8
 
-# OCI annotations (hack/images.sh passes VERSION from pyproject.toml, SOURCE from the git remote).
-ARG VERSION=0.1.0
+# OCI annotations. VERSION: nftproxy's __version__ (`make -s version`; hack/images.sh passes it), checked
+# against the installed package so that a label never names another release; SOURCE: the git remote.
+ARG VERSION=
 ARG SOURCE=
-ARG LICENSES=NOASSERTION
+RUN test -z "$VERSION" || python3 -B -c 'import sys, nftproxy; sys.exit(sys.argv[1] != nftproxy.__version__ and f"VERSION {sys.argv[1]} is not nftproxy {nftproxy.__version__}")' "$VERSION"
 LABEL org.opencontainers.image.title="nftproxy" \
       org.opencontainers.image.description="A kube-proxy replacement that programs nftables with verdict maps in atomic transactions" \
       org.opencontainers.image.version="${VERSION}" \
       org.opencontainers.image.source="${SOURCE}" \
-      org.opencontainers.image.licenses="${LICENSES}" \
+      org.opencontainers.image.licenses="Apache-2.0" \
       org.opencontainers.image.base.name="debian:trixie"
 
 # Root, because programming nftables needs CAP_NET_ADMIN in the host's network namespace; the

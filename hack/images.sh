@@ -10,7 +10,10 @@
 # as docker-archive tarballs in ${NFTPROXY_IMAGES:-${NFTPROXY_CACHE:-~/.cache/nftproxy}/images}
 # (imported into each node's containerd by the cluster that reads it), listed in images.json there.
 # Rebuilt only when their inputs changed: the nftproxy image's tag is a digest of the Dockerfile,
-# .dockerignore, pyproject.toml and the nftproxy package; a second run prints "cached".
+# .dockerignore, pyproject.toml, LICENSE and the nftproxy package; a second run prints "cached". Its
+# label org.opencontainers.image.version is the release (nftproxy/__init__.py's __version__, part of
+# the digest). The chart's default image tag is that version (its appVersion); the local cluster sets
+# image.tag to the digest.
 # buildah uses its own storage under the cache (vfs driver: no mounts at all) and every step runs in
 # a private mount namespace, so nothing of it stays mounted in the machine's mount namespace.
 set -euo pipefail
@@ -70,12 +73,12 @@ base_image "$SUITE"
 
 # ------------------------------------------------------------------ nftproxy (Dockerfile)
 NFTPROXY_RECIPE=3  # bump when the build steps below change
-digest=$( { echo "$NFTPROXY_RECIPE"; cat Dockerfile .dockerignore pyproject.toml "$(base_stamp "$SUITE")";
+digest=$( { echo "$NFTPROXY_RECIPE"; cat Dockerfile .dockerignore pyproject.toml LICENSE "$(base_stamp "$SUITE")";
             find nftproxy -type f -name '*.py' -o -type f -name '*.typed' | LC_ALL=C sort | xargs cat; } \
           | sha256sum | cut -c1-12)
 NFTPROXY_REF=localhost/nftproxy:$digest
-# OCI labels: the version of pyproject.toml (in the digest), the repository's remote when it has one.
-VERSION=$(sed -n 's/^version = "\(.*\)"$/\1/p' pyproject.toml | head -1)
+# OCI labels: the release (nftproxy/__init__.py, in the digest), the repository's remote when it has one.
+VERSION=$(python3 -B -c 'import nftproxy; print(nftproxy.__version__)')
 SOURCE=$(git remote get-url origin 2>/dev/null || true)
 if stamp_ok nftproxy "$digest"; then
   log "$NFTPROXY_REF: cached"

@@ -9,11 +9,12 @@ import os
 import sys
 from collections.abc import Sequence
 
-from nftproxy import heap
+from nftproxy import __version__, heap
 from nftproxy.cli.flags import add_proxy_flags, add_run_flags, config_from_args, settings_from_args
 from nftproxy.compiler import ProxyConfig, compile_tables
 from nftproxy.compiler.build import Desired
 from nftproxy.compiler.config import this_node
+from nftproxy.dataplane.requirements import Unsupported
 from nftproxy.dataplane.sync import Dataplane
 from nftproxy.model.manifests import Inputs, ManifestError, load
 from nftproxy.nft.backend import NftError, PartialLoadError
@@ -126,6 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
         "each change in one atomic transaction. `run` is the per-node operator; the other commands "
         "render, apply, verify, explain, trace and clean up its tables (`selftest`: what `helm test` runs).",
     )
+    parser.add_argument("--version", action="version", version=f"nftproxy {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     for name, fn, text in (
         ("render", cmd_render, "print the nft script for the given objects; touches nothing"),
@@ -183,6 +185,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except PermissionError as e:
         print(f"nftproxy: {e} (needs CAP_NET_ADMIN)", file=sys.stderr)
+        return 1
+    except Unsupported as e:  # `run` on a node without what it needs (dataplane/requirements.py)
+        print(f"nftproxy: {e}", file=sys.stderr)
         return 1
 
 

@@ -8,6 +8,7 @@ anything else stays on the nft text path.
 
 from __future__ import annotations
 
+import errno
 import functools
 import os
 import socket
@@ -20,6 +21,8 @@ from nftproxy.nft.objects import Element, Set
 
 NFNL_SUBSYS_NFTABLES = 10
 NFT_MSG_NEWSETELEM, NFT_MSG_DELSETELEM = 12, 14
+NFT_MSG_NEWGEN, NFT_MSG_GETGEN = 15, 16
+NFTA_GEN_ID = 1
 # Attribute types (linux/netfilter/nf_tables.h)
 NFTA_SET_ELEM_LIST_TABLE, NFTA_SET_ELEM_LIST_SET, NFTA_SET_ELEM_LIST_ELEMENTS = 1, 2, 3
 NFTA_LIST_ELEM = 1
@@ -315,3 +318,19 @@ def send(batch: Batch, sock: socket.socket | None = None) -> None:
             if err:  # the kernel aborted the whole batch
                 raise OSError(-err, f"netlink batch refused: {os.strerror(-err)}")
             seen += 1
+
+
+def generation(sock: socket.socket) -> int:
+    """The ruleset's generation (NFT_MSG_GETGEN): the cheapest question nf_tables answers. Raises
+    OSError with the kernel's errno when it does not (EPERM without CAP_NET_ADMIN, EOPNOTSUPP
+    without nf_tables)."""
+    sock.send(nlmsg.nfnl_message((NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_GETGEN, NLM_F_REQUEST, 1, socket.AF_UNSPEC))
+    data = sock.recv(1 << 16)
+    for kind, _seq, off, length in nlmsg.messages(data):
+        if kind == nlmsg.NLMSG_ERROR and (err := nlmsg.error_code(data, off)):
+            raise OSError(-err, os.strerror(-err))
+        if kind == (NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_NEWGEN:
+            gen = nlmsg.attrs(data, off + nlmsg.NLMSG.size + nlmsg.NFGEN.size, off + length).get(NFTA_GEN_ID)
+            if gen is not None and len(gen) == 4:
+                return int(struct.unpack(">I", gen)[0])
+    raise OSError(errno.EPROTO, "no ruleset generation in the kernel's answer")

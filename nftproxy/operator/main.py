@@ -15,10 +15,11 @@ import asyncio
 import contextlib
 import logging
 import signal
+import time
 from typing import TYPE_CHECKING, Any
 
 from nftproxy.compiler import features
-from nftproxy.dataplane import conntrack_sysctls
+from nftproxy.dataplane import conntrack_sysctls, requirements
 from nftproxy.dataplane.sync import Dataplane
 from nftproxy.nft.conntrack import Conntrack, KernelConntrack
 from nftproxy.nft.kernel import KernelBackend
@@ -48,15 +49,20 @@ def run(
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     logging.getLogger("kopf.objects").setLevel(logging.WARNING)  # one line per event is too much
-    if settings.conntrack is not None:  # as kube-proxy, at start (Settings built in tests: None)
-        conntrack_sysctls.apply(settings.conntrack, settings.netns)
     backend = KernelBackend(settings.netns)
-    conntrack = KernelConntrack(settings.netns)
     try:
-        asyncio.run(_main(settings, backend, api, prefetched or {}, lists, conntrack))
+        started = time.perf_counter()
+        requirements.check(backend.probe)  # the kernel and nf_tables, before anything on the node changes
+        log.debug("this node can run nftproxy (checked in %.1f ms)", (time.perf_counter() - started) * 1000)
+        if settings.conntrack is not None:  # as kube-proxy, at start (Settings built in tests: None)
+            conntrack_sysctls.apply(settings.conntrack, settings.netns)
+        conntrack = KernelConntrack(settings.netns)
+        try:
+            asyncio.run(_main(settings, backend, api, prefetched or {}, lists, conntrack))
+        finally:
+            conntrack.close()
     finally:
         backend.close()
-        conntrack.close()
     log.info("stopped; the nftables rules stay in place")
     return 0
 

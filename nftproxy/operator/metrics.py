@@ -12,9 +12,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterator
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
+
+from nftproxy import __version__
 
 log = logging.getLogger("nftproxy.metrics")
 
@@ -108,6 +110,10 @@ class Metrics:
             for policy in ("internal", "external"):
                 self.no_local_endpoints.labels(policy, f).set(0)
         # -- nftproxy's own -------------------------------------------------------------------
+        # nftproxy_build_info{version="0.4.0"} 1: which release runs on each node (as
+        # kubernetes_build_info tells a Kubernetes component's), e.g. during a rolling upgrade.
+        self.build_info = Info("nftproxy_build", "The nftproxy release running", registry=r)
+        self.build_info.info({"version": __version__})
         self.watch_events = Counter(
             "nftproxy_watch_events_total", "Watch events received, per resource", ["resource"], registry=r
         )

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
+from nftproxy import __version__
 from testkit.k8s.controlplane import ControlPlane, ControlPlaneError, cache_dir
 from tests.k8s.helmchart import CHART, KUBE_VERSION, Helm, HelmError, Release, find, install
 
@@ -128,7 +129,7 @@ def test_daemonset_defaults(helm: Helm) -> None:
     assert pod["serviceAccountName"] == find(objs, "ServiceAccount")["metadata"]["name"]
     assert "hostPID" not in pod and "hostIPC" not in pod
     (c,) = pod["containers"]
-    assert c["image"] == "nftproxy:0.1.0"
+    assert c["image"] == f"nftproxy:{__version__}"  # the chart's appVersion, the release (tests/unit/test_release.py)
     assert c["command"] == ["python", "-m", "nftproxy", "run"]
     assert "args" not in c
 

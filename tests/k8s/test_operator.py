@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from nftproxy import __version__
 from testkit.k8s import objects as k
 from testkit.k8s.cluster import LocalCluster, eventually
 from testkit.k8s.controlplane import ControlPlane
@@ -130,6 +131,7 @@ def test_proxystatus_reports_the_node_in_sync_with_counts(env: Env) -> None:
         return st if ok else None
 
     st = eventually(in_sync, what="ProxyStatus in sync with the Service count")
+    assert st["version"] == __version__  # the release running on the node, kept by the CRD's schema
     assert st["endpoints"] and st["lastSyncTime"] and st["rulesetChecksum"]
     table = env.cl.cp.kubectl("get", "proxystatus").stdout
     assert re.search(r"^NAME\s+NODE\s+SERVICES\s+ENDPOINTS\s+IN-SYNC\s+LAST-SYNC\s+DURATION\s+AGE", table, re.M), table
@@ -274,6 +276,7 @@ def test_metrics_and_healthz_served_in_the_node_namespace(env: Env) -> None:
     assert re.search(rf"^kubeproxy_sync_proxy_rules_nftables_sync_failures_total{fam} 0", text, re.M)
     assert re.search(r'^kubeproxy_proxy_healthz_total\{code="200"\} [1-9]', text, re.M)
     assert re.search(r'^kubeproxy_proxy_livez_total\{code="200"\} [1-9]', text, re.M)
+    assert f'nftproxy_build_info{{version="{__version__}"}} 1.0' in text.splitlines()
 
 
 def _metric(env: Env, name: str) -> float:
