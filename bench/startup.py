@@ -67,7 +67,7 @@ def one(n: int, netns: str) -> None:
         gc.disable()  # as handlers.initial_load
         decoded = 0.0
         for kind, raw_pages in (("svc", svc_pages), ("slice", slice_pages)):
-            changed = syncer.service_changed if kind == "svc" else syncer.slice_changed
+            changed = syncer.changes.service_changed if kind == "svc" else syncer.changes.slice_changed
             for raw in raw_pages:
                 a = time.perf_counter()
                 items = json.loads(raw)["items"]
@@ -79,7 +79,7 @@ def one(n: int, netns: str) -> None:
         gc.enable()
         marks.append(("  of which JSON decoding", decoded, float("nan"), *rss()))
         t = mark("list pages decoded, parsed, queued", t)
-        syncer.mark_loaded()
+        syncer.changes.mark_loaded()
         await syncer.sync_once()
         mark("first sync (apply queued, compile, commit)", t)
 

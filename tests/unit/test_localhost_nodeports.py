@@ -616,10 +616,10 @@ def test_the_syncer_hands_each_sync_s_choice_to_the_proxy() -> None:
         syncer.on_synced.append(hook)
         for obj in inputs()[:1] + inputs()[6:8]:
             if obj["kind"] == "Service":
-                syncer.service_changed(f"default/{obj['metadata']['name']}", obj)
+                syncer.changes.service_changed(f"default/{obj['metadata']['name']}", obj)
             else:
-                syncer.slice_changed(f"default/{obj['metadata']['name']}", obj)
-        syncer.mark_loaded()
+                syncer.changes.slice_changed(f"default/{obj['metadata']['name']}", obj)
+        syncer.changes.mark_loaded()
         await syncer.sync_once()
         await syncer.sync_once()
 
