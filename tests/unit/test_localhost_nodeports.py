@@ -148,9 +148,9 @@ def dataplane(config: ProxyConfig = LOCALHOST) -> tuple[Dataplane, FakeBackend]:
     dp = Dataplane(fake, config)
     got = parsed()
     for svc in got.services:
-        dp.set_service(svc)
+        dp.inputs.set_service(svc)
     for sl in got.slices:
-        dp.set_slice(sl)
+        dp.inputs.set_slice(sl)
     dp.sync()
     return dp, fake
 
@@ -172,7 +172,7 @@ def test_the_compiler_gives_each_tcp_nodeport_its_table_endpoints() -> None:
     assert sorted(got[6]) == [30080]  # the Services with an IPv6 ClusterIP only
     assert got[6][30080].endpoints == (("fd00:10:244:1::2", "8080"),)
     assert dp.localhost_nodeports() is got  # unchanged: the same object (the proxy's update is free)
-    dp.set_slice(parsed([k.endpoint_slice("remote-1", "remote", [k.endpoint(B[0], node=NODE)],
+    dp.inputs.set_slice(parsed([k.endpoint_slice("remote-1", "remote", [k.endpoint(B[0], node=NODE)],
                                           [k.port(8080, "http")])]).slices[0])  # fmt: skip
     dp.sync()
     again = dp.localhost_nodeports()
