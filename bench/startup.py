@@ -49,7 +49,7 @@ def one(n: int, netns: str) -> None:
     slice_pages = pages(lambda i: endpoint_slice(i, 10), n)
     gc.collect()
     base = rss()[0]
-    settings = Settings(ProxyConfig(node_name="node-1"), None, 0.0, 30.0, None, None, netns, 5.0, "info", False)
+    settings = Settings(ProxyConfig(node_name="node-1"), None, 0.0, 30.0, None, None, netns, 5.0, "info")
     backend, ct = KernelBackend(netns), KernelConntrack(netns)
     syncer = Syncer(Dataplane(backend, settings.proxy, ct), settings, Metrics())
     marks: list[tuple[str, float, float, float, float]] = []
