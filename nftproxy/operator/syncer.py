@@ -127,8 +127,7 @@ class Syncer:
         self.checksum_due = self.checksum_due or sync.full or sync.check or result.full
         self._record_success(result, stats, start)
         self.status.localhost_nodeports = localhost
-        for hook in self.on_synced:
-            await hook(self.status)
+        await self._notify()
         self._observe(result, triggers)
         return result
 
@@ -235,8 +234,15 @@ class Syncer:
         self._set_stats(stats)
         self.status.generation += 1
         self.changed.set()
+        await self._notify()
+
+    async def _notify(self) -> None:
+        """The ``on_synced`` hooks; one that fails is logged (the sync stands, the others run)."""
         for hook in self.on_synced:
-            await hook(self.status)
+            try:
+                await hook(self.status)
+            except Exception as e:
+                log.warning("after the sync: %s failed: %s", getattr(hook, "__name__", hook), e)
 
     def set_conditions(self, conditions: list[dict[str, str]]) -> bool:
         """More ProxyStatus conditions (kubeproxy_watch's); True if they changed."""
