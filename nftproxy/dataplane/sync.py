@@ -1,11 +1,11 @@
 """The syncer's core: inputs in, ONE transaction per sync out, then the cleanups.
 
-Inputs arrive one object at a time into the InputTracker ``inputs`` (``inputs.set_service``, …);
-only the Services they touch are recompiled into the per-family Assemblies (``compile``). ``sync`` sends either
-the delta since the last commit (partial), or, when what the kernel holds is unknown (at start,
-after any failure: libnftables can report a failed large commit that went through), reads the
-kernel's table back and sends the difference to the whole desired table (full). A first load of
-a big table goes through the backend's ``load`` (first_load.py). A sync the kernel refuses is
+Inputs arrive one object at a time into the InputTracker ``inputs`` (``inputs.set_service``,
+…); only the Services they touch are recompiled into the per-family Assemblies (``compile``).
+``sync`` sends either the delta since the last commit (partial), or, when what the kernel holds is
+unknown (at start, after any failure: libnftables can report a failed large commit that went
+through), reads the kernel's table back and sends the difference to the whole desired table
+(full). A first load of a big table goes through the backend's ``load`` (first_load.py). A sync the kernel refuses is
 retried without the Services it refuses (refused.py). After every successful sync, stale UDP
 conntrack and affinity entries are reconciled with the new state (stale.py).
 """
@@ -51,7 +51,7 @@ class Dataplane:
     def __init__(self, backend: Backend, config: ProxyConfig, conntrack: Conntrack | None = None) -> None:
         self.backend = backend
         self.config = config
-        self.inputs = InputTracker()  # the Services and EndpointSlices, as kube-proxy's change trackers
+        self.inputs = InputTracker()  # the Services and EndpointSlices: callers write into it
         self.assemblies = _assemblies(config)
         self.in_sync = False  # the kernel holds what the assemblies last committed
         # a first creation this big goes through backend.load: nft parses ~11 µs per element, a

@@ -11,7 +11,8 @@ cluster's ServiceCIDRs and the apiserver's version are merged into the config
 Thread-safe as kube-proxy's trackers: changes are queued on the event loop thread (kopf's
 handlers, our lists; ``wake`` is an asyncio.Event the sync loop waits on), and taken by a sync on
 that thread (``apply``) or, during a first load, by the worker thread that runs it (``top_up``).
-One lock guards what both touch.
+One lock guards the pending changes, which both touch; the rest is the event loop's alone, or,
+for the parse failures of the objects a sync takes, its alone (``_apply``).
 """
 
 from __future__ import annotations
@@ -74,12 +75,14 @@ class ChangeTracker:
         self.health = health  # kube-proxy's QueuedUpdate: a change after the initial lists starts its clock
         self.loaded = asyncio.Event()  # the initial lists are in: syncing may start
         self.wake = asyncio.Event()  # a change was queued after the initial lists: the sync loop looks
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # around ``pending*``: queued on the loop, taken by the loop or a worker
         self.pending: dict[Key, Change] = {}
         self.pending_counts: dict[str, int] = {}  # pending changes per kind (for the gauges)
         self.pending_since: float | None = None  # monotonic time the oldest pending change was queued
-        # parse failures, per object; for a Node or ServiceCIDR also the items of it left out
+        # a Node's or ServiceCIDR's parse failures or items left out (written as they arrive) …
         self.bad: dict[tuple[str, str], Skipped] = {}
+        # … and a Service's or EndpointSlice's parse failures (written as a sync takes them)
+        self.bad_objects: dict[tuple[str, str], Skipped] = {}
         self.versions: dict[Key, str] = {}  # resourceVersion last queued, per object
         self.node: Node | None = None
         self.service_cidrs: dict[str, ServiceCIDR] = {}  # by name: the cluster's ServiceCIDRs
@@ -165,32 +168,29 @@ class ChangeTracker:
 
     def held(self) -> set[Key]:
         """(kind, key) of every Service and EndpointSlice held (as last listed or watched)."""
-        with self._lock:
-            return set(self.versions)
+        return set(self.versions)
 
     def _seen(self, key: Key, obj: Mapping[str, Any] | None) -> bool:
         """Is ``obj`` the version already queued? (kopf replays every object when its watches
         start, right after our own initial list: 20k no-op parses and syncs at 10k Services.)"""
-        with self._lock:
-            if obj is None:
-                self.versions.pop(key, None)
-                return False
-            version = (obj.get("metadata") or {}).get("resourceVersion")
-            if version and self.versions.get(key) == version:
-                return True
-            if version:
-                self.versions[key] = version
+        if obj is None:
+            self.versions.pop(key, None)
             return False
+        version = (obj.get("metadata") or {}).get("resourceVersion")
+        if version and self.versions.get(key) == version:
+            return True
+        if version:
+            self.versions[key] = version
+        return False
 
     def _report(self, kind: str, name: str, value: Node | ServiceCIDR | Skipped | None) -> None:
         """A Node's or ServiceCIDR's problems into ``bad`` (ProxyStatus, Events), and the log."""
         report = value if isinstance(value, Skipped) or value is None else warnings_report(value)
-        with self._lock:
-            if report is None:
-                self.bad.pop((kind, name), None)
-            elif self.bad.get((kind, name)) != report:
-                log.warning("%s", report)
-                self.bad[(kind, name)] = report
+        if report is None:
+            self.bad.pop((kind, name), None)
+        elif self.bad.get((kind, name)) != report:
+            log.warning("%s", report)
+            self.bad[(kind, name)] = report
 
     def _queue(self, key: Key, value: Change) -> None:
         with self._lock:
@@ -217,9 +217,9 @@ class ChangeTracker:
             return bool(self.pending) and (self.pending_since is None or self.pending_since < t)
 
     def skipped(self) -> list[Skipped]:
-        """The objects left out as bad input, with their reasons."""
-        with self._lock:
-            return list(self.bad.values())
+        """The objects left out as bad input, with their reasons (read on the event loop thread,
+        between syncs)."""
+        return [*self.bad.values(), *self.bad_objects.values()]
 
     def config(self) -> ProxyConfig:
         """The flags with this node's Node, the cluster's ServiceCIDRs and the feature gates of
@@ -235,27 +235,7 @@ class ChangeTracker:
     def apply(self, dp: Dataplane) -> list[Trigger]:
         """Every pending change into the dataplane (its inputs, and its config when the Node, a
         ServiceCIDR or the version changed); the trigger times of the EndpointSlices among them."""
-        pending = self._take(None)
-        config_changed = False
-        for (kind, key), value in pending.items():
-            if kind == "node":
-                assert isinstance(value, Node)
-                self.node = value
-            elif kind == "version":
-                assert isinstance(value, tuple)
-                self.version = value
-            elif kind == "cidr":
-                if isinstance(value, ServiceCIDR):
-                    self.service_cidrs[key] = value
-                else:
-                    self.service_cidrs.pop(key, None)
-            else:
-                continue
-            config_changed = True
-        triggers = self._apply_objects(dp, pending)
-        if config_changed:
-            dp.set_config(self.config())
-        return triggers
+        return self._apply(dp, self._take(None))
 
     def top_up(self, dp: Dataplane) -> list[Trigger]:
         """In the worker thread of a first load, before its last step: the Service and
@@ -263,7 +243,7 @@ class ChangeTracker:
         (kopf's watches start as the first sync begins: a change made during a ~0.7 s load at 10k
         Services otherwise waited for the load to end, then for a sync of its own). A change of
         the Node, a ServiceCIDR or the version waits for the next sync (it rebuilds everything)."""
-        return self._apply_objects(dp, self._take(("svc", "slice")))
+        return self._apply(dp, self._take(("svc", "slice")))
 
     def _take(self, kinds: tuple[str, ...] | None) -> dict[Key, Change]:
         """The pending changes of these kinds (None: all), no longer pending."""
@@ -282,20 +262,37 @@ class ChangeTracker:
         self.metrics.endpoint_changes_pending.set(0)
         return taken
 
-    def _apply_objects(self, dp: Dataplane, pending: dict[Key, Change]) -> list[Trigger]:
-        """The Service and EndpointSlice changes among ``pending`` into the dataplane's inputs."""
+    def _apply(self, dp: Dataplane, pending: dict[Key, Change]) -> list[Trigger]:
+        """``pending`` (taken) into the dataplane. Never runs twice at once: ``apply`` runs before
+        a sync's worker job starts, ``top_up`` inside it."""
         inputs = dp.inputs
+        bad = self.bad_objects
         triggers: list[Trigger] = []
-        bad: dict[tuple[str, str], Skipped | None] = {}
+        config_changed = False
         for (kind, key), value in pending.items():
-            if kind not in ("svc", "slice"):
+            if kind == "node":
+                assert isinstance(value, Node)
+                self.node = value
+                config_changed = True
+                continue
+            if kind == "version":
+                assert isinstance(value, tuple)
+                self.version = value
+                config_changed = True
+                continue
+            if kind == "cidr":
+                if isinstance(value, ServiceCIDR):
+                    self.service_cidrs[key] = value
+                else:
+                    self.service_cidrs.pop(key, None)
+                config_changed = True
                 continue
             what = "Service" if kind == "svc" else "EndpointSlice"
             if isinstance(value, Skipped):
                 # Bad input: reported, and the last good version (if any) keeps working.
                 bad[(what, key)] = value
                 continue
-            bad[(what, key)] = None
+            bad.pop((what, key), None)
             if kind == "svc":
                 if value is None:
                     inputs.delete_service(key)
@@ -310,10 +307,6 @@ class ChangeTracker:
                     triggers.append(("IPv6" if value.address_type == "IPv6" else "IPv4", t))
             else:  # deleted, or an FQDN slice
                 inputs.delete_slice(key)
-        with self._lock:
-            for ref, report in bad.items():
-                if report is None:
-                    self.bad.pop(ref, None)
-                else:
-                    self.bad[ref] = report
+        if config_changed:
+            dp.set_config(self.config())
         return triggers
