@@ -38,9 +38,9 @@ CONFIG = ProxyConfig(
 
 def feed(dp: Dataplane, svcs: list[Service], slices: list[EndpointSlice]) -> None:
     for s in svcs:
-        dp.set_service(s)
+        dp.inputs.set_service(s)
     for sl in slices:
-        dp.set_slice(sl)
+        dp.inputs.set_slice(sl)
 
 
 NETNS_PREFIX = ["ntb"]  # --netns-prefix: the namespaces are named PREFIX-<random>
@@ -88,7 +88,7 @@ def incremental(services: int, endpoints: int, rounds: int) -> list[float]:
         for r in range(rounds):
             i = (r * 7919) % services
             start = time.perf_counter()
-            dp.set_slice(endpoint_slice(i, endpoints, generation=r + 1))
+            dp.inputs.set_slice(endpoint_slice(i, endpoints, generation=r + 1))
             result = dp.sync()
             times.append(time.perf_counter() - start)
             assert not result.full

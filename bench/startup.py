@@ -50,7 +50,7 @@ def one(n: int, netns: str) -> None:
     slice_pages = pages(lambda i: endpoint_slice(i, 10), n)
     gc.collect()
     base = rss()[0]
-    settings = Settings(ProxyConfig(node_name="node-1"), None, 0.0, 30.0, None, None, netns, 5.0, "info", False)
+    settings = Settings(ProxyConfig(node_name="node-1"), None, 0.0, 30.0, None, None, netns, 5.0, "info")
     backend, ct = KernelBackend(netns), KernelConntrack(netns)
     syncer = Syncer(Dataplane(backend, settings.proxy, ct), settings, Metrics())
     marks: list[tuple[str, float, float, float, float]] = []
@@ -68,7 +68,7 @@ def one(n: int, netns: str) -> None:
         gc.disable()  # as handlers.initial_load
         decoded = 0.0
         for kind, raw_pages in (("svc", svc_pages), ("slice", slice_pages)):
-            changed = syncer.service_changed if kind == "svc" else syncer.slice_changed
+            changed = syncer.changes.service_changed if kind == "svc" else syncer.changes.slice_changed
             for raw in raw_pages:
                 a = time.perf_counter()
                 items = json.loads(raw)["items"]
@@ -80,7 +80,7 @@ def one(n: int, netns: str) -> None:
         gc.enable()
         marks.append(("  of which JSON decoding", decoded, float("nan"), *rss()))
         t = mark("list pages decoded, parsed, queued", t)
-        syncer.mark_loaded()
+        syncer.changes.mark_loaded()
         await syncer.sync_once()
         mark("first sync (apply queued, compile, commit)", t)
 

@@ -120,8 +120,10 @@ def proxy_child(impl: str, netns: str, node_ip: str, endpoints: int) -> int:
     backend = KernelBackend(netns)
     ct = SubprocessConntrack(netns) if impl == "subprocess" else KernelConntrack(netns)
     dp = Dataplane(backend, cfg, ct)
-    dp.set_service(Service("default", "dns", "ClusterIP", (ip_address(VIP),), (ServicePort("dns", "UDP", PORT),)))
-    dp.set_slice(_slice(OLD, endpoints))
+    dp.inputs.set_service(
+        Service("default", "dns", "ClusterIP", (ip_address(VIP),), (ServicePort("dns", "UDP", PORT),))
+    )
+    dp.inputs.set_slice(_slice(OLD, endpoints))
     dp.sync()
     print("READY", flush=True)
     if sys.stdin.readline().strip() != "GO":
@@ -129,7 +131,7 @@ def proxy_child(impl: str, netns: str, node_ip: str, endpoints: int) -> int:
     _spawned[0] = 0
     r0 = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.monotonic()
-    dp.set_slice(_slice(NEW, endpoints))
+    dp.inputs.set_slice(_slice(NEW, endpoints))
     result = dp.sync()
     t1 = time.monotonic()
     r1 = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)

@@ -59,11 +59,11 @@ def cmd_apply(args: argparse.Namespace) -> int:
     try:
         dp = Dataplane(backend, _merged(config, inputs), conntrack)
         for svc in inputs.services:
-            dp.set_service(svc)
+            dp.inputs.set_service(svc)
         for key in inputs.ignored:
-            dp.ignore_service(key)
+            dp.inputs.ignore_service(key)
         for sl in inputs.slices:
-            dp.set_slice(sl)
+            dp.inputs.set_slice(sl)
         # A new process knows nothing of the kernel: this sync reads the table back and sends
         # only the difference (elements added/removed; the fixed chains are kept when unchanged).
         # It compiles too (a first load in chunks, each loading while the next compiles): the

@@ -244,7 +244,6 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         netns=args.netns,
         status_period=args.status_period,
         log_level=args.log_level,
-        node_ips_from_flags=bool(base.node_ips),
         kopf_liveness=args.kopf_liveness,
         kube_proxy_check_period=args.kube_proxy_check_period,
         conntrack=ConntrackSysctls(

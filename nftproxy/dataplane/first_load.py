@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator
+from typing import Protocol
 
 from nftproxy import heap
 from nftproxy.compiler import names
@@ -27,27 +28,35 @@ from nftproxy.nft.transaction import Transaction
 log = logging.getLogger("nftproxy.dataplane")
 
 
+TopUp = Callable[[], object]
+"""Called in the loading thread before the last step: feeds the inputs the changes made while the
+load ran (the operator's ``ChangeTracker.top_up``)."""
+
+
+class Compiling(Protocol):
+    """What a first load loads: the inputs, compiled into the per-family assemblies of a config
+    (``sync.Dataplane``)."""
+
+    config: ProxyConfig
+    assemblies: dict[Family, Assembly]
+    inputs: InputTracker
+
+    def compile(self, keys: list[str] | None = None) -> None:
+        """Compile the changed Services (``keys``: these only) into the assemblies."""
+
+
 class FirstLoad:
-    def __init__(
-        self,
-        backend: Backend,
-        config: ProxyConfig,
-        assemblies: dict[Family, Assembly],
-        inputs: InputTracker,
-        compile_all: Callable[[], None],
-        compile_keys: Callable[[list[str]], None],
-    ) -> None:
+    def __init__(self, backend: Backend, desired: Compiling) -> None:
         self.backend = backend
-        self.config = config
-        self.assemblies = assemblies
-        self.inputs = inputs
-        self.compile_all = compile_all  # the Dataplane's compile of every changed Service
-        self.compile_keys = compile_keys  # … of these Services only
+        self.desired = desired
+        self.config = desired.config
+        self.assemblies = desired.assemblies
+        self.inputs = desired.inputs
         self.chunked = False
         self.chunks = 1
-        self.top_up: Callable[[], None] | None = None
+        self.top_up: TopUp | None = None
 
-    def run(self, chunked: bool, chunks: int, top_up: Callable[[], None] | None) -> tuple[list[Transaction], int]:
+    def run(self, chunked: bool, chunks: int, top_up: TopUp | None) -> tuple[list[Transaction], int]:
         """Load; return the transactions sent and the elements sent by element loads. If it
         fails, the tables it created are deleted again: the kernel holds no nftproxy table, as
         before (never a half-loaded one). ``chunked``: compile in ``chunks`` chunks while the
@@ -99,12 +108,12 @@ class FirstLoad:
             if rivals:
                 chunks.append(rivals)
         else:
-            self.compile_all()
+            self.desired.compile()
             chunks = [sorted({key for a in assemblies for key in a.fragments})]
         declared: dict[Family, set[tuple[str, int]]] = {}
         for part in chunks:
             if self.inputs.dirty:
-                self.compile_keys(part)
+                self.desired.compile(part)
             yield self._chunk_step(part, declared, chunked)
         if chunked and self.top_up is not None:
             extra = self._top_up({key for part in chunks for key in part})
@@ -134,7 +143,7 @@ class FirstLoad:
         return LoadStep(txs, loads)
 
     def _top_up(self, loaded: set[str]) -> list[str]:
-        """The inputs changed while the chunks loaded (the syncer's ``top_up``), compiled: the Services to
+        """The inputs changed while the chunks loaded (``top_up``), compiled: the Services to
         load as one more chunk before the last step. A change made while a first load of 10k
         Services runs (~0.7 s) then reaches the kernel with it, not in a sync after it.
 

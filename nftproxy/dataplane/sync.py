@@ -1,12 +1,13 @@
 """The syncer's core: inputs in, ONE transaction per sync out, then the cleanups.
 
-Inputs arrive one object at a time (``set_service``, ``set_slice``, …) into an InputTracker;
-only the Services they touch are recompiled into the per-family Assemblies. ``sync`` sends either
-the delta since the last commit (partial), or, when what the kernel holds is unknown (at start,
-after any failure: libnftables can report a failed large commit that went through), reads the
-kernel's table back and sends the difference to the whole desired table (full). A first load of
-a big table goes through the backend's ``load`` (see ``_load_steps``). After every successful
-sync, stale UDP conntrack and affinity entries are reconciled with the new state (stale.py).
+Inputs arrive one object at a time into the InputTracker ``inputs`` (``inputs.set_service``,
+…); only the Services they touch are recompiled into the per-family Assemblies (``compile``).
+``sync`` sends either the delta since the last commit (partial), or, when what the kernel holds is
+unknown (at start, after any failure: libnftables can report a failed large commit that went
+through), reads the kernel's table back and sends the difference to the whole desired table
+(full). A first load of a big table goes through the backend's ``load`` (first_load.py). A sync the kernel refuses is
+retried without the Services it refuses (refused.py). After every successful sync, stale UDP
+conntrack and affinity entries are reconciled with the new state (stale.py).
 """
 
 from __future__ import annotations
@@ -14,8 +15,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
-from collections.abc import Callable, Iterable
-from contextlib import suppress
 from dataclasses import dataclass, replace
 
 from nftproxy import heap
@@ -25,28 +24,18 @@ from nftproxy.compiler.build import summarize
 from nftproxy.compiler.config import ProxyConfig
 from nftproxy.compiler.fragment import compile_fragment
 from nftproxy.compiler.localhost import LocalhostNodePort
-from nftproxy.dataplane import stale
-from nftproxy.dataplane.first_load import FirstLoad
+from nftproxy.dataplane.first_load import FirstLoad, TopUp
+from nftproxy.dataplane.refused import find_refused, refused_skips
+from nftproxy.dataplane.stale import Cleanup, StaleEntries
 from nftproxy.dataplane.tracker import InputTracker
-from nftproxy.model.types import EndpointSlice, Service, Skipped
+from nftproxy.model.types import Skipped
 from nftproxy.nft.backend import Backend, NftError
 from nftproxy.nft.conntrack import Conntrack
 from nftproxy.nft.diff import create, plan
-from nftproxy.nft.objects import Family, Key, Slot, Table
+from nftproxy.nft.objects import Family, Table
 from nftproxy.nft.transaction import DeleteTable, Transaction
 
 log = logging.getLogger("nftproxy.dataplane")
-
-
-@dataclass(frozen=True)
-class Cleanup:
-    """The stale-entry cleanup after a sync, of one family (the operator's kube-proxy metrics)."""
-
-    family: Family
-    conntrack: bool  # the UDP conntrack entries were looked at (else only affinity records)
-    seconds: float  # listing and deleting stale UDP conntrack entries
-    deleted: int  # conntrack entries deleted
-    failed: bool  # the cleanup (conntrack or affinity records) raised: logged, the sync stands
 
 
 @dataclass(frozen=True)
@@ -61,10 +50,9 @@ class SyncResult:
 class Dataplane:
     def __init__(self, backend: Backend, config: ProxyConfig, conntrack: Conntrack | None = None) -> None:
         self.backend = backend
-        self.conntrack = conntrack  # None: stale UDP flows are left to expire
         self.config = config
-        self.inputs = InputTracker()
-        self.assemblies = self._assemblies(config)
+        self.inputs = InputTracker()  # the Services and EndpointSlices: callers write into it
+        self.assemblies = _assemblies(config)
         self.in_sync = False  # the kernel holds what the assemblies last committed
         # a first creation this big goes through backend.load: nft parses ~11 µs per element, a
         # packed netlink batch ~0.7 µs (1k Services x 10 endpoints: ~0.5 s less to the first sync)
@@ -75,56 +63,18 @@ class Dataplane:
         # Services whose elements the kernel refused (family, key) -> why: left out of that
         # family's table until their inputs change or ``retry_refused`` (the next full sync).
         self.refused: dict[tuple[Family, str], str] = {}
-        # the affinity maps after the last cleanup -> their endpoints (_release_affinity)
-        self._affinity_seen: dict[Family, dict[str, frozenset[Slot]]] = {}
+        self.stale = StaleEntries(backend, conntrack)  # after every successful sync
         self.compiled_since_commit: set[str] = set()  # the first suspects when a sync is refused
         self._localhost: tuple[object, dict[int, dict[int, LocalhostNodePort]]] = ((), {})  # (key, value)
-
-    # -- inputs --------------------------------------------------------------------------
-    @property
-    def services(self) -> dict[str, Service]:
-        return self.inputs.services
-
-    @property
-    def slices(self) -> dict[str, EndpointSlice]:
-        return self.inputs.slices
-
-    @property
-    def ignored(self) -> set[str]:
-        return self.inputs.ignored
 
     def set_config(self, config: ProxyConfig) -> None:
         if config == self.config:
             return
         self.config = config
-        self.assemblies = self._assemblies(config)
+        self.assemblies = _assemblies(config)
         self._localhost = ((), {})  # (a new store may reuse an old one's id)
         self.inputs.everything_dirty()
         self.in_sync = False
-
-    @staticmethod
-    def _assemblies(config: ProxyConfig) -> dict[Family, Assembly]:
-        return {f: Assembly(f, config) for f in Family}
-
-    def set_service(self, svc: Service) -> None:
-        self.inputs.set_service(svc)
-
-    def ignore_service(self, key: str) -> None:
-        self.inputs.ignore_service(key)
-
-    def delete_service(self, key: str) -> None:
-        self.inputs.delete_service(key)
-
-    def set_slice(self, sl: EndpointSlice) -> None:
-        self.inputs.set_slice(sl)
-
-    def delete_slice(self, key: str) -> None:
-        self.inputs.delete_slice(key)
-
-    @property
-    def pending(self) -> int:
-        """Services changed and not yet compiled."""
-        return len(self.inputs.dirty)
 
     @property
     def sync_due(self) -> bool:
@@ -132,13 +82,14 @@ class Dataplane:
         return bool(self.inputs.dirty) or not self.in_sync
 
     # -- compiling -----------------------------------------------------------------------
-    def compile(self) -> None:
-        """Recompile the Services changed since the last call, each once, in name order (the
-        result does not depend on the order: claims.py). ``sync`` and the readers below do it anyway."""
-        with heap.bulk_compile(len(self.inputs.dirty) > 1000):
-            self._compile(sorted(self.inputs.dirty))
-
-    def _compile(self, keys: list[str]) -> None:
+    def compile(self, keys: list[str] | None = None) -> None:
+        """Recompile the Services changed since the last call (``keys``: these only), each once,
+        in name order (the result does not depend on the order: claims.py). ``sync`` and the
+        readers below do it anyway; a first load compiles chunk by chunk."""
+        if keys is None:
+            with heap.bulk_compile(len(self.inputs.dirty) > 1000):
+                self.compile(sorted(self.inputs.dirty))
+            return
         for a in self.assemblies.values():
             a.tracking = self.in_sync  # not in sync: the next sync is full, the log is unused
         refused = self.refused
@@ -212,14 +163,7 @@ class Dataplane:
         """(Services programmed, endpoints programmed, objects skipped with reasons)."""
         self.compile()
         n_svc, n_eps, skipped = summarize(self.assemblies.values())
-        return n_svc, n_eps, self.inputs.orphans() + skipped + self.refused_skips()
-
-    def refused_skips(self) -> list[Skipped]:
-        out = []
-        for (family, key), why in sorted(self.refused.items()):
-            ns, _, name = key.partition("/")
-            out.append(Skipped("Service", ns, name, f"{REFUSED} IPv{family.version} rules: {why}", "RefusedByKernel"))
-        return out
+        return n_svc, n_eps, self.inputs.orphans() + skipped + refused_skips(self.refused)
 
     def retry_refused(self) -> None:
         """Try the refused Services again (at a full sync): compiled afresh by the next sync."""
@@ -247,7 +191,7 @@ class Dataplane:
         """Distrust what we think the kernel holds: the next sync is a full one."""
         self.in_sync = False
 
-    def sync(self, top_up: Callable[[], None] | None = None) -> SyncResult:
+    def sync(self, top_up: TopUp | None = None) -> SyncResult:
         """One sync. ``top_up``: called by a chunked first load (in this thread) before its last
         step; it may feed more inputs (the changes made while the load ran), merged into that
         step when they only add Services (first_load.py); the others wait for the next sync."""
@@ -256,10 +200,15 @@ class Dataplane:
         self.batched = 0
         try:
             txs = self._full(top_up) if full else self._partial()
-        except NftError as e:
+        except NftError as e:  # leave out the Services the kernel refuses, if any alone is to blame
             self.in_sync = False
-            if not self._quarantine(e):
+            self.compile()
+            found = find_refused(e, self.backend, self.assemblies.values(), self.config, self.compiled_since_commit)
+            if not found:
                 raise
+            for family, key in found:
+                self.assemblies[family].put(key, None)
+            self.refused.update(found)
             full = True
             txs = self._full()  # the rest, without them (raises if the kernel refuses it still)
         except Exception:
@@ -267,7 +216,7 @@ class Dataplane:
             raise
         cleanups = []
         for a in self.assemblies.values():
-            if (c := self._clean_up_after(a, full)) is not None:
+            if (c := self.stale.clean_up_after(a, self.config.table, full)) is not None:
                 cleanups.append(c)
             a.commit()
         self.in_sync = True
@@ -280,52 +229,13 @@ class Dataplane:
             cleanups=tuple(cleanups),
         )
 
-    # -- a refused sync: find the Services that make it fail -------------------------------
-    def _quarantine(self, error: NftError) -> bool:
-        """The kernel refused a sync: find the Services whose elements it refuses with dry runs
-        of their fragments (``backend.check``, no kernel state changes), and leave them out.
-        One bad object (or a compiler bug that only one Service's shape meets) would otherwise
-        stop every other Service's changes on the node, retried for ever. False: no Service
-        alone is to blame (the skeleton, the kernel's state, or two Services together)."""
-        log.info("sync refused: %s; checking which Services the kernel refuses", error)
-        self.compile()
-        found: dict[tuple[Family, str], str] = {}
-        for a in self.assemblies.values():
-            check = _Checker(self.backend, a, self.config)
-            if check(()) is not None:
-                log.error("the kernel refuses the %s table without any Service: %s", a.family.value, check.error)
-                return False
-            keys = sorted(a.fragments)
-            # First the Services compiled since the last commit (a partial sync: one change)
-            suspects = sorted(self.compiled_since_commit & a.fragments.keys())
-            guilty: list[tuple[str, str]] = []
-            if suspects and len(suspects) < len(keys) and check(suspects) is not None:
-                guilty = check.bisect(suspects)
-                if guilty and check([k for k in keys if k not in dict(guilty)]) is not None:
-                    guilty = []  # more of them among the others: look at all
-            if not guilty:
-                guilty = check.bisect(keys, ways=8)
-            for key, why in guilty:
-                found[(a.family, key)] = why
-        if not found:
-            return False
-        for (family, key), why in found.items():
-            self.assemblies[family].put(key, None)
-            log.error(
-                "Service %s left out of the %s table: the kernel refuses its elements: %s "
-                "(tried again when its objects change, or at the next full sync)",
-                key, family.value, why,
-            )  # fmt: skip
-        self.refused.update(found)
-        return True
-
     def _partial(self) -> list[Transaction]:
         self.compile()
         txs = [a.delta() for a in self.assemblies.values()]
         self.backend.apply(*txs)
         return txs
 
-    def _full(self, top_up: Callable[[], None] | None = None) -> list[Transaction]:
+    def _full(self, top_up: TopUp | None = None) -> list[Transaction]:
         """Compare with the table read back from the kernel, and send the difference; a first
         load of a big table (no table yet) goes through the backend's bulk ``load``."""
         table = self.config.table
@@ -337,8 +247,7 @@ class Dataplane:
             self.compile()
         applied = {f: self.backend.read(f, table) for f in self.assemblies}
         if all(t is None for t in applied.values()) and self._wants_bulk():
-            load = FirstLoad(self.backend, self.config, self.assemblies, self.inputs, self.compile, self._compile)
-            txs, self.batched = load.run(self._chunked(), self.stream_chunks, top_up)
+            txs, self.batched = FirstLoad(self.backend, self).run(self._chunked(), self.stream_chunks, top_up)
             return txs
         self.compile()
         targets = {a.family: a.table() for a in self.assemblies.values()}
@@ -346,30 +255,10 @@ class Dataplane:
         handover = names.handover_table(table)
         stale_handover = [f for f in targets if self.backend.chain_names(f, handover) is not None]
         if any(isinstance(op, DeleteTable) for tx in txs for op in tx.ops):
-            self._replace_with_handover(txs, targets, handover, stale_handover)
+            _replace_with_handover(self.backend, txs, targets, handover, stale_handover)
         else:
             self.backend.apply(*txs, *(_delete_table(f, handover) for f in stale_handover))
         return txs
-
-    def _replace_with_handover(
-        self, txs: list[Transaction], targets: dict[Family, Table], handover: str, stale: list[Family]
-    ) -> None:
-        """Replace the table (``txs`` delete and re-create it) with no moment in which its new
-        sets are not yet live (names.HANDOVER_SUFFIX): the new contents first as the handover
-        table, then the replacement, then the handover table deleted. If the replacement fails,
-        the handover table is deleted too: the old table stays as it was."""
-        if stale:
-            self.backend.apply(*(_delete_table(f, handover) for f in stale))
-        first = []
-        for f, target in targets.items():
-            tx = Transaction(f, handover)
-            create(tx, replace(target, name=handover, comment=names.HANDOVER_COMMENT))
-            first.append(tx)
-        self.backend.apply(*first)
-        try:
-            self.backend.apply(*txs)
-        finally:
-            self.backend.apply(*(_delete_table(f, handover) for f in targets))
 
     def _wants_bulk(self) -> bool:
         if self._chunked():
@@ -382,61 +271,6 @@ class Dataplane:
         fresh = not any(a.fragments or a.claims.losers for a in self.assemblies.values())
         return fresh and len(self.inputs.dirty) >= self.stream_services
 
-    # -- after a successful sync ---------------------------------------------------------
-    def _clean_up_after(self, a: Assembly, full: bool) -> Cleanup | None:
-        """Stale UDP conntrack and affinity entries (stale.py): after a full sync all of them are
-        checked, after a partial one those of what changed. Best effort: a failure here never
-        fails the sync (UDP flows and affinity entries also expire). Returns what it did (None:
-        nothing to look at)."""
-        seconds, deleted, looked, conntrack = 0.0, 0, False, False
-        try:
-            frontends = None if full else a.udp_changed()
-            gone = a.udp_gone()  # a UDP Service (port) deleted: every flow to its addresses
-            if self.conntrack is not None and ((a.store.udp_serving and (frontends is None or frontends)) or gone):
-                looked = conntrack = True
-                start = time.perf_counter()
-                flows = self.conntrack.udp_flows(a.family)
-                doomed = stale.stale_udp_flows(a, flows, frontends, gone)
-                self.conntrack.delete_udp_flows(a.family, doomed)
-                seconds, deleted = time.perf_counter() - start, len(doomed)
-            if full or a.affinity_changed():
-                looked = True
-                self._release_affinity(a, full)
-        except Exception as e:
-            log.warning("cleaning up stale %s flows/affinity entries: %s", a.family.value, e)
-            return Cleanup(a.family, conntrack, seconds, deleted, True)
-        return Cleanup(a.family, conntrack, seconds, deleted, False) if looked else None
-
-    def _release_affinity(self, a: Assembly, full: bool) -> None:
-        """Delete the affinity records that point to an endpoint their Service port no longer
-        uses: after a full sync every map's, else those of the maps whose endpoints changed."""
-        table = self.config.table
-        records = stale.affinity_records(a)
-        seen = self._affinity_seen.get(a.family, {})
-        for name, allowed in records.items():
-            if not full and seen.get(name) in (None, allowed):  # new (empty), or unchanged
-                continue
-            keys = stale.stale_affinity(allowed, self.backend.read_dynamic(a.family, table, name))
-            if keys:
-                self._delete_records(a.family, name, keys)
-        self._affinity_seen[a.family] = records
-
-    def _delete_records(self, family: Family, name: str, keys: list[Key]) -> None:
-        table = self.config.table
-        maps = [name, names.port_map_of(name)] if family is Family.IP6 else [name]
-        tx = Transaction(family, table)
-        for m in maps:
-            tx.delete_elements(m, keys)
-        try:
-            self.backend.apply(tx)
-        except NftError:  # one expired meanwhile: the others one by one
-            for key in keys:
-                for m in maps:
-                    one = Transaction(family, table)
-                    one.delete_elements(m, [key])
-                    with suppress(NftError):
-                        self.backend.apply(one)
-
     def cleanup(self) -> list[Family]:
         """Remove nftproxy's own tables (and nothing else): a handover table a crash left too."""
         self.in_sync = False
@@ -445,53 +279,29 @@ class Dataplane:
         return [f for f in Family if self.backend.delete(f, self.config.table)]
 
 
-REFUSED = "the kernel refused its"  # a Skipped reason's start: "… IPv4 rules: Error: … [statement]"
-CHECK_TABLE = "nftproxy-check"  # the name dry runs use (never created: see _Checker)
+def _assemblies(config: ProxyConfig) -> dict[Family, Assembly]:
+    return {f: Assembly(f, config) for f in Family}
 
 
-class _Checker:
-    """Dry runs of one family's table with some of its Services only (a table of another name,
-    built from the fragments already compiled): does the kernel take these Services' elements?"""
-
-    def __init__(self, backend: Backend, a: Assembly, config: ProxyConfig) -> None:
-        self.backend = backend
-        self.assembly = a
-        self.table = config.table
-        self.config = replace(config, table=CHECK_TABLE)
-        self.error = ""
-
-    def __call__(self, keys: Iterable[str]) -> str | None:
-        """None if the kernel takes the table with these Services, else its error."""
-        trial = Assembly(self.assembly.family, self.config)
-        frags = self.assembly.fragments
-        for key in keys:
-            trial.put(key, frags[key])
-        tx = Transaction(trial.family, CHECK_TABLE)
-        create(tx, trial.table())
-        try:
-            self.backend.check(tx)
-        except NftError as e:  # the statement as it would read in our own table
-            self.error = str(e).replace(f" {CHECK_TABLE} ", f" {self.table} ")
-            return self.error
-        return None
-
-    def bisect(self, keys: list[str], ways: int = 2) -> list[tuple[str, str]]:
-        """The Services among ``keys`` that the kernel refuses alone, with its errors: ``keys``
-        are checked in ``ways`` parts, and only a failing part is split again (in halves).
-
-        A dry run costs nft's parse of every element in it (~0.6 s for the 25k elements of
-        1,000 Services x 10 on a busy 2-core machine, tests/netns/test_refused_service.py): with
-        8 parts first, one bad Service costs ~1.3x the table's elements in dry runs, not the
-        ~2.3x of halving from the top."""
-        if len(keys) <= 1:
-            why = self(keys) if keys else None
-            return [(keys[0], why)] if why is not None else []
-        size = -(-len(keys) // ways)
-        out = []
-        for part in (keys[i : i + size] for i in range(0, len(keys), size)):
-            if len(part) == 1 or self(part) is not None:
-                out += self.bisect(part)
-        return out
+def _replace_with_handover(
+    backend: Backend, txs: list[Transaction], targets: dict[Family, Table], handover: str, stale: list[Family]
+) -> None:
+    """Replace the table (``txs`` delete and re-create it) with no moment in which its new
+    sets are not yet live (names.HANDOVER_SUFFIX): the new contents first as the handover
+    table, then the replacement, then the handover table deleted. If the replacement fails,
+    the handover table is deleted too: the old table stays as it was."""
+    if stale:
+        backend.apply(*(_delete_table(f, handover) for f in stale))
+    first = []
+    for f, target in targets.items():
+        tx = Transaction(f, handover)
+        create(tx, replace(target, name=handover, comment=names.HANDOVER_COMMENT))
+        first.append(tx)
+    backend.apply(*first)
+    try:
+        backend.apply(*txs)
+    finally:
+        backend.apply(*(_delete_table(f, handover) for f in targets))
 
 
 def _delete_table(family: Family, table: str) -> Transaction:

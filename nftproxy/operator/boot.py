@@ -6,7 +6,7 @@ the Syncer as they arrive, and the first sync is committed. Only then does ``mai
 aiohttp and the Kubernetes client (~0.5 s at every start, more than a 1k-Service first sync) and
 start the watches, each at its list's resourceVersion (``handlers.watch_from_our_lists``): a
 change made after the list is delivered by the watch; one the list already had arrives with the
-same resourceVersion and is skipped (``intake``). Nothing is missed, nothing applied twice.
+same resourceVersion and is skipped (``changes``). Nothing is missed, nothing applied twice.
 
 This module imports neither kopf, aiohttp nor the Kubernetes client (import-linter checks it).
 When a list fails, nothing is marked loaded and the operator's own initial load (kopf's startup
@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from nftproxy import heap
+from nftproxy.operator.changes import object_key
 from nftproxy.operator.early import Lists
 from nftproxy.operator.syncer import Syncer
 
@@ -34,45 +35,35 @@ class Loaded:
     synced: bool  # the first sync succeeded (else it is retried by the Syncer's loop)
 
 
-def _key(obj: dict[str, Any]) -> str:
-    meta = obj["metadata"]
-    return f"{meta.get('namespace')}/{meta.get('name')}"
-
-
 def load(syncer: Syncer, lists: Lists) -> Loaded:
-    """The lists into the syncer, as ``handlers.initial_load`` feeds its own; marks it loaded.
-    Raises if a list or the Node's GET fails (the ServiceCIDRs are best effort, as there)."""
+    """The lists into the change tracker, as ``handlers.initial_load`` feeds its own; marks it
+    loaded. Raises if a list or the Node's GET fails (the ServiceCIDRs are best effort, as there)."""
     started = time.monotonic()
+    changes = syncer.changes
     n = {"svc": 0, "slice": 0}
     with heap.bulk_decode():
         for kind, pre, changed in (
-            ("svc", lists.services, syncer.service_changed),
-            ("slice", lists.slices, syncer.slice_changed),
+            ("svc", lists.services, changes.service_changed),
+            ("slice", lists.slices, changes.slice_changed),
         ):
             for page in pre.pages():
                 for obj in page:
-                    changed(_key(obj), obj)
+                    changed(object_key(obj), obj)
                 n[kind] += len(page)
         node = lists.node.result()
-    syncer.server_version(lists.version.result())
+    version = lists.version.result()
+    cidrs: list[dict[str, Any]] | Exception
     try:
         cidrs = lists.cidrs.result()
     except Exception as e:
-        log.warning("listing the ServiceCIDRs failed (%s): their drop rule waits for the watch", e)
-        cidrs = []
-    for obj in cidrs:
-        syncer.service_cidr_changed(obj["metadata"]["name"], obj)
-    if node is None:
-        log.warning("Node %s not found: NodePorts wait for it", syncer.settings.node_name)
-    else:
-        syncer.node_changed(node)
+        cidrs = e
     versions = {
         plural: pre.version
         for plural, pre in (("services", lists.services), ("endpointslices", lists.slices))
         if pre.version is not None
     }
     log.info("initial lists: %d Services, %d EndpointSlices (%.1fs)", n["svc"], n["slice"], time.monotonic() - started)
-    syncer.mark_loaded()
+    changes.initial_lists(node, version, cidrs)
     return Loaded(versions, node["metadata"].get("uid") if node else None, synced=False)
 
 

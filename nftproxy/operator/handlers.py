@@ -1,4 +1,5 @@
-"""kopf handlers: they only feed the syncer's queue (no rules, no writes to watched objects).
+"""kopf handlers: each hands its object to the change tracker in one call (no rules, no writes to
+watched objects).
 
 Nothing here writes to Services, EndpointSlices or Nodes: event handlers (``on.event``) store
 no state on objects, and kopf runs standalone (no peering objects).
@@ -19,6 +20,7 @@ from kopf._core.reactor import inventory  # private (kopf is pinned): see NoMemo
 
 from nftproxy import heap
 from nftproxy.operator import kube
+from nftproxy.operator.changes import object_key
 from nftproxy.operator.kube import Prefetch
 from nftproxy.operator.settings import Settings
 from nftproxy.operator.status import StatusWriter
@@ -112,7 +114,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     # Our own Node only, filtered by the apiserver (as kube-proxy): in a 5,000-node cluster the
     # other Nodes' status updates would be ~500 events/s, every one sent to every proxy.
     settings.watching.field_selectors[NODES] = f"metadata.name={ctx.settings.node_name}"
-    if not ctx.syncer.loaded.is_set():  # else listed (and synced) before kopf started: boot.py
+    if not ctx.syncer.changes.loaded.is_set():  # else listed (and synced) before kopf started: boot.py
         await initial_load(ctx)
     ctx.tasks.append(asyncio.create_task(relist_periodically(ctx), name="relist"))
     # kopf starts its watches when this returns, at our list's resourceVersion (see
@@ -129,14 +131,13 @@ async def initial_load(ctx: Context) -> None:
     async def read_node() -> dict[str, Any] | None:
         return await loop.run_in_executor(None, kube.read_node, ctx.api, ctx.settings.node_name)
 
-    async def read_cidrs() -> list[dict[str, Any]]:
+    async def read_cidrs() -> list[dict[str, Any]] | Exception:
         """Best effort, once: without them only the drop of unallocated Service addresses waits
         (for kopf's watch), so a refused or failed list never holds up the first sync."""
         try:
             return await loop.run_in_executor(None, kube.service_cidrs, ctx.api)
         except Exception as e:
-            log.warning("listing the ServiceCIDRs failed (%s): their drop rule waits for the watch", e)
-            return []
+            return e
 
     async def read_version() -> dict[str, Any]:
         return await loop.run_in_executor(None, kube.server_version, ctx.api)
@@ -147,16 +148,11 @@ async def initial_load(ctx: Context) -> None:
         version_task = asyncio.create_task(_retrying("reading the apiserver's version", read_version))
         n_services, n_slices = await relist(ctx, initial=True)
         node = await node_task
-        ctx.syncer.server_version(await version_task)
-    for obj in await cidrs_task:
-        ctx.syncer.service_cidr_changed(obj["metadata"]["name"], obj)
-    if node is None:
-        log.warning("Node %s not found: NodePorts wait for it", ctx.settings.node_name)
-    else:
-        ctx.syncer.node_changed(node)
-        ctx.writer.node_uid = node["metadata"].get("uid")
+        version = await version_task
     log.info("initial lists: %d Services, %d EndpointSlices (%.1fs)", n_services, n_slices, time.monotonic() - started)
-    ctx.syncer.mark_loaded()
+    if node is not None:
+        ctx.writer.node_uid = node["metadata"].get("uid")
+    ctx.syncer.changes.initial_lists(node, version, await cidrs_task)
 
 
 async def relist(ctx: Context, initial: bool = False) -> tuple[int, int]:
@@ -176,13 +172,14 @@ async def _relist(ctx: Context, initial: bool = False) -> tuple[int, int]:
     retried list starts over; what only a failed attempt saw is forgotten again. The initial
     list's resourceVersions are kept for kopf's watches to start from."""
     loop = asyncio.get_running_loop()
-    held = ctx.syncer.held()
+    changes = ctx.syncer.changes
+    held = changes.held()
     queued: set[tuple[str, str]] = set()
     seen: set[tuple[str, str]] = set()
     events = ctx.events_during_relist = set()
 
     def changed(kind: str) -> Any:
-        return ctx.syncer.service_changed if kind == "svc" else ctx.syncer.slice_changed
+        return changes.service_changed if kind == "svc" else changes.slice_changed
 
     def version(plural: str) -> Callable[[str], None] | None:
         return (lambda v: ctx.list_versions.__setitem__(plural, v)) if initial else None
@@ -195,7 +192,7 @@ async def _relist(ctx: Context, initial: bool = False) -> tuple[int, int]:
         while (page := await fetch) is not None:
             fetch = loop.run_in_executor(None, next, pages, None)
             for obj in page:
-                ref = (kind, _key(obj))
+                ref = (kind, object_key(obj))
                 seen.add(ref)
                 if ref not in events:  # else kopf's event is newer than this list
                     changed(kind)(ref[1], obj)
@@ -279,18 +276,13 @@ async def _retrying(what: str, call: Callable[[], Coroutine[Any, Any, T]]) -> T:
     return result
 
 
-def _key(obj: Any) -> str:
-    meta = obj["metadata"]
-    return f"{meta.get('namespace')}/{meta.get('name')}"
-
-
 @kopf.on.event("", "v1", "services")
 async def service_event(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     ctx = _ctx(memo)
     ctx.syncer.metrics.watch_events.labels("services").inc()
     if ctx.events_during_relist is not None:
-        ctx.events_during_relist.add(("svc", _key(body)))
-    ctx.syncer.service_changed(_key(body), None if type == "DELETED" else body)
+        ctx.events_during_relist.add(("svc", object_key(body)))
+    ctx.syncer.changes.service_changed(object_key(body), None if type == "DELETED" else body)
 
 
 @kopf.on.event("discovery.k8s.io", "v1", "endpointslices")
@@ -298,8 +290,8 @@ async def slice_event(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: A
     ctx = _ctx(memo)
     ctx.syncer.metrics.watch_events.labels("endpointslices").inc()
     if ctx.events_during_relist is not None:
-        ctx.events_during_relist.add(("slice", _key(body)))
-    ctx.syncer.slice_changed(_key(body), None if type == "DELETED" else body)
+        ctx.events_during_relist.add(("slice", object_key(body)))
+    ctx.syncer.changes.slice_changed(object_key(body), None if type == "DELETED" else body)
 
 
 @kopf.on.event(*NODES)
@@ -311,9 +303,9 @@ async def node_event(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: An
         return
     if type == "DELETED":  # kube-proxy exits; nftproxy keeps its rules, and /healthz fails
         log.warning("Node %s was deleted: /healthz answers 503, the rules stay", ctx.settings.node_name)
-        ctx.syncer.node_deleted()
+        ctx.syncer.changes.node_deleted()
         return
-    ctx.syncer.node_changed(body)
+    ctx.syncer.changes.node_changed(body)
     ctx.writer.node_uid = body["metadata"].get("uid")
 
 
@@ -323,7 +315,7 @@ async def service_cidr_event(type: str | None, body: kopf.Body, memo: kopf.Memo,
     applied at the next sync (kube-proxy waits for its hourly full sync: a difference on purpose)."""
     ctx = _ctx(memo)
     ctx.syncer.metrics.watch_events.labels("servicecidrs").inc()
-    ctx.syncer.service_cidr_changed(body["metadata"]["name"], None if type == "DELETED" else body)
+    ctx.syncer.changes.service_cidr_changed(body["metadata"]["name"], None if type == "DELETED" else body)
 
 
 @kopf.on.probe(id="lastSync")

@@ -39,7 +39,7 @@ def healthz_handler(syncer: Syncer) -> Handler:
 
     async def handle(request: web.BaseRequest) -> web.StreamResponse:
         if request.path == "/healthz":
-            n = syncer.node
+            n = syncer.changes.node
             eligible: bool | None = n is not None and n.eligible
             counter = syncer.metrics.healthz
         elif request.path == "/livez":

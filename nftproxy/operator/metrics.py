@@ -1,7 +1,7 @@
 """Prometheus metrics: kube-proxy's own (``kubeproxy_*``, the names, types, labels and buckets of
 kube-proxy v1.37's nftables mode), so its users' dashboards and alerts keep working, and nftproxy's
-extras (``nftproxy_*``), the localhost NodePort proxy's included. tests/conformance/test_metrics.py
-compares them with the real kube-proxy's.
+extras (``nftproxy_*``), the localhost NodePort proxy's included. The conformance suite compares
+them with the real kube-proxy's (tests/conformance/test_differential.py, ``test_metrics_as_kube_proxy``).
 
 kube-proxy runs one proxier per IP family and labels most series ``ip_family``; one nftproxy sync
 programs both families' tables, so a sync's duration, time and failure count for each family.

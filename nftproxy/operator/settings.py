@@ -1,4 +1,4 @@
-"""`nftproxy run` settings: every knob of the operator, read from its flags (nftproxy/flags.py)."""
+"""`nftproxy run` settings: every knob of the operator, read from its flags (nftproxy/cli/flags.py)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,6 @@ class Settings:
     netns: str | None
     status_period: float
     log_level: str
-    node_ips_from_flags: bool
     kopf_liveness: str | None = None  # e.g. http://0.0.0.0:8080/healthz: kopf's own probe endpoint
     kube_proxy_check_period: float = 30.0  # seconds between looks for kube-proxy's rules (0: never)
     # the node's conntrack sysctls kube-proxy sets (`run`'s flags default to kube-proxy's values;

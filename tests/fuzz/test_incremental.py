@@ -151,15 +151,15 @@ def apply(dp: Dataplane, change: tuple[str, Any]) -> bool:
     """Apply one change; True when it was a sync."""
     what, arg = change
     if what == "svc":
-        dp.set_service(arg)
+        dp.inputs.set_service(arg)
     elif what == "slice":
-        dp.set_slice(arg)
+        dp.inputs.set_slice(arg)
     elif what == "del-svc":
-        dp.delete_service(f"{arg[0]}/{arg[1]}")
+        dp.inputs.delete_service(f"{arg[0]}/{arg[1]}")
     elif what == "del-slice":
-        dp.delete_slice(arg.key)
+        dp.inputs.delete_slice(arg.key)
     elif what == "ignore":
-        dp.ignore_service(f"{arg[0]}/{arg[1]}")
+        dp.inputs.ignore_service(f"{arg[0]}/{arg[1]}")
     elif what == "node":
         dp.set_config(replace(dp.config, node_zone=arg))
     else:
@@ -169,7 +169,7 @@ def apply(dp: Dataplane, change: tuple[str, Any]) -> bool:
 
 
 def assert_converged(dp: Dataplane, backend: Backend, where: str) -> None:
-    want = compile_tables(dp.services.values(), dp.slices.values(), dp.config, dp.ignored)
+    want = compile_tables(dp.inputs.services.values(), dp.inputs.slices.values(), dp.config, dp.inputs.ignored)
     applied = read_kernel(backend, dp.config.table)
     diffs = [str(d) for d in compare(want.tables, applied)]
     assert diffs == [], f"{where}: incremental != from scratch:\n" + "\n".join(diffs[:30])

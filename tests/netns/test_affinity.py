@@ -97,9 +97,9 @@ def lab() -> Iterator[Lab]:
             cluster_cidrs=(ip_network("10.244.0.0/16"), ip_network("fd00:10:244::/48")),
         )
         dp = Dataplane(backend, cfg)
-        dp.set_service(sticky())
-        dp.set_slice(eps(*pods))
-        dp.set_slice(eps6(*pods))
+        dp.inputs.set_service(sticky())
+        dp.inputs.set_slice(eps(*pods))
+        dp.inputs.set_slice(eps6(*pods))
         dp.sync()
         yield Lab(nl, node, pods, client, other, nl.add_client("ext", 100, via=node), dp)
         backend.close()
@@ -115,25 +115,25 @@ def test_same_client_same_endpoint(lab: Lab) -> None:
 def test_turning_affinity_off_releases_existing_clients_at_once(lab: Lab) -> None:
     """kube-proxy stops honouring a Service's affinity as soon as it is turned off: a client
     pinned for 3 hours is balanced again at its next connection, no sleeping past a timeout."""
-    lab.dp.set_service(sticky(10800))
+    lab.dp.inputs.set_service(sticky(10800))
     lab.dp.sync()
     pinned = lab.who(lab.client, count=6)
     assert len(set(pinned)) == 1, pinned
     assert [e.value[0] for e in records(lab.dp, timeout=10800)] == [
         next(p.ipv4 for p in lab.pods if p.name == pinned[0])
     ]
-    lab.dp.set_service(dataclasses.replace(sticky(), session_affinity_timeout=None))
+    lab.dp.inputs.set_service(dataclasses.replace(sticky(), session_affinity_timeout=None))
     lab.dp.sync()
     after = set(lab.who(lab.client, count=30))
     assert len(after) > 1, after  # (1/3)^29 chance of a false alarm
 
 
 def test_a_changed_timeout_releases_the_entries_of_the_old_one(lab: Lab) -> None:
-    lab.dp.set_service(sticky(10800))
+    lab.dp.inputs.set_service(sticky(10800))
     lab.dp.sync()
     assert len(set(lab.who(lab.client, count=4))) == 1
     assert {e.timeout for e in records(lab.dp, timeout=10800)} == {10800}
-    lab.dp.set_service(sticky(600))
+    lab.dp.inputs.set_service(sticky(600))
     lab.dp.sync()
     with pytest.raises(NftError):  # the old record went with its timeout
         records(lab.dp, timeout=10800)
@@ -167,9 +167,9 @@ def test_removed_endpoint_releases_its_clients(lab: Lab, release: bool) -> None:
     stuck = lab.who(lab.client, count=4)
     assert len(set(stuck)) == 1
     if not release:  # the control: a proxy that leaves the kernel's affinity records alone
-        lab.dp._release_affinity = lambda a, full: None  # type: ignore[method-assign]
+        lab.dp.stale.release_affinity = lambda a, table, full: None  # type: ignore[method-assign]
     gone = next(p for p in lab.pods if p.name == stuck[0])
-    lab.dp.set_slice(eps(*[p for p in lab.pods if p is not gone]))
+    lab.dp.inputs.set_slice(eps(*[p for p in lab.pods if p is not gone]))
     lab.dp.sync()
     after = lab.who(lab.client, count=8)
     if release:
@@ -219,7 +219,7 @@ def test_removed_ipv6_endpoint_releases_its_clients(lab: Lab) -> None:
     stuck = lab.who(lab.client, CLUSTER_IP6, count=4)
     assert len(set(stuck)) == 1
     gone = next(p for p in lab.pods if p.name == stuck[0])
-    lab.dp.set_slice(eps6(*[p for p in lab.pods if p is not gone]))
+    lab.dp.inputs.set_slice(eps6(*[p for p in lab.pods if p is not gone]))
     lab.dp.sync()
     assert records(lab.dp, Family.IP6) == []
     after = lab.who(lab.client, CLUSTER_IP6, count=8)
@@ -232,9 +232,9 @@ def test_records_survive_a_restart(lab: Lab) -> None:
     first4 = lab.who(lab.client, count=1)[0]
     first6 = lab.who(lab.client, CLUSTER_IP6, count=1)[0]
     dp = Dataplane(lab.dp.backend, lab.dp.config)
-    dp.set_service(sticky())
-    dp.set_slice(eps(*lab.pods))
-    dp.set_slice(eps6(*lab.pods))
+    dp.inputs.set_service(sticky())
+    dp.inputs.set_slice(eps(*lab.pods))
+    dp.inputs.set_slice(eps6(*lab.pods))
     assert dp.sync().full
     assert len(records(dp)) == 1 and len(records(dp, Family.IP6)) == 1
     assert set(lab.who(lab.client, count=6)) == {first4}

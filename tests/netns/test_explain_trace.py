@@ -222,9 +222,9 @@ def test_sigterm_removes_the_rule_sigkill_leftover_removed_by_the_next_sync(lab:
 
             inputs = classify([obj])
             for s in inputs.services:
-                dp.set_service(s)
+                dp.inputs.set_service(s)
             for sl in inputs.slices:
-                dp.set_slice(sl)
+                dp.inputs.set_slice(sl)
         # … nftproxy run's periodic check tolerates a live trace, then repairs the table (full sync)
         dp.sync()
         assert not _trace_chains(lab), "the full sync removes trace chains"
@@ -241,9 +241,9 @@ def test_check_tolerates_a_live_trace_and_repairs_after_its_deadline(lab: Lab) -
 
         inputs = classify(objects(lab.a, lab.b))
         for s in inputs.services:
-            dp.set_service(s)
+            dp.inputs.set_service(s)
         for sl in inputs.slices:
-            dp.set_slice(sl)
+            dp.inputs.set_slice(sl)
         dp.sync()
         assert dp.verify()
         tracer = Tracer(backend, Family.IP, "nftproxy")

@@ -129,9 +129,9 @@ class Lab:
         got = classify(list(objs))
         assert not got.skipped, got.skipped
         for svc in got.services:
-            self.dp.set_service(svc)
+            self.dp.inputs.set_service(svc)
         for sl in got.slices:
-            self.dp.set_slice(sl)
+            self.dp.inputs.set_slice(sl)
         self.dp.sync()
 
     @contextlib.contextmanager
@@ -143,9 +143,9 @@ class Lab:
         finally:
             got = classify(list(objs))
             for svc in got.services:
-                self.dp.delete_service(svc.key)
+                self.dp.inputs.delete_service(svc.key)
             for sl in got.slices:
-                self.dp.delete_slice(sl.key)
+                self.dp.inputs.delete_slice(sl.key)
             self.dp.sync()
 
     def new(self, src: Host, proto: str, host: str, port: int, wait: float = WAIT) -> list[str]:

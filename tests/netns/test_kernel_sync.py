@@ -58,8 +58,8 @@ def test_failed_transaction_leaves_table_byte_identical(netns: str) -> None:
     backend = KernelBackend(netns)
     dp = Dataplane(backend, CFG)
     for i in range(5):
-        dp.set_service(svc(i, node_port=True))
-        dp.set_slice(eps(i, 3))
+        dp.inputs.set_service(svc(i, node_port=True))
+        dp.inputs.set_slice(eps(i, 3))
     dp.sync()
     before = nft(netns, "list", "ruleset")
     # A transaction that is fine up to its last command, which points at a chain that doesn't exist.
@@ -80,8 +80,8 @@ def test_a_refused_element_batch_gives_nfts_error_and_changes_nothing(netns: str
     backend = KernelBackend(netns)
     dp = Dataplane(backend, CFG)
     for i in range(5):
-        dp.set_service(svc(i, node_port=True))
-        dp.set_slice(eps(i, 3))
+        dp.inputs.set_service(svc(i, node_port=True))
+        dp.inputs.set_slice(eps(i, 3))
     dp.sync()
     table = dp.tables()[0]
     before = nft(netns, "list", "ruleset")
@@ -121,11 +121,11 @@ def test_element_batches_share_one_netlink_socket(netns: str, monkeypatch: pytes
     backend = KernelBackend(netns)
     dp = Dataplane(backend, CFG)
     for i in range(3):
-        dp.set_service(svc(i))
-        dp.set_slice(eps(i, 3))
+        dp.inputs.set_service(svc(i))
+        dp.inputs.set_slice(eps(i, 3))
     dp.sync()
     for step in range(4):
-        dp.set_slice(eps(step % 3, 3, gen=step + 1))
+        dp.inputs.set_slice(eps(step % 3, 3, gen=step + 1))
         assert not dp.sync().full
     assert len(opened) == 1
     backend.close()
@@ -154,8 +154,8 @@ def test_element_only_partial_syncs_go_by_netlink_and_read_back_as_by_nft(
             monkeypatch.setattr(backend, "_element_batch", lambda txs: None)
         dp = Dataplane(backend, CFG)
         for i in range(6):
-            dp.set_service(svc(i, node_port=i % 2 == 0))
-            dp.set_slice(eps(i, 3))
+            dp.inputs.set_service(svc(i, node_port=i % 2 == 0))
+            dp.inputs.set_slice(eps(i, 3))
         dp.sync()
         sent.clear()
         reads[batches] = []
@@ -177,28 +177,28 @@ def test_element_only_partial_syncs_go_by_netlink_and_read_back_as_by_nft(
 
 def _change(dp: Dataplane, step: int) -> None:
     if step == 0:
-        dp.set_slice(eps(1, 3, gen=1))  # endpoints replaced: same count
+        dp.inputs.set_slice(eps(1, 3, gen=1))  # endpoints replaced: same count
     elif step == 1:
-        dp.set_service(svc(6))  # a new Service
-        dp.set_slice(eps(6, 3))
+        dp.inputs.set_service(svc(6))  # a new Service
+        dp.inputs.set_slice(eps(6, 3))
     elif step == 2:
-        dp.delete_service("default/s2")
+        dp.inputs.delete_service("default/s2")
     elif step == 3:
-        dp.set_slice(eps(3, 7))  # a new endpoint count: new objects (a script)
+        dp.inputs.set_slice(eps(3, 7))  # a new endpoint count: new objects (a script)
     else:
-        dp.set_service(svc(4, node_port=False))  # its NodePort goes
+        dp.inputs.set_service(svc(4, node_port=False))  # its NodePort goes
 
 
 def test_dataplane_syncs_match_the_full_compile_in_the_kernel(netns: str) -> None:
     backend = KernelBackend(netns)
     dp = Dataplane(backend, CFG)
     for i in range(8):
-        dp.set_service(svc(i, node_port=i % 2 == 0, external=i == 3))
-        dp.set_slice(eps(i, i % 5))
+        dp.inputs.set_service(svc(i, node_port=i % 2 == 0, external=i == 3))
+        dp.inputs.set_slice(eps(i, i % 5))
     assert dp.sync().full
     for i, n in ((1, 4), (2, 0), (3, 6), (5, 1)):
-        dp.set_slice(eps(i, n, gen=1))
-    dp.delete_service("default/s4")
+        dp.inputs.set_slice(eps(i, n, gen=1))
+    dp.inputs.delete_service("default/s4")
     r = dp.sync()
     assert not r.full
     read = backend.read(Family.IP, "nftproxy")
@@ -246,23 +246,23 @@ def test_restart_adopts_the_table_without_rewriting_it(netns: str) -> None:
     backend = KernelBackend(netns)
     dp = Dataplane(backend, CFG)
     for i in range(4):
-        dp.set_service(svc(i))
-        dp.set_slice(eps(i, 2))
+        dp.inputs.set_service(svc(i))
+        dp.inputs.set_slice(eps(i, 2))
     dp.sync()
     handles_before = nft(netns, "-a", "list", "table", "ip", "nftproxy")
     # a new process with the same inputs: reads the table, finds nothing to do
     dp2 = Dataplane(backend, CFG)
     for i in range(4):
-        dp2.set_service(svc(i))
-        dp2.set_slice(eps(i, 2))
+        dp2.inputs.set_service(svc(i))
+        dp2.inputs.set_slice(eps(i, 2))
     r = dp2.sync()
     assert r.full and r.operations == 0
     assert nft(netns, "-a", "list", "table", "ip", "nftproxy") == handles_before
     # a different configuration changes the rules: the table is rebuilt in one transaction
     dp3 = Dataplane(backend, ProxyConfig(masquerade_all=True, node_ips=CFG.node_ips))
     for i in range(4):
-        dp3.set_service(svc(i))
-        dp3.set_slice(eps(i, 2))
+        dp3.inputs.set_service(svc(i))
+        dp3.inputs.set_slice(eps(i, 2))
     dp3.sync()
     assert "cluster-2 {\n\t\tjump mark-for-masquerade" in nft(netns, "list", "table", "ip", "nftproxy")
     backend.close()
@@ -287,9 +287,9 @@ def test_a_table_of_an_older_layout_is_replaced_in_one_transaction(netns: str, l
         assert loaded.created_tables() == {("ip", "nftproxy"): layout, ("ip6", "nftproxy"): layout}
         dp = Dataplane(backend, config)
         for s in inputs.services:
-            dp.set_service(s)
+            dp.inputs.set_service(s)
         for sl in inputs.slices:
-            dp.set_slice(sl)
+            dp.inputs.set_slice(sl)
         r = dp.sync()
         assert r.full and r.operations > 0
         gens = watch.wait(4, timeout=10)
@@ -308,9 +308,9 @@ def test_a_table_of_an_older_layout_is_replaced_in_one_transaction(netns: str, l
     # nothing of the old layout is left: a restarted proxy adopts the table as it is
     dp2 = Dataplane(backend, config)
     for s in inputs.services:
-        dp2.set_service(s)
+        dp2.inputs.set_service(s)
     for sl in inputs.slices:
-        dp2.set_slice(sl)
+        dp2.inputs.set_slice(sl)
     r2 = dp2.sync()
     assert r2.full and r2.operations == 0
     assert f'comment "nftproxy layout {LAYOUT} ' in nft(netns, "list", "table", "ip6", "nftproxy")
@@ -411,9 +411,9 @@ def _load_text_then_bulk(netns: str, objs: list[k.Obj]) -> dict[bool, dict[Famil
         dp.stream_services = 1 if mode == "stream" else 10**9
         dp.stream_chunks = 3
         for s in inputs.services:
-            dp.set_service(s)
+            dp.inputs.set_service(s)
         for sl in inputs.slices:
-            dp.set_slice(sl)
+            dp.inputs.set_slice(sl)
         result = dp.sync()
         assert result.full and (mode is False or result.element_changes >= dp.batched > 0)
         assert dp.sync().operations == 0, "what was loaded is exactly what is desired"
@@ -454,8 +454,8 @@ def test_a_first_bulk_load_refused_half_way_is_rolled_back(netns: str) -> None:
     dp = Dataplane(backend, CFG)
     dp.bulk_elements, dp.stream_services, dp.stream_chunks = 1, 1, 3
     for i in range(9):
-        dp.set_service(svc(i, node_port=True))
-        dp.set_slice(eps(i, 3))
+        dp.inputs.set_service(svc(i, node_port=True))
+        dp.inputs.set_slice(eps(i, 3))
     with pytest.raises(NftError, match=r"rolled back: no nftproxy table, as before"):
         dp.sync()
     assert nft(netns, "list", "ruleset") == before  # the first steps' declarations are gone
@@ -506,8 +506,8 @@ def test_service_cidr_shapes_load_and_read_back(netns: str, cidrs: tuple[str, ..
     cfg = CFG.with_service_cidrs(ip_network(c) for c in cidrs)
     backend = KernelBackend(netns)
     dp = Dataplane(backend, cfg)
-    dp.set_service(svc(0, node_port=True))
-    dp.set_slice(eps(0, 2))
+    dp.inputs.set_service(svc(0, node_port=True))
+    dp.inputs.set_slice(eps(0, 2))
     dp.sync()
     dp.forget()
     again = dp.sync()

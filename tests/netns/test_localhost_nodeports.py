@@ -79,9 +79,9 @@ class Lab:
         got = classify(objs)
         assert not got.skipped, got.skipped
         for svc in got.services:
-            self.dp.set_service(svc)
+            self.dp.inputs.set_service(svc)
         for sl in got.slices:
-            self.dp.set_slice(sl)
+            self.dp.inputs.set_slice(sl)
         self.dp.sync()
         self.loop.run(self.proxy.update(self.dp.localhost_nodeports()))
 

@@ -146,9 +146,9 @@ def test_this_machines_libnftables_adopts_a_table_trixie_nft_wrote(case: str, ro
     try:
         dp = Dataplane(backend, config)
         for s in inputs.services:
-            dp.set_service(s)
+            dp.inputs.set_service(s)
         for sl in inputs.slices:
-            dp.set_slice(sl)
+            dp.inputs.set_slice(sl)
         r = dp.sync()
         assert r.full and r.operations == 0, r
     finally:

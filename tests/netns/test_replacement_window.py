@@ -104,8 +104,8 @@ def test_a_table_replaced_in_one_transaction_refuses_no_nodeport_connection(
 
     def sync(i: int) -> None:
         dp = Dataplane(backend, configs[i % 2])  # a new proxy, of the other layout: it replaces the table
-        dp.set_service(service)
-        dp.set_slice(endpoints)
+        dp.inputs.set_service(service)
+        dp.inputs.set_slice(endpoints)
         assert dp.sync().full
 
     sync(0)

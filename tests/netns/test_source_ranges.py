@@ -78,9 +78,9 @@ def test_every_prefix_length_is_accepted_and_reads_back_as_compiled(netns: str) 
     try:
         dp = Dataplane(backend, CFG)
         for svc in manifest.services:
-            dp.set_service(svc)
+            dp.inputs.set_service(svc)
         for sl in manifest.slices:
-            dp.set_slice(sl)
+            dp.inputs.set_slice(sl)
         dp.sync()  # the kernel takes the whole table (it refused it before the fix)
         wanted = {
             f: {e.key for e in t.elements["firewall-allow"].values()} for f, t in zip(Family, dp.tables(), strict=True)

@@ -86,8 +86,8 @@ def both_flows(lab: Lab) -> tuple[str | None, str | None]:
 
 def start(lab: Lab, backend: KernelBackend, ct: KernelConntrack | None, *eps: Endpoint) -> Dataplane:
     dp = Dataplane(backend, lab.config(), ct)
-    dp.set_service(SVC)
-    dp.set_slice(dns_slice(*eps))
+    dp.inputs.set_service(SVC)
+    dp.inputs.set_slice(dns_slice(*eps))
     dp.sync()
     return dp
 
@@ -99,7 +99,7 @@ def test_udp_client_moves_when_its_endpoint_is_removed(lab: Lab, clear: bool) ->
     # the control: what a proxy that forgets conntrack does
     dp = start(lab, backend, ct if clear else None, ep(lab.u1))
     assert both_flows(lab) == ("u1", "u1")
-    dp.set_slice(dns_slice(ep(lab.u2)))  # u1 removed (it keeps running: only conntrack would reach it)
+    dp.inputs.set_slice(dns_slice(ep(lab.u2)))  # u1 removed (it keeps running: only conntrack would reach it)
     dp.sync()
     want = "u2" if clear else "u1"
     assert both_flows(lab) == (want, want)
@@ -115,10 +115,10 @@ def test_a_terminating_endpoint_keeps_its_flows_only_while_no_endpoint_is_ready(
     backend, ct = KernelBackend(lab.node.netns), KernelConntrack(lab.node.netns)
     dp = start(lab, backend, ct, ep(lab.u1))
     assert both_flows(lab) == ("u1", "u1")
-    dp.set_slice(dns_slice(ep(lab.u1, ready=False, terminating=True)))
+    dp.inputs.set_slice(dns_slice(ep(lab.u1, ready=False, terminating=True)))
     dp.sync()  # terminating, serving, alone: still used, its flows stay
     assert both_flows(lab) == ("u1", "u1")
-    dp.set_slice(dns_slice(ep(lab.u1, ready=False, terminating=True), ep(lab.u2)))
+    dp.inputs.set_slice(dns_slice(ep(lab.u1, ready=False, terminating=True), ep(lab.u2)))
     dp.sync()  # u2 is ready: u1's flows go, though it still serves
     assert both_flows(lab) == ("u2", "u2")
     backend.close()
@@ -132,7 +132,7 @@ def test_a_port_without_serving_endpoints_loses_its_clusterip_flows_not_its_node
     backend, ct = KernelBackend(lab.node.netns), KernelConntrack(lab.node.netns)
     dp = start(lab, backend, ct, ep(lab.u1))
     assert both_flows(lab) == ("u1", "u1")
-    dp.set_slice(dns_slice())
+    dp.inputs.set_slice(dns_slice())
     dp.sync()
     assert both_flows(lab) == ("refused", "u1")
     backend.close()
@@ -149,7 +149,7 @@ def test_a_deleted_service_loses_its_clusterip_flows_not_its_nodeport_flows(lab:
     backend, ct = KernelBackend(lab.node.netns), KernelConntrack(lab.node.netns)
     dp = start(lab, backend, ct if clear else None, ep(lab.u1))  # the control: no conntrack
     assert both_flows(lab) == ("u1", "u1")
-    dp.delete_service("default/dns")  # its EndpointSlice stays (deleted a sync later, or never)
+    dp.inputs.delete_service("default/dns")  # its EndpointSlice stays (deleted a sync later, or never)
     dp.sync()
     cluster_ip, node_port = both_flows(lab)
     assert (cluster_ip == "u1") is (not clear), cluster_ip
@@ -209,11 +209,11 @@ FLOWS = [
 def test_stale_flows_are_those_of_frontends_to_non_serving_addresses() -> None:
     fake, ct = FakeBackend(), FakeConntrack()
     dp = Dataplane(fake, ProxyConfig(node_name="n"), ct)
-    dp.set_service(SVC)
-    dp.set_slice(_two())
+    dp.inputs.set_service(SVC)
+    dp.inputs.set_slice(_two())
     dp.sync()
     ct.flows[Family.IP] = list(FLOWS)
-    dp.set_slice(EndpointSlice("default", "dns-1", "dns", "IPv4", _two().ports, _two().endpoints[1:]))
+    dp.inputs.set_slice(EndpointSlice("default", "dns-1", "dns", "IPv4", _two().ports, _two().endpoints[1:]))
     dp.sync()
     assert sorted(f for _, f in ct.deleted) == [FLOWS[0], FLOWS[2]]
 
@@ -227,8 +227,8 @@ def test_a_deleted_service_or_port_loses_the_flows_to_its_addresses() -> None:
     dp = Dataplane(FakeBackend(), ProxyConfig(node_name="n"), ct)
 
     def after(change: Callable[[], None]) -> list[UdpFlow]:
-        dp.set_service(SVC)
-        dp.set_slice(_two())
+        dp.inputs.set_service(SVC)
+        dp.inputs.set_slice(_two())
         dp.sync()
         ct.flows[Family.IP] = list(FLOWS)
         ct.deleted.clear()
@@ -236,14 +236,14 @@ def test_a_deleted_service_or_port_loses_the_flows_to_its_addresses() -> None:
         dp.sync()
         return sorted(f for _, f in ct.deleted)
 
-    assert after(lambda: dp.delete_service("default/dns")) == [FLOWS[0], FLOWS[1]]
+    assert after(lambda: dp.inputs.delete_service("default/dns")) == [FLOWS[0], FLOWS[1]]
     tcp_only = replace(SVC, ports=(ServicePort("dns-tcp", "TCP", 53, 30054),))
-    assert after(lambda: dp.set_service(tcp_only)) == [FLOWS[0], FLOWS[1]]
+    assert after(lambda: dp.inputs.set_service(tcp_only)) == [FLOWS[0], FLOWS[1]]
 
     def taken_over() -> None:
-        dp.delete_service("default/dns")
-        dp.set_service(replace(SVC, name="dns-b"))
-        dp.set_slice(replace(_two(), name="dns-b-1", service_name="dns-b", endpoints=_two().endpoints[1:]))
+        dp.inputs.delete_service("default/dns")
+        dp.inputs.set_service(replace(SVC, name="dns-b"))
+        dp.inputs.set_slice(replace(_two(), name="dns-b-1", service_name="dns-b", endpoints=_two().endpoints[1:]))
 
     assert after(taken_over) == [FLOWS[0], FLOWS[2]]  # judged by dns-b: 10.244.1.3 serves
 
@@ -254,12 +254,12 @@ def test_a_flow_to_the_old_target_port_of_a_serving_address_is_stale() -> None:
     conntrack entries when UDP service target port changes for a NodePort service")."""
     fake, ct = FakeBackend(), FakeConntrack()
     dp = Dataplane(fake, ProxyConfig(node_name="n"), ct)
-    dp.set_service(SVC)
-    dp.set_slice(_two())
+    dp.inputs.set_service(SVC)
+    dp.inputs.set_slice(_two())
     dp.sync()
     old, new = UdpFlow("10.96.4.53", "53", "10.244.1.3", "5353"), UdpFlow("10.96.4.53", "53", "10.244.1.3", "5354")
     ct.flows[Family.IP] = [old, new]
-    dp.set_slice(
+    dp.inputs.set_slice(
         EndpointSlice("default", "dns-1", "dns", "IPv4", (EndpointPort("dns", "UDP", 5354),), _two().endpoints)
     )
     dp.sync()
@@ -271,11 +271,11 @@ def test_after_a_failed_sync_the_full_one_cleans_up() -> None:
     checks every UDP frontend against the current state."""
     fake, ct = FakeBackend(), FakeConntrack()
     dp = Dataplane(fake, ProxyConfig(node_name="n"), ct)
-    dp.set_service(SVC)
-    dp.set_slice(_two())
+    dp.inputs.set_service(SVC)
+    dp.inputs.set_slice(_two())
     dp.sync()
     ct.flows[Family.IP] = list(FLOWS)
-    dp.set_slice(EndpointSlice("default", "dns-1", "dns", "IPv4", _two().ports, _two().endpoints[1:]))
+    dp.inputs.set_slice(EndpointSlice("default", "dns-1", "dns", "IPv4", _two().ports, _two().endpoints[1:]))
     fake.fail_next = "Error: injected"
     with pytest.raises(Exception, match="injected"):
         dp.sync()
@@ -319,11 +319,11 @@ def send_from(lab: Lab, src: Pod, host: str, *sports: int) -> list[str | None]:
 
 def dual_stack(lab: Lab, backend: KernelBackend, *pods: Pod) -> None:
     dp = Dataplane(backend, lab.config())
-    dp.set_service(SVC)
-    dp.set_service(SVC6)
-    dp.set_slice(dns_slice(*(ep(p) for p in pods)))
+    dp.inputs.set_service(SVC)
+    dp.inputs.set_service(SVC6)
+    dp.inputs.set_slice(dns_slice(*(ep(p) for p in pods)))
     eps6 = tuple(Endpoint(p.ipv6, True, True, False, p.node.name) for p in pods)
-    dp.set_slice(EndpointSlice("default", "dns6-1", "dns6", "IPv6", (EndpointPort("dns", "UDP", 5353),), eps6))
+    dp.inputs.set_slice(EndpointSlice("default", "dns6-1", "dns6", "IPv6", (EndpointPort("dns", "UDP", 5353),), eps6))
     dp.sync()
 
 
@@ -381,7 +381,7 @@ def test_no_conntrack_process_runs_during_a_sync(lab: Lab, tmp_path: Path, monke
     backend, ct = KernelBackend(lab.node.netns), KernelConntrack(lab.node.netns)
     dp = start(lab, backend, ct, ep(lab.u1))
     assert both_flows(lab) == ("u1", "u1")
-    dp.set_slice(dns_slice(ep(lab.u2)))
+    dp.inputs.set_slice(dns_slice(ep(lab.u2)))
     cleanup = dp.sync().cleanups
     assert both_flows(lab) == ("u2", "u2")
     assert not trace.exists()

@@ -52,7 +52,7 @@ def state(fake: FakeBackend, family: Family = Family.IP) -> tuple[dict[str, dict
 
 
 def expected(dp: Dataplane, family: Family = Family.IP) -> tuple[dict[str, dict[tuple[str, ...], object]], set[str]]:
-    want = compile_tables(dp.services.values(), dp.slices.values(), CFG)
+    want = compile_tables(dp.inputs.services.values(), dp.inputs.slices.values(), CFG)
     t = next(t for t in want.tables if t.family == family)
     return {k: dict(v) for k, v in t.elements.items()}, set(t.chains)
 
@@ -60,7 +60,7 @@ def expected(dp: Dataplane, family: Family = Family.IP) -> tuple[dict[str, dict[
 def expected_dump(dp: Dataplane, config: ProxyConfig = CFG) -> str:
     """The dump (FakeBackend.dump) of a from-scratch compile of the dataplane's inputs: what its
     fake holds when every sync converged (both families, rules and declarations included)."""
-    return dump_of(*compile_tables(dp.services.values(), dp.slices.values(), config).tables)
+    return dump_of(*compile_tables(dp.inputs.services.values(), dp.inputs.slices.values(), config).tables)
 
 
 # One valid Service with its slice, as the API serves them (next to bad input, or as a baseline).

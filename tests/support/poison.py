@@ -55,9 +55,9 @@ def objects(i: int, port: int = 80, endpoints: int = 10) -> list[k.Obj]:
 def feed(dp: Dataplane, objs: list[k.Obj]) -> None:
     inputs = classify(objs)
     for svc in inputs.services:
-        dp.set_service(svc)
+        dp.inputs.set_service(svc)
     for sl in inputs.slices:
-        dp.set_slice(sl)
+        dp.inputs.set_slice(sl)
 
 
 def refused_by_the_fake(e: Element) -> str | None:

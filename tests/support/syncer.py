@@ -25,7 +25,6 @@ def settings(**kw: Any) -> Settings:
         "netns": None,
         "status_period": 1.0,
         "log_level": "info",
-        "node_ips_from_flags": False,
     }
     return Settings(**{**base, **kw})
 

@@ -290,20 +290,20 @@ def test_node_addresses_are_read_as_kube_proxy_reads_them_and_a_bad_one_is_left_
 def test_items_left_out_are_in_the_status_until_their_objects_are_fixed() -> None:
     async def go() -> list[list[str]]:
         syncer, _ = make()
-        syncer.mark_loaded()
+        syncer.changes.mark_loaded()
         seen = []
         svc, sl = _web(externalIPs=["198.19.2.300"])
         sl["endpoints"].append({"addresses": []})
-        syncer.service_changed("default/web", svc)
-        syncer.slice_changed("default/web-1", sl)
-        syncer.node_changed(k.node("n1", [("InternalIP", "198.18.0.1"), ("ExternalIP", "bad")]))
+        syncer.changes.service_changed("default/web", svc)
+        syncer.changes.slice_changed("default/web-1", sl)
+        syncer.changes.node_changed(k.node("n1", [("InternalIP", "198.18.0.1"), ("ExternalIP", "bad")]))
         await syncer.sync_once()
         seen.append([str(x) for x in syncer.status.skipped])
         svc, sl = _web()
-        syncer.service_changed("default/web", svc)
-        syncer.slice_changed("default/web-1", sl)
-        syncer.node_changed(k.node("n1", [("InternalIP", "198.18.0.1")]))
-        syncer.full_due = True  # counts and reports of compiled Services refresh then (or each second)
+        syncer.changes.service_changed("default/web", svc)
+        syncer.changes.slice_changed("default/web-1", sl)
+        syncer.changes.node_changed(k.node("n1", [("InternalIP", "198.18.0.1")]))
+        syncer.schedule.full_due = True  # counts and reports of compiled Services refresh then (or each second)
         await syncer.sync_once()
         seen.append([str(x) for x in syncer.status.skipped])
         return seen

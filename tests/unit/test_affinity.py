@@ -98,9 +98,9 @@ def _dataplane(objs: list[k.Obj]) -> Dataplane:
     dp = Dataplane(FakeBackend(), CFG)
     inputs = parse_objects(objs)
     for s in inputs.services:
-        dp.set_service(s)
+        dp.inputs.set_service(s)
     for sl in inputs.slices:
-        dp.set_slice(sl)
+        dp.inputs.set_slice(sl)
     dp.sync()
     return dp
 
@@ -122,7 +122,7 @@ def test_a_record_of_a_removed_endpoint_is_released_and_only_that() -> None:
                                address_type="IPv6")  # fmt: skip
     inputs = parse_objects(objs)
     for sl in inputs.slices:
-        dp.set_slice(sl)
+        dp.inputs.set_slice(sl)
     dp.sync()
     assert [e.key for e in fake.read_dynamic(Family.IP, "nftproxy", m4)] == [("10.244.0.8",)]
     assert fake.read_dynamic(Family.IP6, "nftproxy", m6) == []

@@ -45,8 +45,8 @@ def _loaded(n: int) -> tuple[Dataplane, FakeBackend]:
     dp = Dataplane(fake, CFG)
     dp.bulk_elements, dp.stream_services, dp.stream_chunks = 1, 1, 3
     for i in range(n):
-        dp.set_service(svc(i, node_port=i % 2 == 0))
-        dp.set_slice(eps(i, 1 + i % 4))
+        dp.inputs.set_service(svc(i, node_port=i % 2 == 0))
+        dp.inputs.set_slice(eps(i, 1 + i % 4))
     return dp, fake
 
 
@@ -86,8 +86,8 @@ def test_a_failed_first_load_is_rolled_back() -> None:
     dp = Dataplane(fake, CFG)
     dp.bulk_elements, dp.stream_services, dp.stream_chunks = 1, 1, 3
     for i in range(9):
-        dp.set_service(svc(i))
-        dp.set_slice(eps(i, 2))
+        dp.inputs.set_service(svc(i))
+        dp.inputs.set_slice(eps(i, 2))
     with pytest.raises(NftError, match="rolled back: no nftproxy table, as before"):
         dp.sync()
     assert fake.tables == {}  # the declarations of the first two steps are gone again
@@ -110,8 +110,8 @@ def test_a_service_added_during_a_first_load_is_loaded_with_it() -> None:
     is loaded as one more chunk, reachable in the last step with the others."""
 
     def add(dp: Dataplane) -> None:
-        dp.set_service(svc(20))
-        dp.set_slice(eps(20, 3))
+        dp.inputs.set_service(svc(20))
+        dp.inputs.set_slice(eps(20, 3))
 
     dp, fake, top_up = _top_up_load(add)
     assert dp.sync(top_up).full
@@ -129,13 +129,13 @@ def test_a_change_to_a_service_already_loaded_waits_for_the_next_sync() -> None:
     dirty, and the next (partial) sync sends its change."""
 
     def change(dp: Dataplane) -> None:
-        dp.set_slice(eps(0, 2, gen=50))
-        dp.delete_service("default/s1")
+        dp.inputs.set_slice(eps(0, 2, gen=50))
+        dp.inputs.delete_service("default/s1")
 
     dp, fake, top_up = _top_up_load(change)
     assert dp.sync(top_up).full
     assert len(fake.loads) == 4  # nothing new to load
-    assert dp.sync_due and dp.pending == 2
+    assert dp.sync_due and len(dp.inputs.dirty) == 2
     result = dp.sync()
     assert not result.full
     # s0 has 2 endpoints now: its NodePort's objects of 2 (a map, 2 chains, 4 rules: 7 operations),
@@ -152,13 +152,13 @@ def test_a_service_added_during_a_first_load_that_takes_a_loaded_ones_frontend_w
     loaded), the next (partial) sync moves the frontends."""
 
     def steal(dp: Dataplane) -> None:
-        dp.set_service(replace(svc(5), name="a-first"))
-        dp.set_slice(replace(eps(5, 2, gen=70), name="a-first-x", service_name="a-first"))
+        dp.inputs.set_service(replace(svc(5), name="a-first"))
+        dp.inputs.set_slice(replace(eps(5, 2, gen=70), name="a-first-x", service_name="a-first"))
 
     dp, fake, top_up = _top_up_load(steal)
     assert dp.sync(top_up).full
     assert len(fake.loads) == 4  # nothing new to load
-    assert dp.sync_due and dp.in_sync and dp.pending == 1
+    assert dp.sync_due and dp.in_sync and len(dp.inputs.dirty) == 1
     assert not dp.sync().full
     assert not dp.sync_due
     _matches_full_compile(dp, fake)

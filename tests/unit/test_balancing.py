@@ -109,9 +109,11 @@ def test_switching_algorithms_incrementally_converges_to_the_full_compile() -> N
     for step in range(200):
         i = rng.randrange(8)
         algo = rng.choice([None, "random", "round-robin", "source-hash"])
-        dp.set_service(replace(svc(i, node_port=rng.random() < 0.5, external=rng.random() < 0.3), load_balancing=algo))
+        dp.inputs.set_service(
+            replace(svc(i, node_port=rng.random() < 0.5, external=rng.random() < 0.3), load_balancing=algo)
+        )
         if rng.random() < 0.5:
-            dp.set_slice(eps(i, rng.randrange(0, 5), gen=rng.randrange(3)))
+            dp.inputs.set_slice(eps(i, rng.randrange(0, 5), gen=rng.randrange(3)))
         if rng.random() < 0.4:
             dp.sync()
             assert fake.dump() == expected_dump(dp), f"diverged at step {step}"

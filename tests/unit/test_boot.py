@@ -75,9 +75,9 @@ def test_the_first_sync_is_made_from_the_lists() -> None:
         loaded = await boot.first_sync(syncer, lists)
         assert loaded is not None and loaded.synced
         assert loaded.versions == {"services": "41", "endpointslices": "44"} and loaded.node_uid == "node-uid"
-        assert syncer.loaded.is_set() and syncer.status.syncs == 1 and syncer.status.services == 2
+        assert syncer.changes.loaded.is_set() and syncer.status.syncs == 1 and syncer.status.services == 2
         assert elements(fake, "cluster-ips") == {("10.96.0.1",), ("10.96.0.2",)}
-        assert syncer.node is not None and syncer.node.name == "n1"
+        assert syncer.changes.node is not None and syncer.changes.node.name == "n1"
 
     asyncio.run(go())
 
@@ -101,7 +101,7 @@ def test_a_failed_list_leaves_the_start_to_the_initial_load(monkeypatch: pytest.
     async def go() -> None:
         syncer, fake = make()
         assert await boot.first_sync(syncer, _lists([], [], services_prefetch=Prefetch(broken))) is None
-        assert not syncer.loaded.is_set() and syncer.status.syncs == 0
+        assert not syncer.changes.loaded.is_set() and syncer.status.syncs == 0
         ctx = handlers.Context(syncer.settings, syncer, cast(Any, SimpleNamespace(node_uid=None)), api=None)
         await handlers.initial_load(ctx)
         await syncer.sync_once()
@@ -115,8 +115,8 @@ def test_a_failed_first_sync_is_retried_by_the_syncer() -> None:
         syncer, fake = make()
         fake.fail_next = "Error: the kernel said no"
         loaded = await boot.first_sync(syncer, _lists([[svc("a", "10.96.0.1")]], []))
-        assert loaded is not None and not loaded.synced and syncer.loaded.is_set()
-        assert syncer.status.failures == 1 and syncer.full_due
+        assert loaded is not None and not loaded.synced and syncer.changes.loaded.is_set()
+        assert syncer.status.failures == 1 and syncer.schedule.full_due
         await syncer.sync_once()
         assert elements(fake, "cluster-ips") == {("10.96.0.1",)}
 
@@ -131,9 +131,9 @@ def test_what_the_watch_brings_after_the_list_is_applied_once() -> None:
         syncer, fake = make()
         listed = [[_versioned(svc("a", "10.96.0.1"), "5")]]
         assert await boot.first_sync(syncer, _lists(listed, [])) is not None
-        syncer.service_changed("default/a", _versioned(svc("a", "10.96.0.1"), "5"))
-        assert not syncer.pending
-        syncer.service_changed("default/b", _versioned(svc("b", "10.96.0.2"), "42"))  # created after the list
+        syncer.changes.service_changed("default/a", _versioned(svc("a", "10.96.0.1"), "5"))
+        assert not syncer.changes.pending
+        syncer.changes.service_changed("default/b", _versioned(svc("b", "10.96.0.2"), "42"))  # created after the list
         await syncer.sync_once()
         assert elements(fake, "cluster-ips") == {("10.96.0.1",), ("10.96.0.2",)}
 

@@ -119,9 +119,9 @@ def test_the_loser_takes_the_frontend_back_when_the_winner_goes() -> None:
     fake = FakeBackend()
     dp = Dataplane(fake, CFG)
     for s in (dns, x):
-        dp.set_service(s)
+        dp.inputs.set_service(s)
     for e in (dns_eps, x_eps):
-        dp.set_slice(e)
+        dp.inputs.set_slice(e)
     dp.sync()
     key = (DNS_IP, "udp", "53")
 
@@ -129,12 +129,12 @@ def test_the_loser_takes_the_frontend_back_when_the_winner_goes() -> None:
         return fake.tables[(Family.IP, "nftproxy")].elements["service-ips"][key].comment
 
     assert comment() == "kube-system/kube-dns:dns"
-    dp.delete_service(dns.key)
+    dp.inputs.delete_service(dns.key)
     result = dp.sync()
     assert not result.full
     assert comment() == "default/x:dns"
     assert [s for s in dp.stats()[2] if s.kind == "Service"] == []
-    dp.set_service(dns)  # back: it takes its ClusterIP's port again, in a partial sync
+    dp.inputs.set_service(dns)  # back: it takes its ClusterIP's port again, in a partial sync
     assert not dp.sync().full
     assert comment() == "kube-system/kube-dns:dns"
     assert [s.name for s in dp.stats()[2]] == ["x"]
@@ -155,8 +155,8 @@ def test_any_order_of_arrival_gives_the_same_table() -> None:
         fake = FakeBackend()
         dp = Dataplane(fake, CFG)
         for i in order:
-            dp.set_service(pairs[i][0])
-            dp.set_slice(pairs[i][1])
+            dp.inputs.set_service(pairs[i][0])
+            dp.inputs.set_slice(pairs[i][1])
             dp.sync()
         assert fake.dump() == dump_of(*want.tables), order
         assert sorted(map(str, dp.stats()[2])) == sorted(map(str, want.skipped)), order
@@ -165,8 +165,8 @@ def test_any_order_of_arrival_gives_the_same_table() -> None:
 def test_a_service_without_conflicts_costs_no_bookkeeping() -> None:
     dp = Dataplane(FakeBackend(), ProxyConfig())
     dns, eps = kube_dns()
-    dp.set_service(dns)
-    dp.set_slice(eps)
+    dp.inputs.set_service(dns)
+    dp.inputs.set_slice(eps)
     dp.sync()
     a = dp.assemblies[Family.IP]
     assert a.claims.rivals == {} and a.claims.kept == {} and a.claims.losers == set()
@@ -182,8 +182,8 @@ def test_a_first_load_in_chunks_leaves_no_entry_of_a_lost_frontend() -> None:
     dp.bulk_elements, dp.stream_services, dp.stream_chunks = 1, 1, 3
     pairs = [tenant("a-tenant"), *(tenant(f"m{i}", external_ips=()) for i in range(6)), kube_dns()]
     for s, e in pairs:
-        dp.set_service(s)
-        dp.set_slice(e)
+        dp.inputs.set_service(s)
+        dp.inputs.set_slice(e)
     assert dp.sync().full and dp.batched > 0
     assert fake.dump() == dump_of(*compile_all(*pairs).tables)
     got = fake.tables[(Family.IP, "nftproxy")].elements

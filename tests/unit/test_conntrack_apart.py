@@ -17,8 +17,8 @@ VIP = "10.96.4.53"
 def _dns(dp: Dataplane, endpoint: str) -> None:
     svc = k.parsed(k.service("dns", [VIP], [k.port(53, "dns", "UDP")]))
     eps = k.parsed(k.endpoint_slice("dns-1", "dns", [k.endpoint(endpoint, node="n1")], [k.port(5353, "dns", "UDP")]))
-    dp.set_service(svc)
-    dp.set_slice(eps)
+    dp.inputs.set_service(svc)
+    dp.inputs.set_slice(eps)
 
 
 def test_the_dataplane_clears_stale_udp_flows_through_its_conntrack() -> None:

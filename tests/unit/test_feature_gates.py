@@ -108,10 +108,10 @@ def _synced_rejects(server: str | None, overrides: dict[str, bool]) -> Mapping[t
 
     async def go() -> None:
         svc = k.service("web", ["10.96.0.10"], [k.port(80, "http", node_port=30080)], type="NodePort")
-        syncer.service_changed("default/web", svc)
+        syncer.changes.service_changed("default/web", svc)
         if server is not None:
-            syncer.server_version(version(server))
-        syncer.mark_loaded()
+            syncer.changes.server_version(version(server))
+        syncer.changes.mark_loaded()
         await syncer.sync_once()
 
     asyncio.run(go())
@@ -131,6 +131,6 @@ def test_the_operator_follows_the_apiservers_version() -> None:
 def test_an_unreadable_version_leaves_the_flags_gates(caplog: pytest.LogCaptureFixture) -> None:
     """Never expected of an apiserver; the proxy goes on with --feature-gates alone, and says so."""
     syncer, _ = support.make()
-    syncer.server_version({"major": "", "minor": "", "gitVersion": "unknown"})
-    assert syncer.intake.version is None
+    syncer.changes.server_version({"major": "", "minor": "", "gitVersion": "unknown"})
+    assert syncer.changes.version is None
     assert "unreadable" in caplog.text

@@ -41,8 +41,8 @@ def _what(tx: Transaction) -> str:
 def synced(fake: FakeBackend, masquerade_all: bool) -> Dataplane:
     dp = Dataplane(fake, replace(CFG, masquerade_all=masquerade_all))  # another layout per value
     for i in range(3):
-        dp.set_service(svc(i, node_port=True))
-        dp.set_slice(eps(i, 2))
+        dp.inputs.set_service(svc(i, node_port=True))
+        dp.inputs.set_slice(eps(i, 2))
     dp.sync()
     return dp
 
@@ -84,8 +84,8 @@ def test_a_refused_replacement_deletes_the_handover_table_and_keeps_the_old_tabl
     before = {k: (dict(t.elements), t.comment) for k, t in fake.tables.items()}
     fake.commits.clear()
     dp = Dataplane(fake, replace(CFG, masquerade_all=True))
-    dp.set_service(svc(0, node_port=True))
-    dp.set_slice(eps(0, 2))
+    dp.inputs.set_service(svc(0, node_port=True))
+    dp.inputs.set_slice(eps(0, 2))
 
     calls = {"n": 0}
     real_apply = FakeBackend.apply

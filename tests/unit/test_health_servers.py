@@ -27,8 +27,8 @@ JSON = {"Content-Type": "application/json", "X-Content-Type-Options": "nosniff"}
 async def synced(node: k.Obj | None) -> Syncer:
     syncer, _ = make(sync_period=30.0)
     if node is not None:
-        syncer.node_changed(node)
-    syncer.mark_loaded()
+        syncer.changes.node_changed(node)
+    syncer.changes.mark_loaded()
     await syncer.sync_once()
     return syncer
 

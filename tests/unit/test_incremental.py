@@ -26,13 +26,13 @@ def test_random_changes_converge_to_the_full_compile() -> None:
         i = rng.randrange(12)
         action = rng.choice(["svc", "svc", "slice", "slice", "slice", "del-svc", "del-slice"])
         if action == "svc":
-            dp.set_service(svc(i, node_port=rng.random() < 0.5, external=rng.random() < 0.3))
+            dp.inputs.set_service(svc(i, node_port=rng.random() < 0.5, external=rng.random() < 0.3))
         elif action == "slice":
-            dp.set_slice(eps(i, rng.randrange(0, 7), gen=rng.randrange(3)))
+            dp.inputs.set_slice(eps(i, rng.randrange(0, 7), gen=rng.randrange(3)))
         elif action == "del-svc":
-            dp.delete_service(f"default/s{i}")
+            dp.inputs.delete_service(f"default/s{i}")
         else:
-            dp.delete_slice(f"default/s{i}-x")
+            dp.inputs.delete_slice(f"default/s{i}-x")
         if rng.random() < 0.4:  # several changes may be batched into one sync
             r = dp.sync()
             assert r.full == (syncs == 0), "only the first sync reads the kernel"
@@ -46,10 +46,10 @@ def test_one_service_change_touches_only_its_elements() -> None:
     fake = FakeBackend()
     dp = Dataplane(fake, CFG)
     for i in range(50):
-        dp.set_service(svc(i, node_port=True))
-        dp.set_slice(eps(i, 3))
+        dp.inputs.set_service(svc(i, node_port=True))
+        dp.inputs.set_slice(eps(i, 3))
     assert dp.sync().full
-    dp.set_slice(eps(7, 3, gen=1))  # one endpoint replaced
+    dp.inputs.set_slice(eps(7, 3, gen=1))  # one endpoint replaced
     r = dp.sync()
     assert not r.full
     text = "".join(tx.render() for tx in fake.transactions[-2:])
@@ -65,11 +65,11 @@ def test_one_service_change_touches_only_its_elements() -> None:
 def test_failed_commit_leaves_state_and_next_sync_is_full() -> None:
     fake = FakeBackend()
     dp = Dataplane(fake, CFG)
-    dp.set_service(svc(1))
-    dp.set_slice(eps(1, 2))
+    dp.inputs.set_service(svc(1))
+    dp.inputs.set_slice(eps(1, 2))
     dp.sync()
     before = fake.dump()
-    dp.set_slice(eps(1, 5))
+    dp.inputs.set_slice(eps(1, 5))
     fake.fail_next = "Error: Could not process rule: No buffer space available"
     with pytest.raises(NftError, match="No buffer space"):
         dp.sync()
@@ -83,15 +83,15 @@ def test_conflict_resolves_when_the_owner_goes_away() -> None:
     dp = Dataplane(fake, CFG)
     a = Service("default", "a", "NodePort", (IPv4Address("10.96.0.1"),), (ServicePort("", "TCP", 80, 30000),))
     b = Service("default", "b", "NodePort", (IPv4Address("10.96.0.2"),), (ServicePort("", "TCP", 80, 30000),))
-    dp.set_service(a)
-    dp.set_service(b)
+    dp.inputs.set_service(a)
+    dp.inputs.set_service(b)
     dp.sync()
     assert [str(s) for s in dp.stats()[2]] == [
         "Service default/b: tcp . 30000 is left out for this Service: Service default/a claims it too, and comes "
         "first by name; its other frontends are programmed"
     ]
     assert state(fake)[0]["no-endpoint-services"][("10.96.0.2", "tcp", "80")].comment == "default/b"  # type: ignore[attr-defined]
-    dp.delete_service("default/a")
+    dp.inputs.delete_service("default/a")
     dp.sync()
     assert dp.stats()[2] == []
     assert state(fake)[0]["no-endpoint-nodeports"][("tcp", "30000")].comment == "default/b"  # type: ignore[attr-defined]
@@ -106,17 +106,17 @@ def test_orphan_slices_and_counts_are_kept_up_to_date_without_a_walk() -> None:
         i = rng.randrange(8)
         action = rng.choice(["svc", "slice", "del-svc", "del-slice", "ignore"])
         if action == "svc":
-            dp.set_service(svc(i, node_port=rng.random() < 0.5))
+            dp.inputs.set_service(svc(i, node_port=rng.random() < 0.5))
         elif action == "slice":
-            dp.set_slice(eps(i, rng.randrange(0, 4)))
+            dp.inputs.set_slice(eps(i, rng.randrange(0, 4)))
         elif action == "del-svc":
-            dp.delete_service(f"default/s{i}")
+            dp.inputs.delete_service(f"default/s{i}")
         elif action == "ignore":
-            dp.ignore_service(f"default/s{i}")
+            dp.inputs.ignore_service(f"default/s{i}")
         else:
-            dp.delete_slice(f"default/s{i}-x")
+            dp.inputs.delete_slice(f"default/s{i}-x")
         n_svc, n_eps, skipped = dp.stats()
-        want = compile_tables(dp.services.values(), dp.slices.values(), CFG, dp.ignored)
+        want = compile_tables(dp.inputs.services.values(), dp.inputs.slices.values(), CFG, dp.inputs.ignored)
         assert (n_svc, n_eps) == (want.services, want.endpoints)
         assert sorted(map(str, skipped)) == sorted(map(str, want.skipped))
 
@@ -127,18 +127,18 @@ def test_an_element_two_services_share_stays_until_the_last_one_goes() -> None:
     fake = FakeBackend()
     dp = Dataplane(fake, CFG)
     for i in (1, 2):
-        dp.set_service(svc(i))
+        dp.inputs.set_service(svc(i))
         same = eps(1, 4)
-        dp.set_slice(EndpointSlice("default", f"s{i}-x", f"s{i}", "IPv4", same.ports, same.endpoints))
+        dp.inputs.set_slice(EndpointSlice("default", f"s{i}-x", f"s{i}", "IPv4", same.ports, same.endpoints))
     dp.sync()
     hairpin = set(state(fake)[0]["hairpin-endpoints"])
     assert hairpin and fake.dump() == expected_dump(dp)
-    dp.delete_service("default/s1")
+    dp.inputs.delete_service("default/s1")
     dp.sync()
     assert set(state(fake)[0]["hairpin-endpoints"]) == hairpin, "s2 still needs them"
     assert ("10.96.0.2",) not in state(fake)[0]["cluster-ips"] and ("10.96.0.3",) in state(fake)[0]["cluster-ips"]
     assert fake.dump() == expected_dump(dp)
-    dp.delete_service("default/s2")
+    dp.inputs.delete_service("default/s2")
     dp.sync()
     assert not state(fake)[0].get("hairpin-endpoints") and not state(fake)[0].get("cluster-ips")
     assert fake.dump() == expected_dump(dp)
@@ -157,16 +157,16 @@ def test_services_in_both_families_count_once() -> None:
         ep = Endpoint(addr, ready=True, serving=True, terminating=False, node_name="n1")
         return EndpointSlice("default", f"{name}-{family}", name, family, (EndpointPort("p", "TCP", 8080),), (ep,))
 
-    dp.set_service(service("dual", IPv4Address("10.96.0.10"), IPv6Address("fd00::10")))
-    dp.set_slice(slice_("dual", "IPv4", "10.244.0.10"))
-    dp.set_slice(slice_("dual", "IPv6", "fd00:244::10"))
-    dp.set_service(service("v4", IPv4Address("10.96.0.11")))
-    dp.set_slice(slice_("v4", "IPv4", "10.244.0.11"))
-    dp.set_service(service("v6", IPv6Address("fd00::12")))
-    dp.set_slice(slice_("v6", "IPv6", "fd00:244::12"))
+    dp.inputs.set_service(service("dual", IPv4Address("10.96.0.10"), IPv6Address("fd00::10")))
+    dp.inputs.set_slice(slice_("dual", "IPv4", "10.244.0.10"))
+    dp.inputs.set_slice(slice_("dual", "IPv6", "fd00:244::10"))
+    dp.inputs.set_service(service("v4", IPv4Address("10.96.0.11")))
+    dp.inputs.set_slice(slice_("v4", "IPv4", "10.244.0.11"))
+    dp.inputs.set_service(service("v6", IPv6Address("fd00::12")))
+    dp.inputs.set_slice(slice_("v6", "IPv6", "fd00:244::12"))
     dp.sync()
     assert [len(a.fragments) for a in dp.assemblies.values()] == [2, 2]
     assert dp.stats()[:2] == (3, 4)
-    dp.delete_service("default/v4")
+    dp.inputs.delete_service("default/v4")
     dp.sync()
     assert dp.stats()[:2] == (2, 3)

@@ -41,7 +41,7 @@ def test_a_retried_list_forgets_what_only_the_failed_attempt_saw(monkeypatch: py
         syncer, fake = make()
         ctx = handlers.Context(syncer.settings, syncer, cast(Any, SimpleNamespace(node_uid=None)), api=None)
         await handlers.initial_load(ctx)
-        assert len(attempts) == 2 and syncer.loaded.is_set()
+        assert len(attempts) == 2 and syncer.changes.loaded.is_set()
         await syncer.sync_once()
         assert elements(fake, "cluster-ips") == {("10.96.0.1",), ("10.96.0.3",)}
         assert syncer.status.services == 2
@@ -69,9 +69,9 @@ def test_the_periodic_list_deletes_what_a_watch_outage_missed(monkeypatch: pytes
         syncer, fake = make()
         ctx = handlers.Context(syncer.settings, syncer, cast(Any, SimpleNamespace(node_uid=None)), api=None)
         memo = handlers.memo_for(ctx)
-        syncer.mark_loaded()
+        syncer.changes.mark_loaded()
         for name, ip in (("a", "10.96.0.1"), ("b", "10.96.0.2"), ("c", "10.96.0.3"), ("e", "10.96.0.5")):
-            syncer.service_changed(f"default/{name}", _versioned(svc(name, ip), "1"))
+            syncer.changes.service_changed(f"default/{name}", _versioned(svc(name, ip), "1"))
         await syncer.sync_once()
         # b was deleted while the watch was away; during our list, events change c (the list
         # has its older version), add d, and re-create e (deleted before the list's snapshot).
@@ -115,9 +115,9 @@ def test_kopfs_own_list_is_followed_by_ours_which_finds_deletions(monkeypatch: p
     async def go() -> None:
         syncer, fake = make()
         ctx = handlers.Context(syncer.settings, syncer, cast(Any, SimpleNamespace(node_uid=None)), api=None)
-        syncer.mark_loaded()
+        syncer.changes.mark_loaded()
         for name, ip in (("a", "10.96.0.1"), ("b", "10.96.0.2")):
-            syncer.service_changed(f"default/{name}", _versioned(svc(name, ip), "1"))
+            syncer.changes.service_changed(f"default/{name}", _versioned(svc(name, ip), "1"))
         await syncer.sync_once()
         undo = handlers.watch_from_our_lists(ctx)
         try:

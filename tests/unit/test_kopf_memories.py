@@ -71,7 +71,7 @@ def test_no_record_is_kept_per_object(kind: str) -> None:
         syncer, _ = make()
         memories = handlers.NoMemories() if kind == "ours" else inventory.ResourceMemories()
         await _events(memories, objects, syncer)
-        return len(list(memories.iter_all_memories())), len(syncer.pending)
+        return len(list(memories.iter_all_memories())), len(syncer.changes.pending)
 
     kept, pending = asyncio.run(go())
     assert pending == len(objects)  # every event reached the syncer

@@ -69,14 +69,14 @@ def test_health_check_counts_only_ready_local_endpoints() -> None:
         external_traffic_policy="Local",
         health_check_node_port=32000,
     )
-    dp.set_service(lb)
+    dp.inputs.set_service(lb)
     terminating = Endpoint("10.244.1.2", ready=False, serving=True, terminating=True, node_name="n1")
     remote = Endpoint("10.244.2.2", ready=True, serving=True, terminating=False, node_name="n2")
-    dp.set_slice(_slice("web-a", terminating, remote))
+    dp.inputs.set_slice(_slice("web-a", terminating, remote))
     dp.sync()
     assert dp.health_checks() == {32000: ("default/web", {4: 0})}
     ready = Endpoint("10.244.1.3", ready=True, serving=True, terminating=False, node_name="n1")
-    dp.set_slice(_slice("web-a", terminating, remote, ready))
+    dp.inputs.set_slice(_slice("web-a", terminating, remote, ready))
     dp.sync()
     assert dp.health_checks() == {32000: ("default/web", {4: 1})}
 
@@ -128,7 +128,7 @@ def test_dual_stack_health_check_counts_one_family() -> None:
     and report their own family's local ready endpoints: one local endpoint per family answers
     localEndpoints=1 on each (tests/conformance case dual-stack-lb)."""
     dp = Dataplane(FakeBackend(), CFG)
-    dp.set_service(
+    dp.inputs.set_service(
         Service(
             "default",
             "web",
@@ -141,8 +141,8 @@ def test_dual_stack_health_check_counts_one_family() -> None:
     )
     v4 = Endpoint("10.244.1.2", ready=True, serving=True, terminating=False, node_name="n1")
     v6 = Endpoint("fd00:10:244:1::3", ready=True, serving=True, terminating=False, node_name="n1")
-    dp.set_slice(_slice("web-v4", v4))
-    dp.set_slice(EndpointSlice("default", "web-v6", "web", "IPv6", (EndpointPort("http", "TCP", 8080),), (v6,)))
+    dp.inputs.set_slice(_slice("web-v4", v4))
+    dp.inputs.set_slice(EndpointSlice("default", "web-v6", "web", "IPv6", (EndpointPort("http", "TCP", 8080),), (v6,)))
     dp.sync()
     assert dp.health_checks() == {32000: ("default/web", {4: 1, 6: 1})}
 

@@ -86,9 +86,9 @@ def dataplane(config: ProxyConfig = LOCALHOST) -> tuple[Dataplane, FakeBackend]:
     dp = Dataplane(fake, config)
     got = parsed()
     for svc in got.services:
-        dp.set_service(svc)
+        dp.inputs.set_service(svc)
     for sl in got.slices:
-        dp.set_slice(sl)
+        dp.inputs.set_slice(sl)
     dp.sync()
     return dp, fake
 
@@ -110,7 +110,7 @@ def test_the_compiler_gives_each_tcp_nodeport_its_table_endpoints() -> None:
     assert sorted(got[6]) == [30080]  # the Services with an IPv6 ClusterIP only
     assert got[6][30080].endpoints == (("fd00:10:244:1::2", "8080"),)
     assert dp.localhost_nodeports() is got  # unchanged: the same object (the proxy's update is free)
-    dp.set_slice(parsed([k.endpoint_slice("remote-1", "remote", [k.endpoint(B[0], node=NODE)],
+    dp.inputs.set_slice(parsed([k.endpoint_slice("remote-1", "remote", [k.endpoint(B[0], node=NODE)],
                                           [k.port(8080, "http")])]).slices[0])  # fmt: skip
     dp.sync()
     again = dp.localhost_nodeports()
@@ -554,10 +554,10 @@ def test_the_syncer_hands_each_sync_s_choice_to_the_proxy() -> None:
         syncer.on_synced.append(hook)
         for obj in inputs()[:1] + inputs()[6:8]:
             if obj["kind"] == "Service":
-                syncer.service_changed(f"default/{obj['metadata']['name']}", obj)
+                syncer.changes.service_changed(f"default/{obj['metadata']['name']}", obj)
             else:
-                syncer.slice_changed(f"default/{obj['metadata']['name']}", obj)
-        syncer.mark_loaded()
+                syncer.changes.slice_changed(f"default/{obj['metadata']['name']}", obj)
+        syncer.changes.mark_loaded()
         await syncer.sync_once()
         await syncer.sync_once()
 

@@ -17,17 +17,17 @@ cidr = k.service_cidr
 def test_service_cidrs_change_the_drop_set_at_the_next_sync() -> None:
     async def go() -> list[set[tuple[str, ...]]]:
         syncer, fake = make()
-        syncer.mark_loaded()
+        syncer.changes.mark_loaded()
         seen = []
-        syncer.service_changed("default/a", svc("a", "10.96.0.1"))
-        syncer.service_cidr_changed("kubernetes", cidr("kubernetes", "10.96.0.0/16", "fd00:10:96::/112"))
+        syncer.changes.service_changed("default/a", svc("a", "10.96.0.1"))
+        syncer.changes.service_cidr_changed("kubernetes", cidr("kubernetes", "10.96.0.0/16", "fd00:10:96::/112"))
         await syncer.sync_once()
         seen.append(elements(fake, "service-cidrs"))
         seen.append(set(fake.tables[(Family.IP6, "nftproxy")].elements["service-cidrs"]))
-        syncer.service_cidr_changed("extra", cidr("extra", "10.97.0.0/24"))
+        syncer.changes.service_cidr_changed("extra", cidr("extra", "10.97.0.0/24"))
         await syncer.sync_once()
         seen.append(elements(fake, "service-cidrs"))
-        syncer.service_cidr_changed("kubernetes", None)  # deleted
+        syncer.changes.service_cidr_changed("kubernetes", None)  # deleted
         await syncer.sync_once()
         seen.append(elements(fake, "service-cidrs"))
         seen.append(elements(fake, "cluster-ips"))  # the Services are untouched
@@ -47,11 +47,11 @@ def test_a_bad_or_too_wide_cidr_is_left_out_alone_and_reported() -> None:
 
     async def go() -> tuple[set[tuple[str, ...]], set[tuple[str, ...]], list[str]]:
         syncer, fake = make()
-        syncer.mark_loaded()
-        syncer.service_cidr_changed("kubernetes", cidr("kubernetes", "10.96.0.0/16"))
-        syncer.service_cidr_changed("bad", cidr("bad", "10.300.0.0/16", "fd00:10:97::/112"))
-        syncer.service_cidr_changed("everything", cidr("everything", "0.0.0.0/0"))
-        syncer.service_cidr_changed("wide-v6", cidr("wide-v6", "10.98.0.0/24", "2000::/12"))
+        syncer.changes.mark_loaded()
+        syncer.changes.service_cidr_changed("kubernetes", cidr("kubernetes", "10.96.0.0/16"))
+        syncer.changes.service_cidr_changed("bad", cidr("bad", "10.300.0.0/16", "fd00:10:97::/112"))
+        syncer.changes.service_cidr_changed("everything", cidr("everything", "0.0.0.0/0"))
+        syncer.changes.service_cidr_changed("wide-v6", cidr("wide-v6", "10.98.0.0/24", "2000::/12"))
         await syncer.sync_once()
         v6 = set(fake.tables[(Family.IP6, "nftproxy")].elements["service-cidrs"])
         return elements(fake, "service-cidrs"), v6, [str(x) for x in syncer.status.skipped]
