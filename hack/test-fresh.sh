@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The fresh-machine checks (README "Tests"): what `make test` does on a machine that never ran it.
+# The fresh-machine checks (docs/testing.md, "On a fresh machine"): what `make test` does on a machine that never ran it.
 #   hack/test-fresh.sh [ARGS]     (make test-fresh) a clean clone of HEAD (committed work only) in a
 #       temporary directory, run with an empty NFTPROXY_CACHE and empty Go and pip caches:
 #       hack/test.sh installs the .venv, builds the Kubernetes tools and the images from nothing,

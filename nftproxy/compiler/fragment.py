@@ -370,9 +370,9 @@ def _udp_serving(out: _Out, p: _Port, found: list[Target], itp_local: bool, etp_
     (kube-proxy v1.37, kubernetes#139629: they were DNATed before the reject rule could see them);
     a NodePort's are left alone, as upstream: they are matched by port number alone.
 
-    Intentionally unlike kube-proxy (README "Differences from kube-proxy"): under a Cluster policy,
-    while the port has a ready endpoint, a terminating one no longer keeps its UDP flows. A client
-    that reuses one socket (glibc's resolver, to CoreDNS) is moved to a ready endpoint while the
+    Intentionally unlike kube-proxy (case udp-endpoint-terminating; docs/differences.md, docs/e2e.md):
+    under a Cluster policy, while the port has a ready endpoint, a terminating one no longer keeps
+    its UDP flows. A client that reuses one socket (glibc's resolver, to CoreDNS) is moved to a ready endpoint while the
     terminating one still answers (CoreDNS's lameduck), instead of after it exited: kube-proxy keeps
     the flow until the endpoint is gone, and the lookups sent in between are lost. Under a Local
     policy, where new flows may fall back to this node's terminating endpoints, upstream's rule

@@ -78,8 +78,8 @@ class NoMemories(inventory.ResourceMemories):
     index and error-throttling state: ~1 KB), forgotten only when the object is deleted. Our
     watches start at our own list's version (watch_from_our_lists), so those records were made
     one by one as objects changed: at 10k Services the process grew by up to ~20 MB over the first
-    minutes of churn, until every object had changed once (README, issue 13). Our handlers are
-    all ``on.event``: no daemons, timers, indexes or diff-bases, nothing to keep between two
+    minutes of churn, until every object had changed once (docs/testing.md, the churn runs). Our
+    handlers are all ``on.event``: no daemons, timers, indexes or diff-bases, nothing to keep between two
     events of an object, so every record is ephemeral (made for one event, then dropped). The
     one thing lost: after an error in kopf's own processing of an object, its next error
     throttles from the first delay again, not the next one."""

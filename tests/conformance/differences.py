@@ -3,8 +3,8 @@
 Each entry is a case name (tests/conformance/cases.py) with the reason nftproxy behaves
 differently on purpose, and (RELEASES) the kube-proxy releases it differs from: the suite runs
 against each release of hack/k8s-versions.sh (K8S_VERSION), and a DIFF against a release its row
-does not name fails. The README section "Differences from kube-proxy" mirrors this list. Any
-other DIFF fails the suite.
+does not name fails. The README section "Differences from kube-proxy" mirrors this list (docs/differences.md has the
+details). Any other DIFF fails the suite.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ INTENTIONAL: dict[str, str] = {
         "(under a Cluster policy), so the client's next datagram goes to a ready endpoint while the "
         "terminating one still answers. kube-proxy keeps them until the endpoint is gone: a client "
         "that reuses one socket (glibc's resolver to CoreDNS) then sends its lookups to the exited "
-        "pod until the next sync, and loses them (tests/e2e/test_cluster_dns.py, README)."
+        "pod until the next sync, and loses them (tests/e2e/test_cluster_dns.py, docs/e2e.md)."
     ),
     "takeover-dns-contested": (
         "A Service whose externalIPs (or LoadBalancer IPs) name another Service's ClusterIP, on one of "
