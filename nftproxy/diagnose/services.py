@@ -196,6 +196,10 @@ def _row(ix: _Index, set_name: str, el: Element) -> Row:
     )  # fmt: skip
 
 
+def _order(r: Row) -> tuple[str, str, str, int, str, int]:
+    return (r.service, r.port_name, r.family, _TYPE_ORDER.get(r.type, 3), r.address or "", r.port)
+
+
 def rows(view: TableView) -> list[Row]:
     """Every frontend of one table, sorted by Service, port, type and address."""
     ix = _Index(view)
@@ -205,7 +209,7 @@ def rows(view: TableView) -> list[Row]:
         for el in view.els(set_name).values()
         if el.comment is not None
     ]
-    out.sort(key=lambda r: (r.service, r.port_name, _TYPE_ORDER.get(r.type, 3), r.address or "", r.port))
+    out.sort(key=_order)
     return out
 
 
@@ -214,7 +218,7 @@ def listing(views: Sequence[TableView | None]) -> Listing:
     are together, IPv4 before IPv6."""
     present = [v for v in views if v is not None]
     all_rows = [r for v in present for r in rows(v)]
-    all_rows.sort(key=lambda r: (r.service, r.port_name, r.family, _TYPE_ORDER.get(r.type, 3), r.address or ""))
+    all_rows.sort(key=_order)
     return Listing(
         tuple(f"{v.family.value} {v.name}" for v in present),
         {v.family.value: tuple(sorted(k[0] for k in v.keys(names.NODEPORT_IPS))) for v in present},

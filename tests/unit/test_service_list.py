@@ -235,3 +235,14 @@ def test_no_table_lists_nothing() -> None:
     result = listing([None, None])
     assert result.frontends == () and result.tables == ()
     assert render_text(result).startswith("no nftproxy table")
+
+
+def test_a_name_too_long_for_a_comment_is_shown_shortened() -> None:
+    ns, name = "n" * 63, "s" * 63
+    result = programmed(
+        k.service(name, ["10.96.0.24"], [k.port(80, "http")], namespace=ns),
+        k.endpoint_slice("x-1", name, [k.endpoint("10.244.1.2")], HTTP, namespace=ns),
+    )
+    (row,) = result.frontends
+    assert "..." in row.service and f"{ns}/{name}".startswith(row.service.split("...")[0])
+    assert (row.port_name, addrs(row.backends)) == ("http", ["10.244.1.2:8080"])
