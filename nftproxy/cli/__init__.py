@@ -1,4 +1,4 @@
-"""The commands (``nftproxy render | apply | run | verify | explain | trace | cleanup``): argparse,
+"""The commands (``nftproxy render | apply | run | verify | list | explain | trace | cleanup``): argparse,
 I/O and printing. The top floor: nothing in nftproxy imports it."""
 
 from __future__ import annotations
@@ -125,7 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="nftproxy",
         description="A kube-proxy replacement: programs a node's nftables for Kubernetes Services, "
         "each change in one atomic transaction. `run` is the per-node operator; the other commands "
-        "render, apply, verify, explain, trace and clean up its tables (`selftest`: what `helm test` runs).",
+        "render, apply, verify, list, explain, trace and clean up its tables (`selftest`: what `helm test` runs).",
     )
     parser.add_argument("--version", action="version", version=f"nftproxy {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -154,6 +154,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("trace", help="trace the next new connections to a Service address, in nftproxy's terms")
     trace_cmd.add_flags(p)
     p.set_defaults(fn=trace_cmd.run)
+    from nftproxy.cli import list as list_cmd  # noqa: PLC0415
+
+    text = "every Service frontend programmed on this node (read from the kernel), with backends and policy"
+    p = sub.add_parser(
+        "list", help=text, description=list_cmd.DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    list_cmd.add_flags(p)
+    p.set_defaults(fn=list_cmd.run)
     from nftproxy.cli import selftest as selftest_cmd  # noqa: PLC0415
 
     p = sub.add_parser("selftest", help="what `helm test` runs: a Service answers via the proxy, every node in sync")

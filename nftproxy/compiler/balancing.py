@@ -124,6 +124,16 @@ def rr_sticky(map_name: str) -> bool:
     return map_name.startswith("rr-") and sticky_tag(map_name[3:].rsplit("-", 1)[0])
 
 
+def local_tag(t: str) -> str:
+    """The tag of a round-robin Service port's node-local list (Local policies): flag ``l``."""
+    return f"{t}l"
+
+
+def rr_local(map_name: str) -> bool:
+    """Is this round-robin map a Service port's node-local endpoint list (flag ``l``: Local policies)?"""
+    return map_name.startswith("rr-") and "l" in map_name[3:].rsplit("-", 1)[0][PORT_TAG:]
+
+
 def rr_objects(
     family: Family, kind: str, n: int, masquerade: str | None, pods: bool, sticky_rules: tuple[str, ...]
 ) -> tuple[list[Set], list[Chain]]:

@@ -285,7 +285,7 @@ def _round_robin(
         return f"goto {balancing.rr_name(tag, n)}"
 
     to_all = chain(t, cluster)
-    to_local = chain(t + "l", local) if local and (fe.itp_local or fe.etp_local) else None
+    to_local = chain(balancing.local_tag(t), local) if local and (fe.itp_local or fe.etp_local) else None
     if not fe.itp_local:
         out.add(names.SERVICE_IPS, p.cluster, ("goto cluster-rr",), p.comment)
         out.add(balancing.RR_SERVICES, p.cluster, (to_all,), p.comment)
