@@ -40,7 +40,7 @@ test:
 # K8S_VERSION, default K8S_DEFAULT of hack/k8s-versions.sh), and against the other release
 # (K8S_OTHER: kube-proxy v1.38 while the default is v1.37.2). Each builds its Kubernetes first.
 conformance: install
-	GOTOOLCHAIN=go1.27.3 bash hack/k8s-tools.sh
+	bash hack/k8s-tools.sh
 	.venv/bin/python -m pytest -q -p no:cacheprovider tests/conformance
 
 conformance-other: install

@@ -3,7 +3,9 @@
 # prometheus-operator's ServiceMonitor, from its Go module (the Go module proxy, checked against
 # the checksum database by `go mod download`), into ${NFTPROXY_CACHE:-~/.cache/nftproxy}/crds.
 set -euo pipefail
-export GOTOOLCHAIN=go1.27.3   # the Go toolchain of every build here (hack/k8s-tools.sh)
+# shellcheck source=hack/k8s-versions.sh
+. "$(dirname "$0")/k8s-versions.sh"
+export GOTOOLCHAIN=$GO_TOOLCHAIN
 PROMETHEUS_OPERATOR_VERSION=${PROMETHEUS_OPERATOR_VERSION:-v0.85.0}
 CACHE=${NFTPROXY_CACHE:-$HOME/.cache/nftproxy}
 OUT=$CACHE/crds

@@ -33,7 +33,7 @@ cd "$(dirname "$0")/.."
 K8S_VERSION=${K8S_VERSION:-$K8S_DEFAULT}
 export K8S_VERSION
 # the Go toolchain k8s.io/kubernetes v1.38 needs (its module is read below for porter's certificate)
-export GOTOOLCHAIN=go1.27.3
+export GOTOOLCHAIN=$GO_TOOLCHAIN
 
 CACHE=${NFTPROXY_CACHE:-$HOME/.cache/nftproxy}
 OUT=${NFTPROXY_IMAGES:-$CACHE/images}

@@ -39,7 +39,7 @@ fi
 
 # The Go toolchain k8s.io/kubernetes v1.38 needs (fetched once from the module proxy); never a VCS
 # checkout: only the module proxy is reachable.
-export GOTOOLCHAIN=go1.27.3
+export GOTOOLCHAIN=$GO_TOOLCHAIN
 export GOFLAGS=-buildvcs=false CGO_ENABLED=0
 export GOPROXY=${GOPROXY:-https://proxy.golang.org}
 

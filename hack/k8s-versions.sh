@@ -12,3 +12,4 @@ K8S_OLDEST=v1.35.4         # the oldest Kubernetes the chart claims (Chart.yaml 
 K8S_DEFAULT=$K8S_1_37      # make test, make demo, the real cluster, the reference kube-proxy
 K8S_OTHER=$K8S_1_38        # the other one the differential suite and upstream's e2e run against
 
+GO_TOOLCHAIN=go1.27.3      # the Go toolchain of every build here: k8s.io/kubernetes v1.38 declares go 1.27 (the go command fetches it from the module proxy)

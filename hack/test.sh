@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 . hack/k8s-versions.sh
 export K8S_VERSION=${K8S_VERSION:-$K8S_DEFAULT}
 # the Go toolchain k8s.io/kubernetes v1.38 declares (the go command fetches it from the module proxy)
-export GOTOOLCHAIN=go1.27.3
+export GOTOOLCHAIN=$GO_TOOLCHAIN
 echo "==> Kubernetes $K8S_VERSION"
 bash hack/install.sh
 bash hack/k8s-tools.sh
