@@ -25,6 +25,11 @@ def add_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--port", help="only this port (its name or number)")
     p.add_argument("--netns", help="read the tables of this named network namespace")
     p.add_argument("--kubeconfig", help="also compare the kernel with what the API holds now")
+    p.add_argument(
+        "--api",
+        action="store_true",
+        help="compare with the API without a kubeconfig: inside the nftproxy pod, with the pod's service account",
+    )
     p.add_argument("-o", "--output", choices=("text", "json"), default="text")
     add_proxy_flags(p)  # the API's objects compile as `run` compiles them: the same flags
 
@@ -59,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
         raise argparse.ArgumentTypeError(f"expected NAMESPACE/NAME, got {args.service!r}")
     views = read_views(args.netns, args.table)
     result: Explanation = explain(views, [f"{f.value} {args.table}" for f in Family], args.service, args.port)
-    if args.kubeconfig:
+    if args.kubeconfig or args.api:
         from nftproxy.cli.verify import with_cluster_gates  # noqa: PLC0415
         from nftproxy.operator import kube  # noqa: PLC0415  (only when asked)
 

@@ -150,14 +150,15 @@ class Syncer:
         return result, stats, self.dp.localhost_nodeports()
 
     def _record_failure(self, e: Exception) -> None:
-        self.schedule.failed(time.monotonic())  # the kernel may hold anything now: a full sync next
+        now = time.monotonic()
+        self.schedule.failed(now)  # the kernel may hold anything now: a full sync next
         self.status.failures += 1
         self.status.last_error = str(e)
         self.status.in_sync = False
         self.status.generation += 1
         self.metrics.sync_failed()
         self.changed.set()
-        log.error("sync failed: %s", e)
+        log.error("sync failed, retrying in %.2fs: %s", max(0.0, self.schedule.retry_at - now), e)
 
     def _record_success(self, result: SyncResult, stats: Stats | None, start: float) -> None:
         self.first_sync.set()

@@ -70,7 +70,7 @@ def test_cluster_nodes_ready_and_machine_untouched(cluster: RealCluster, sysctls
         n["metadata"]["name"]: [a["address"] for a in n["status"]["addresses"] if a["type"] == "InternalIP"]
         for n in nodes
     }
-    assert ips == {"node-1": ["172.30.0.11"], "node-2": ["172.30.0.12"]}
+    assert ips == {"node-1": ["172.30.0.11", "fd00:172:30::11"], "node-2": ["172.30.0.12", "fd00:172:30::12"]}
     for n in nodes:
         assert any(c["type"] == "Ready" and c["status"] == "True" for c in n["status"]["conditions"])
     # pod CIDRs routed between the nodes

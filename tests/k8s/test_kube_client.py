@@ -153,3 +153,48 @@ def test_nftproxy_run_with_an_exec_plugin_kubeconfig_lists_watches_and_reports(
     assert "services" in status
     assert kubeconfigs.runs(plugin_dir) >= 1
     assert credentials.load(str(kc)).renew is not None  # the Kubernetes client's loader read it
+
+
+def test_explain_in_the_pod_compares_with_the_api_through_the_service_account(
+    control_plane: ControlPlane, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`nftproxy explain --api` inside the nftproxy pod: no kubeconfig, the pod's service account
+    (its token and CA files, KUBERNETES_SERVICE_HOST/PORT) reads the Service and its slices."""
+    from urllib.parse import urlsplit  # noqa: PLC0415
+
+    from nftproxy.cli import main  # noqa: PLC0415
+
+    cp = control_plane
+    ns = _unique("ap-incluster")
+    cp.kubectl("create", "namespace", ns)
+    objs = [
+        k.service("web", ["10.96.77.20"], [k.port(80, "http")], namespace=ns),
+        k.endpoint_slice("web-1", "web", [k.endpoint("10.244.7.3")], [k.port(8080, "http")], namespace=ns),
+    ]
+    cp.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": objs}))
+    name = _unique("ap-sa")
+    cp.kubectl("create", "serviceaccount", name, "-n", "default")
+    cp.kubectl("create", "clusterrolebinding", name, "--clusterrole=cluster-admin", f"--serviceaccount=default:{name}")
+    sa = f"system:serviceaccount:default:{name}"
+    eventually(  # the binding reaches the apiserver's authorizer
+        lambda: (
+            cp.kubectl("auth", "can-i", "get", "services", "-n", ns, "--as", sa, check=False).stdout.strip() == "yes"
+        ),
+        what="the service account may read",
+    )
+    (tmp_path / "token").write_text(cp.kubectl("create", "token", name, "-n", "default").stdout.strip())
+    monkeypatch.setattr(credentials, "TOKEN_FILE", str(tmp_path / "token"))
+    monkeypatch.setattr(credentials, "CA_FILE", str(cp.ca_file))
+    server = urlsplit(cp.server)
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", str(server.hostname))
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", str(server.port))
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    try:
+        with bare_netns("ap-incluster") as netns:
+            assert main(["explain", f"{ns}/web", "--netns", netns, "--api", "-o", "json"]) == 0
+        check = json.loads(capsys.readouterr().out)["api"]
+        assert not any("does not exist" in x for x in check["reasons"]), check
+        missing = " ".join(check["missing"])
+        assert "10.96.77.20" in missing and "10.244.7.3" in missing, check
+    finally:
+        cp.kubectl("delete", "namespace", ns, "--wait=false", "--ignore-not-found")
