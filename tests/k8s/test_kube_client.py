@@ -82,18 +82,24 @@ def test_forbidden_is_the_same_error_with_the_apiservers_reason(control_plane: C
 
 
 @pytest.mark.netns
+def _web_service(cp: ControlPlane, prefix: str, cluster_ip: str, endpoint: str) -> str:
+    """A namespace holding Service `web` (port 80) and its one EndpointSlice; returns the namespace."""
+    ns = _unique(prefix)
+    cp.kubectl("create", "namespace", ns)
+    objs = [
+        k.service("web", [cluster_ip], [k.port(80, "http")], namespace=ns),
+        k.endpoint_slice("web-1", "web", [k.endpoint(endpoint)], [k.port(8080, "http")], namespace=ns),
+    ]
+    cp.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": objs}))
+    return ns
+
+
 def test_an_exec_plugin_kubeconfig_works_for_explain(control_plane: ControlPlane, tmp_path: Path) -> None:
     """`nftproxy explain --kubeconfig` with an exec plugin: the plugin runs, its token reads the
     Service and its EndpointSlices (the kernel of an empty namespace holds none of what they
     compile to: every element is listed as missing)."""
     cp = control_plane
-    ns = _unique("ap-explain")
-    cp.kubectl("create", "namespace", ns)
-    objs = [
-        k.service("web", ["10.96.77.10"], [k.port(80, "http")], namespace=ns),
-        k.endpoint_slice("web-1", "web", [k.endpoint("10.244.7.2")], [k.port(8080, "http")], namespace=ns),
-    ]
-    cp.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": objs}))
+    ns = _web_service(cp, "ap-explain", "10.96.77.10", "10.244.7.2")
     kc = _exec_kubeconfig(cp, tmp_path, "cluster-admin")
     try:
         with bare_netns("ap-explain") as netns:
@@ -165,13 +171,7 @@ def test_explain_in_the_pod_compares_with_the_api_through_the_service_account(
     from nftproxy.cli import main  # noqa: PLC0415
 
     cp = control_plane
-    ns = _unique("ap-incluster")
-    cp.kubectl("create", "namespace", ns)
-    objs = [
-        k.service("web", ["10.96.77.20"], [k.port(80, "http")], namespace=ns),
-        k.endpoint_slice("web-1", "web", [k.endpoint("10.244.7.3")], [k.port(8080, "http")], namespace=ns),
-    ]
-    cp.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": objs}))
+    ns = _web_service(cp, "ap-incluster", "10.96.77.20", "10.244.7.3")
     name = _unique("ap-sa")
     cp.kubectl("create", "serviceaccount", name, "-n", "default")
     cp.kubectl("create", "clusterrolebinding", name, "--clusterrole=cluster-admin", f"--serviceaccount=default:{name}")

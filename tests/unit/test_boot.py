@@ -19,11 +19,11 @@ from typing import Any, cast
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
-import yaml
 
 from nftproxy.operator import boot, credentials, early, handlers, kube, main
 from nftproxy.operator.kube import Prefetch
 from testkit.k8s import objects as k
+from tests.support import kubeconfigs
 from tests.support.syncer import elements, make, settings, svc
 
 
@@ -178,20 +178,6 @@ def test_nothing_of_kopf_aiohttp_or_the_kubernetes_client_is_imported_for_the_fi
 # -- the first lists through our client (operator/kube.py) -------------------------------------
 
 
-def _kubeconfig(tmp_path: Path, cluster: dict[str, Any], user: dict[str, Any]) -> str:
-    doc = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "current-context": "c",
-        "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}],
-        "clusters": [{"name": "k", "cluster": cluster}],
-        "users": [{"name": "u", "user": user}],
-    }
-    path = tmp_path / "kubeconfig"
-    path.write_text(yaml.safe_dump(doc))
-    return str(path)
-
-
 class _Api(BaseHTTPRequestHandler):
     """Two pages of Services, then a 404 for any other path."""
 
@@ -244,7 +230,9 @@ def test_python_m_nftproxy_starts_the_lists_before_the_imports_for_the_same_sett
     server.seen = []  # type: ignore[attr-defined]
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        kubeconfig = _kubeconfig(tmp_path, {"server": f"http://127.0.0.1:{server.server_port}"}, {"token": "t"})
+        kubeconfig = kubeconfigs.write(
+            tmp_path / "kubeconfig", {"server": f"http://127.0.0.1:{server.server_port}"}, {"token": "t"}
+        )
         early.start(["run", "--kubeconfig", kubeconfig, "--node-name=n1", "--netns", "x"])
         assert early.take(kubeconfig, "n2") is None  # argparse read another node: dropped
         early.start(["run", "--kubeconfig", kubeconfig, "--node-name", "n1"])
