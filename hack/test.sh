@@ -31,4 +31,4 @@ echo "==> mypy (strict)"
 echo "==> import-linter (the layers, pyproject.toml)"
 .venv/bin/lint-imports
 echo "==> pytest"
-.venv/bin/python -m pytest -q -p no:cacheprovider tests "$@"
+.venv/bin/python -m pytest -q -p no:cacheprovider --durations=25 tests "$@"

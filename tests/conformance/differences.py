@@ -19,8 +19,10 @@ INTENTIONAL: dict[str, str] = {
     "chg-service-cidr-added": (
         "A new ServiceCIDR's unallocated addresses are dropped at the next sync. kube-proxy "
         "(v1.34-v1.37) notes the change and rewrites its drop rule only at its hourly full sync or "
-        "a restart, so for up to an hour such packets leave the node. Dropping them at once is what "
-        "the rule is for."
+        "a restart, so for up to an hour such packets leave the node. A kube-proxy that starts before "
+        "its ServiceCIDR watch has delivered (it does not wait for it) lacks the rule in the same way "
+        "until that full sync. nftproxy lists the ServiceCIDRs before its first sync and applies a "
+        "change at the next sync. Dropping them at once is what the rule is for."
     ),
     "udp-endpoint-terminating": (
         "While a UDP port has a ready endpoint, a terminating endpoint's open flows are deleted "

@@ -301,7 +301,7 @@ class ControlPlane:
         """Wait until the apiserver's default ServiceCIDR ``kubernetes`` exists and is Ready (its
         own controller creates it a moment after the apiserver answers, later on a busy machine).
         A kube-proxy started before reads no ServiceCIDR and applies one only at its hourly full
-        sync: it then rejects what it should drop (a CI run of the conformance suite, 2026-12-03)."""
+        sync: it then rejects what it should drop."""
         deadline = time.monotonic() + timeout
         while True:
             r = self.kubectl("get", "servicecidr", "kubernetes", "-o", "json", check=False)
