@@ -16,13 +16,24 @@ bash hack/k8s-tools.sh
 bash hack/e2e-tools.sh
 # prometheus-operator's ServiceMonitor CRD (the chart's optional ServiceMonitor is validated against it)
 bash hack/crds.sh
-# the oldest and the newest Kubernetes the chart claims (Chart.yaml kubeVersion): their apiservers,
-# for tests/k8s/test_chart_versions.py
-for v in "$K8S_OLDEST" "$K8S_1_38"; do
-  K8S_VERSION=$v K8S_TOOLS=kube-apiserver K8S_NO_HELM=1 bash hack/k8s-tools.sh
-done
 # trixie's nft in a chroot (cached), for tests/netns/test_nft_versions.py: the image's nft and this machine's
 bash hack/trixie-nft.sh
+# the oldest and the newest Kubernetes the chart claims (Chart.yaml kubeVersion): their apiservers,
+# for tests/k8s/test_chart_versions.py. They build beside the checks and the tests, at the lowest
+# CPU priority (the tests' processes go first); the tests that use them wait for
+# $NFTPROXY_APISERVER_BUILDS/rc (tests/support/controlplanes.py), the build's log beside it.
+NFTPROXY_APISERVER_BUILDS=$(mktemp -d "${TMPDIR:-/tmp}/nftproxy-apiservers.XXXXXX")
+export NFTPROXY_APISERVER_BUILDS
+# shellcheck disable=SC2016
+setsid bash -c '
+  rc=0
+  for v in "$@"; do
+    K8S_VERSION=$v K8S_TOOLS=kube-apiserver K8S_NO_HELM=1 nice -n 19 bash hack/k8s-tools.sh || rc=$?
+  done
+  echo "$rc" > "$NFTPROXY_APISERVER_BUILDS/rc"
+' apiservers "$K8S_OLDEST" "$K8S_1_38" > "$NFTPROXY_APISERVER_BUILDS/log" 2>&1 &
+builds=$!
+trap 'kill -- "-$builds" 2>/dev/null || true' EXIT
 echo "==> ruff"
 .venv/bin/ruff check nftproxy testkit tests bench demo
 .venv/bin/ruff format --check nftproxy testkit tests bench demo
@@ -31,4 +42,9 @@ echo "==> mypy (strict)"
 echo "==> import-linter (the layers, pyproject.toml)"
 .venv/bin/lint-imports
 echo "==> pytest"
-.venv/bin/python -m pytest -q -p no:cacheprovider --durations=25 tests "$@"
+rc=0
+.venv/bin/python -m pytest -q -p no:cacheprovider --durations=25 tests "$@" || rc=$?
+wait "$builds" || true
+echo "==> the apiservers of the claimed range: $(tail -n 1 "$NFTPROXY_APISERVER_BUILDS/log")"
+rm -rf "$NFTPROXY_APISERVER_BUILDS"
+exit "$rc"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -14,9 +16,28 @@ OLDEST = versions.oldest()  # the oldest Kubernetes the chart claims (Chart.yaml
 NEWEST = versions.newest()  # the newest it claims
 
 
+def _wait_for_background_builds(timeout: float = 1800.0) -> None:
+    """hack/test.sh builds the other apiservers beside the tests: their exit status lands in
+    ``$NFTPROXY_APISERVER_BUILDS/rc`` (the log beside it). Waits for it; fails with the log's
+    tail when the build failed."""
+    builds = os.environ.get("NFTPROXY_APISERVER_BUILDS")
+    if not builds:
+        return
+    rc, log = Path(builds) / "rc", Path(builds) / "log"
+    deadline = time.monotonic() + timeout
+    while not rc.is_file():
+        if time.monotonic() > deadline:
+            pytest.fail(f"the apiserver builds of hack/test.sh did not finish in {timeout:.0f} s ({log})")
+        time.sleep(2)
+    if rc.read_text().strip() != "0":
+        tail = "\n".join(log.read_text(errors="replace").splitlines()[-30:]) if log.is_file() else ""
+        pytest.fail(f"the apiserver builds of hack/test.sh failed ({log}):\n{tail}", pytrace=False)
+
+
 def apiserver_of(version: str) -> Path:
     """The kube-apiserver of that version (hack/test.sh builds the oldest and the newest the chart
     claims); fails the test, with the command, when it is missing."""
+    _wait_for_background_builds()
     path = versions.bin_dir(cache_dir(), version) / "kube-apiserver"
     stamp = path.parent / ".kube-apiserver.version"
     if not path.is_file() or not stamp.is_file() or stamp.read_text().strip() != version:
