@@ -173,6 +173,11 @@ def test_daemonset_defaults(helm: Helm) -> None:
     assert {p["name"]: p["containerPort"] for p in c["ports"]} == {"healthz": 10256, "metrics": 10249}
     assert c["livenessProbe"]["httpGet"] == {"path": "/livez", "port": "healthz"}
     assert c["readinessProbe"]["httpGet"] == {"path": "/healthz", "port": "healthz"}
+    # a slow start (a large cluster's first lists and sync) is not killed by the liveness probe
+    assert c["startupProbe"]["httpGet"] == {"path": "/livez", "port": "healthz"}
+    assert c["startupProbe"]["periodSeconds"] * c["startupProbe"]["failureThreshold"] >= 300
+    # no memory limit by default (kube-proxy's DaemonSet has none; values.yaml sizes one by Services)
+    assert c["resources"] == {"requests": {"cpu": "50m", "memory": "96Mi"}}
 
     assert not [o for o in objs if o["kind"] == "Service"], "no metrics Service by default"
     assert not [o for o in objs if o["kind"] == "CustomResourceDefinition"], "CRDs come from crds/"
