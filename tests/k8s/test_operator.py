@@ -136,7 +136,8 @@ def test_proxystatus_reports_the_node_in_sync_with_counts(env: Env) -> None:
     table = env.cl.cp.kubectl("get", "proxystatus").stdout
     header = r"^NAME\s+NODE\s+SERVICES\s+ENDPOINTS\s+IN-SYNC\s+LAST-SYNC\s+DURATION\s+VERSION\s+KUBE-PROXY\s+AGE"
     assert re.search(header, table, re.M), table
-    detected = {c["type"]: c["status"] for c in st["conditions"]}.get("KubeProxyDetected", "<none>")
+    conditions = env.cl.proxy_status(env.node)["status"]["conditions"]
+    detected = {c["type"]: c["status"] for c in conditions}.get("KubeProxyDetected", "<none>")
     row = rf"^e2e-node\s+e2e-node\s+\d+\s+\d+\s+True\s+\S+\s+\S+\s+{re.escape(__version__)}\s+{detected}\s+"
     assert re.search(row, table, re.M), table
     owner = env.cl.proxy_status(env.node)["metadata"]["ownerReferences"][0]
