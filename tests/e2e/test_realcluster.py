@@ -143,31 +143,37 @@ def test_installed_release_is_the_packaged_chart_and_the_archived_image(
     installed = {r["name"]: r for r in json.loads(c.helm("list", "-n", w.NAMESPACE, "-o", "json"))}[w.RELEASE]
     assert installed["chart"] == f"nftproxy-{rel.chart_version}"
     assert installed["app_version"] == rel.version
-    assert (
-        not json.loads(c.helm("get", "values", w.RELEASE, "-n", w.NAMESPACE, "-o", "json"))
-        .get("image", {})
-        .get("repository")
-    ), "the image is the chart's default, not a value of ours"
+    ours = json.loads(c.helm("get", "values", w.RELEASE, "-n", w.NAMESPACE, "-o", "json"))
+    assert not {"repository", "tag"} & set(ours.get("image", {})), ours  # the image is the chart's default
     pods = w.nftproxy_pods(c)
     assert set(pods) == {"node-1", "node-2"}
     for node, pod in pods.items():
         assert pod["spec"]["containers"][0]["image"] == f"nftproxy:{rel.version}" == rel.image
-        # the container runs the archive's image: on the node, the name's manifest holds the
-        # archive's config (the image ID), and the container's image is that manifest or that ID
-        manifest_digest = image_digests(c, node)[rel.containerd_ref]
-        manifest = json.loads(c.ctr(node, "content", "get", manifest_digest))
-        assert manifest["config"]["digest"] == f"sha256:{rel.image_id}"
+        # the container runs the archive's image: on the node, that name's manifest holds the
+        # archive's config (the image ID), and the container's image is the name's or that ID
+        target = image_targets(c, node)[rel.containerd_ref]
+        assert config_digest(c, node, target) == f"sha256:{rel.image_id}"
         image_id = pod["status"]["containerStatuses"][0]["imageID"]
-        assert image_id.rsplit("@", 1)[-1] in (manifest_digest, f"sha256:{rel.image_id}"), image_id
+        assert image_id.rsplit("@", 1)[-1] in (target, f"sha256:{rel.image_id}"), image_id
         version = c.kubectl("exec", "-n", w.NAMESPACE, pod["metadata"]["name"], "--", "nftproxy", "--version")
         assert version == f"nftproxy {rel.version}\n"
-    assert {s["status"]["version"] for s in w.proxy_statuses(c).values()} == {rel.version}
+    statuses = eventually(lambda: in_sync(c), timeout=60, what="both ProxyStatuses in sync")
+    assert {s["status"]["version"] for s in statuses.values()} == {rel.version}
 
 
-def image_digests(c: RealCluster, node: str) -> dict[str, str]:
+def image_targets(c: RealCluster, node: str) -> dict[str, str]:
     """NODE's containerd images: name -> the digest of its manifest (or index)."""
     lines = c.ctr(node, "images", "ls").splitlines()[1:]
     return {fields[0]: fields[2] for fields in map(str.split, lines) if len(fields) >= 3}
+
+
+def config_digest(c: RealCluster, node: str, digest: str) -> str:
+    """The config digest of the manifest DIGEST in NODE's containerd (an index: its one manifest's)."""
+    doc = json.loads(c.ctr(node, "content", "get", digest))
+    if "manifests" in doc:
+        (one,) = doc["manifests"]
+        return config_digest(c, node, one["digest"])
+    return str(doc["config"]["digest"])
 
 
 def test_health_probes_pass(release: RealCluster) -> None:
