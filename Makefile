@@ -1,6 +1,6 @@
 # The two commands of a fresh machine (see README): `make demo` and `make test`.
 # `make check`: the fast tier (lint, types, unit tests, a short fuzz run; no root, apt or Kubernetes).
-.PHONY: conformance conformance-other upstream-e2e upstream-e2e-reference fuzz-differential check demo demo-down demo-quick demo-quick-down demo-apply images e2e-images k8s-tools e2e-tools test test-fresh test-e2e-alone bench bench-cluster install lint version
+.PHONY: conformance conformance-other upstream-e2e upstream-e2e-reference fuzz-differential check demo demo-down demo-quick demo-quick-down demo-apply images e2e-images k8s-tools e2e-tools test test-fresh test-e2e-alone bench bench-cluster install lint version release
 
 # The main job: a real cluster on this machine (kubelet nodes, images built here, helm install).
 demo: install k8s-tools
@@ -67,6 +67,12 @@ test-e2e-alone:
 
 check:
 	bash hack/check.sh
+
+# The release's artefacts in dist/ (docs/release.md): the chart package, the image as a docker archive,
+# its SBOM (SPDX JSON, syft built from the Go module proxy) and SHA256SUMS. Refuses a working tree
+# with uncommitted changes.
+release: install k8s-tools
+	bash hack/release.sh
 
 # The release's version, from its one source (nftproxy/__init__.py): `make -s version`.
 version:

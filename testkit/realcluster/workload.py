@@ -27,14 +27,20 @@ WEB_LOCAL_NODEPORT = 30081
 
 
 def chart_values(
-    cluster: RealCluster, extra: Mapping[str, str | bool] | None = None, image: str | None = None
+    cluster: RealCluster,
+    extra: Mapping[str, str | bool] | None = None,
+    image: str | None = None,
+    *,
+    default_image: bool = False,
 ) -> list[str]:
     """The values for this cluster; EXTRA: strings (--set-string) or booleans; IMAGE: another
-    nftproxy image than the cluster's own build."""
-    repo, tag = (image or cluster.images["nftproxy"]).rsplit(":", 1)
-    values = {
-        "image.repository": repo,
-        "image.tag": tag,
+    nftproxy image than the cluster's own build; DEFAULT_IMAGE: the chart's own default image (a
+    packaged release's, imported into the nodes), no image.repository/tag."""
+    values: dict[str, str] = {}
+    if not default_image:
+        repo, tag = (image or cluster.images["nftproxy"]).rsplit(":", 1)
+        values |= {"image.repository": repo, "image.tag": tag}
+    values |= {
         "image.pullPolicy": "Never",  # no registry: the image was imported into each containerd
         # nftproxy is the only Service proxy: it reaches the API without one (the forwarder on
         # each node's 127.0.0.1).
@@ -44,8 +50,8 @@ def chart_values(
         "statusPeriod": "1s",
     }
     out: list[str] = []
-    for k, v in values.items():
-        out += ["--set", f"{k}={v}"]
+    for k, value in values.items():
+        out += ["--set", f"{k}={value}"]
     for k, v in (extra or {}).items():
         out += ["--set", f"{k}={str(v).lower()}"] if isinstance(v, bool) else ["--set-string", f"{k}={v}"]
     return out
@@ -62,10 +68,15 @@ def helm_upgrade(
     *flags: str,
     chart: Path = CHART,
     image: str | None = None,
+    default_image: bool = False,
 ) -> str:
     """VALUES: chart values (dotted keys) on top of chart_values()'s; CHART: another chart directory
-    (another commit's); IMAGE: another nftproxy image (imported into the nodes)."""
-    argv = ["upgrade", *flags, RELEASE, str(chart), "-n", NAMESPACE, *chart_values(cluster, values, image)]
+    (another commit's) or a packaged chart (.tgz); IMAGE: another nftproxy image (imported into the
+    nodes); DEFAULT_IMAGE: the chart's default image (see chart_values)."""
+    argv = [
+        "upgrade", *flags, RELEASE, str(chart), "-n", NAMESPACE,
+        *chart_values(cluster, values, image, default_image=default_image),
+    ]  # fmt: skip
     out = cluster.helm(*argv, "--wait", "--timeout", "180s")
     _daemonset_rolled_out(cluster)
     return out

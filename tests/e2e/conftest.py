@@ -7,6 +7,9 @@ No test relies on another having run first, or on what an earlier run left in th
   two sessions building at once wait for each other). Every test that starts a cluster takes it,
   also when its module runs alone. ``NFTPROXY_E2E_NO_BUILD=1``: never build; a test that needs
   images that are not there is skipped, with the reason.
+* ``release_artefacts``: the release's artefacts, as `make release` writes them (hack/release.sh:
+  the packaged chart and the image archive tagged nftproxy:<version>; no SBOM), from the working
+  tree as it is; test_realcluster.py installs nftproxy from them. Cached with the images.
 * ``cluster``: the cluster, removed at the end, also when a test fails; a cluster left by a
   session that was killed is removed by the next one.
 * ``previous_release``: the release the upgrade test (test_upgrade.py) starts from, commit
@@ -25,6 +28,7 @@ import pytest
 
 from testkit.realcluster import RealCluster, stale_clusters
 from testkit.realcluster import images as imagelib
+from testkit.realcluster import release as releaselib
 from tests.support.machine import machine_sysctls
 
 # The last commit before the table's layout 3 (layout 2: ClientIP affinity per Service port; 3 added
@@ -51,6 +55,20 @@ def images() -> dict[str, Any]:
         return imagelib.build(log=lambda s: print(s, flush=True))
     except Exception as e:
         pytest.fail(f"the images could not be built: {e}", pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def release_artefacts(images: dict[str, Any]) -> releaselib.Release:
+    """hack/release.sh's output (see the module's docstring); ``images`` first: it exports their build."""
+    if os.environ.get("NFTPROXY_E2E_NO_BUILD"):
+        try:
+            return releaselib.load()
+        except releaselib.ReleaseMissing as e:
+            pytest.skip(f"NFTPROXY_E2E_NO_BUILD is set and {e}")
+    try:
+        return releaselib.build(log=lambda s: print(s, flush=True))
+    except Exception as e:
+        pytest.fail(f"the release's artefacts could not be built: {e}", pytrace=False)
 
 
 @pytest.fixture(scope="session")

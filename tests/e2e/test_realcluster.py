@@ -1,5 +1,7 @@
 """nftproxy installed with `helm install` on a real cluster (testkit.realcluster): kubelet nodes,
-the image built here, workloads whose EndpointSlices come from the real controller, real requests.
+workloads whose EndpointSlices come from the real controller, real requests. nftproxy comes from
+the release's artefacts, as an operator gets them from `make release` (hack/release.sh): the
+packaged chart (.tgz) with its default image, imported into each node from the image archive.
 
 One cluster for all of them. Each test gets what it needs from the fixtures (the images, the
 cluster, the release, the workload, nftproxy's rolling update), so any one of them passes alone;
@@ -18,10 +20,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from testkit.k8s.cluster import eventually
 from testkit.realcluster import RealCluster
 from testkit.realcluster import workload as w
+from testkit.realcluster.release import Release
 from tests.support.machine import machine_sysctls
 
 pytestmark = [pytest.mark.e2e, pytest.mark.k8s, pytest.mark.netns]
@@ -29,8 +33,10 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
-def release(cluster: RealCluster) -> Iterator[RealCluster]:
-    w.helm_install(cluster)
+def release(release_artefacts: Release, cluster: RealCluster) -> Iterator[RealCluster]:
+    """The packaged chart installed with its default image (the archive's, imported into the nodes)."""
+    cluster.import_image(release_artefacts.containerd_ref, release_artefacts.archive)
+    w.helm_upgrade(cluster, None, "--install", chart=release_artefacts.chart, default_image=True)
     yield cluster
 
 
@@ -89,7 +95,7 @@ def test_cluster_nodes_ready_and_machine_untouched(cluster: RealCluster, sysctls
 # ---------------------------------------------------------------------------------------------- install
 
 
-def test_helm_install_runs_one_ready_pod_per_node(release: RealCluster) -> None:
+def test_helm_install_runs_one_ready_pod_per_node(release: RealCluster, release_artefacts: Release) -> None:
     c = release
 
     def ready() -> dict[str, dict[str, Any]] | None:
@@ -103,7 +109,7 @@ def test_helm_install_runs_one_ready_pod_per_node(release: RealCluster) -> None:
         assert spec["hostNetwork"] is True
         assert pod["status"]["podIP"] == c.node_ip(node)
         image = spec["containers"][0]["image"]
-        assert image == c.images["nftproxy"]  # the image built here, imported, never pulled
+        assert image == release_artefacts.image  # the packaged chart's default, imported, never pulled
         # the chart's ServiceAccount, with its projected (bound, expiring) token
         assert spec["serviceAccountName"] == "nftproxy"
         projected = [v["projected"] for v in spec["volumes"] if "projected" in v]
@@ -124,6 +130,50 @@ def test_helm_install_runs_one_ready_pod_per_node(release: RealCluster) -> None:
     assert (
         "nftproxy" not in subprocess.run(["nft", "list", "tables"], capture_output=True, text=True, check=False).stdout
     )
+
+
+def test_installed_release_is_the_packaged_chart_and_the_archived_image(
+    release: RealCluster, release_artefacts: Release
+) -> None:
+    c, rel = release, release_artefacts
+    subprocess.run(["sha256sum", "--quiet", "-c", rel.checksums.name], cwd=rel.dir, check=True)
+    # the release's chart: helm's record of it is the package's (name, version, appVersion)
+    packaged = yaml.safe_load(c.helm("show", "chart", str(rel.chart)))
+    assert (packaged["version"], packaged["appVersion"]) == (rel.chart_version, rel.version)
+    installed = {r["name"]: r for r in json.loads(c.helm("list", "-n", w.NAMESPACE, "-o", "json"))}[w.RELEASE]
+    assert installed["chart"] == f"nftproxy-{rel.chart_version}"
+    assert installed["app_version"] == rel.version
+    ours = json.loads(c.helm("get", "values", w.RELEASE, "-n", w.NAMESPACE, "-o", "json"))
+    assert not {"repository", "tag"} & set(ours.get("image", {})), ours  # the image is the chart's default
+    pods = w.nftproxy_pods(c)
+    assert set(pods) == {"node-1", "node-2"}
+    for node, pod in pods.items():
+        assert pod["spec"]["containers"][0]["image"] == f"nftproxy:{rel.version}" == rel.image
+        # the container runs the archive's image: on the node, that name's manifest holds the
+        # archive's config (the image ID), and the container's image is the name's or that ID
+        target = image_targets(c, node)[rel.containerd_ref]
+        assert config_digest(c, node, target) == f"sha256:{rel.image_id}"
+        image_id = pod["status"]["containerStatuses"][0]["imageID"]
+        assert image_id.rsplit("@", 1)[-1] in (target, f"sha256:{rel.image_id}"), image_id
+        version = c.kubectl("exec", "-n", w.NAMESPACE, pod["metadata"]["name"], "--", "nftproxy", "--version")
+        assert version == f"nftproxy {rel.version}\n"
+    statuses = eventually(lambda: in_sync(c), timeout=60, what="both ProxyStatuses in sync")
+    assert {s["status"]["version"] for s in statuses.values()} == {rel.version}
+
+
+def image_targets(c: RealCluster, node: str) -> dict[str, str]:
+    """NODE's containerd images: name -> the digest of its manifest (or index)."""
+    lines = c.ctr(node, "images", "ls").splitlines()[1:]
+    return {fields[0]: fields[2] for fields in map(str.split, lines) if len(fields) >= 3}
+
+
+def config_digest(c: RealCluster, node: str, digest: str) -> str:
+    """The config digest of the manifest DIGEST in NODE's containerd (an index: its one manifest's)."""
+    doc = json.loads(c.ctr(node, "content", "get", digest))
+    if "manifests" in doc:
+        (one,) = doc["manifests"]
+        return config_digest(c, node, one["digest"])
+    return str(doc["config"]["digest"])
 
 
 def test_health_probes_pass(release: RealCluster) -> None:
@@ -231,7 +281,7 @@ def _handles(c: RealCluster) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def nftproxy_rolled(web: RealCluster) -> dict[str, Any]:
+def nftproxy_rolled(web: RealCluster, release_artefacts: Release) -> dict[str, Any]:
     """nftproxy's DaemonSet rolled (helm upgrade) under traffic: the pods and tables before, the
     traffic's results."""
     c = web
@@ -239,7 +289,8 @@ def nftproxy_rolled(web: RealCluster) -> dict[str, Any]:
     before = _handles(c)
 
     def roll() -> None:
-        w.helm_upgrade(c, {"podAnnotations.rollout": "2"})  # --wait: the DaemonSet rolled out
+        # the same packaged chart and image (--wait: the DaemonSet rolled out)
+        w.helm_upgrade(c, {"podAnnotations.rollout": "2"}, chart=release_artefacts.chart, default_image=True)
 
         def replaced() -> dict[str, dict[str, Any]] | None:
             pods = w.nftproxy_pods(c)
