@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterator
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, ProcessCollector
 from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -124,6 +124,10 @@ class Metrics:
                 c.labels(f)
             for policy in ("internal", "external"):
                 self.no_local_endpoints.labels(policy, f).set(0)
+        # -- the process's, as every Prometheus client library's: process_cpu_seconds_total,
+        # process_resident_memory_bytes, process_start_time_seconds, open fds (read from /proc at
+        # each scrape; the mixin's Proxy dashboard draws the first two). No go_goroutines: not Go.
+        ProcessCollector(registry=r)
         # -- nftproxy's own -------------------------------------------------------------------
         # nftproxy_build_info{version="0.4.0"} 1: which release runs on each node (as
         # kubernetes_build_info tells a Kubernetes component's), e.g. during a rolling upgrade.
