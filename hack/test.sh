@@ -23,6 +23,10 @@ for v in "$K8S_OLDEST" "$K8S_1_38"; do
 done
 # trixie's nft in a chroot (cached), for tests/netns/test_nft_versions.py: the image's nft and this machine's
 bash hack/trixie-nft.sh
+# ---- a separate step: Prometheus' promtool (cached), for tests/monitoring (the chart's alerts
+# checked by `promtool check rules` and `promtool test rules`). Its first build costs minutes on a
+# fresh machine (docs/testing.md); PROM_TOOLS="promtool prometheus" also builds the Prometheus server.
+PROM_TOOLS=${PROM_TOOLS:-promtool} bash hack/prom-tools.sh
 echo "==> ruff"
 .venv/bin/ruff check nftproxy testkit tests bench demo
 .venv/bin/ruff format --check nftproxy testkit tests bench demo
