@@ -21,7 +21,7 @@ ROOT=$PWD
 
 PROMETHEUS_VERSION=${PROMETHEUS_VERSION:-v0.316.0}   # Prometheus 3.16.0
 PROM_TAGS="remove_all_sd enable_kubernetes_sd"
-PROM_RECIPE=1   # bump when the build steps below change
+PROM_RECIPE=2   # bump when the build steps below change
 
 CACHE=${NFTPROXY_CACHE:-$HOME/.cache/nftproxy}
 BIN=$CACHE/bin
@@ -60,7 +60,8 @@ if [ ${#todo[@]} -gt 0 ]; then
   log "go: $("$GO" version); building ${todo[*]} (github.com/prometheus/prometheus@$PROMETHEUS_VERSION, tags: $PROM_TAGS)"
   # Prometheus' release version, as its own build stamps it (.promu.yml): `promtool --version`
   release=${PROMETHEUS_VERSION#v0.}                  # 316.0
-  release="3.${release%%.*}.${release#*.}"           # 3.16.0
+  minor=${release%%.*}                               # 316: Prometheus 3.16
+  release="${minor:0:1}.$((10#${minor:1})).${release#*.}"   # 3.16.0
   ldflags="-s -w"
   ldflags+=" -X github.com/prometheus/common/version.Version=$release"
   ldflags+=" -X github.com/prometheus/common/version.Revision=$PROMETHEUS_VERSION"
