@@ -1,6 +1,6 @@
 # The two commands of a fresh machine (see README): `make demo` and `make test`.
 # `make check`: the fast tier (lint, types, unit tests, a short fuzz run; no root, apt or Kubernetes).
-.PHONY: conformance conformance-other upstream-e2e upstream-e2e-reference fuzz-differential check demo demo-down demo-quick demo-quick-down demo-apply images e2e-images k8s-tools e2e-tools test test-fresh test-e2e-alone bench bench-cluster install lint version release
+.PHONY: conformance conformance-other upstream-e2e upstream-e2e-reference fuzz-differential check demo demo-down demo-quick demo-quick-down demo-apply images e2e-images k8s-tools e2e-tools prom-tools test test-fresh test-e2e-alone bench bench-cluster install lint version release
 
 # The main job: a real cluster on this machine (kubelet nodes, images built here, helm install).
 demo: install k8s-tools
@@ -28,6 +28,10 @@ k8s-tools:
 # Upstream's e2e.test, agnhost and CoreDNS (from the Go module proxy, beside the k8s-tools).
 e2e-tools:
 	bash hack/e2e-tools.sh
+
+# Prometheus' promtool and prometheus (from the Go module proxy): tests/monitoring checks the chart's alerts.
+prom-tools:
+	bash hack/prom-tools.sh
 
 # The images e2e.test runs, under the framework's names (e2e-images.json beside images.json).
 e2e-images: install

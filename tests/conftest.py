@@ -2,9 +2,10 @@
 
 `make check` (no root, no apt, no Kubernetes binaries) runs tests/unit and tests/fuzz; the tests
 marked below skip there, each saying what it lacks. Under `make test` (root, hack/install.sh,
-hack/k8s-tools.sh) nothing here skips. Every test under tests/netns, tests/k8s, tests/resilience,
-tests/conformance and tests/e2e must carry its directory's markers (a module's ``pytestmark``):
-collection fails otherwise, so a new module cannot run unmarked in the fast tier.
+hack/k8s-tools.sh, hack/prom-tools.sh) nothing here skips. Every test under tests/netns,
+tests/k8s, tests/resilience, tests/conformance, tests/e2e and tests/monitoring must carry its
+directory's markers (a module's ``pytestmark``): collection fails otherwise, so a new module
+cannot run unmarked in the fast tier.
 """
 
 from __future__ import annotations
@@ -80,6 +81,7 @@ NEEDS: dict[str, tuple[Check, ...]] = {
         _binaries(K8S_TOOLS, "hack/k8s-tools.sh, or NFTPROXY_BIN"),
     ),
     "e2e": (_binaries(CLUSTER_TOOLS, "hack/k8s-tools.sh, or NFTPROXY_BIN"), _containerd),
+    "monitoring": (_binaries(("helm", "promtool"), "hack/k8s-tools.sh (helm), hack/prom-tools.sh (promtool)"),),
     "conformance": (),  # also marked k8s and netns
     "resilience": (),  # also marked k8s and netns
 }
@@ -91,6 +93,7 @@ DIRECTORY_MARKERS: dict[str, tuple[str, ...]] = {
     "resilience": ("resilience", "k8s", "netns"),
     "conformance": ("conformance", "k8s", "netns"),
     "e2e": ("e2e", "k8s", "netns"),
+    "monitoring": ("monitoring",),
 }
 
 TESTS = Path(__file__).resolve().parent

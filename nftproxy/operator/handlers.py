@@ -19,8 +19,9 @@ import tenacity
 from kopf._core.reactor import inventory  # private (kopf is pinned): see NoMemories
 
 from nftproxy import heap
-from nftproxy.operator import kube
+from nftproxy.operator import kube, restclient
 from nftproxy.operator.changes import object_key
+from nftproxy.operator.credentials import Credentials
 from nftproxy.operator.kube import Prefetch
 from nftproxy.operator.settings import Settings
 from nftproxy.operator.status import StatusWriter
@@ -325,11 +326,17 @@ def last_sync(memo: kopf.Memo, **_: Any) -> str | None:
 
 
 @kopf.on.login()
-def login(memo: kopf.Memo, **_: Any) -> kopf.ConnectionInfo:
+async def login(memo: kopf.Memo, **_: Any) -> kopf.AiohttpSession:
     """kopf talks to the API with our client's credentials (``operator/credentials.py``: the
-    kubeconfig or the in-cluster service account). kopf logs in again after a 401: the token is
+    kubeconfig or the in-cluster service account), through a session whose requests count in
+    ``rest_client_*`` (``operator/restclient.py``). kopf logs in again after a 401: the token is
     read again then (a rotated service account token, an exec plugin's renewed one)."""
-    c = _ctx(memo).api.credentials
+    ctx = _ctx(memo)
+    return restclient.session(connection_info(ctx.api.credentials), ctx.syncer.metrics.api_request)
+
+
+def connection_info(c: Credentials) -> kopf.ConnectionInfo:
+    """Our credentials as kopf's."""
     header = c.authorization()
     scheme, token = header.split(" ", 1) if header and " " in header else (None, None)
     return kopf.ConnectionInfo(

@@ -21,6 +21,7 @@ import queue
 import select
 import ssl
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 from urllib.parse import quote, unquote, urlencode, urlsplit
@@ -33,6 +34,11 @@ GROUP, VERSION, PLURAL = "nftproxy.io", "v1alpha1", "proxystatuses"
 SERVICES = "/api/v1/services"
 SLICES = "/apis/discovery.k8s.io/v1/endpointslices"
 CIDRS = "/apis/networking.k8s.io/v1/servicecidrs"
+
+# Told of each request's outcome: (method, status code or "<error>" when no answer came, the
+# apiserver's host[:port] as the URL names it, seconds from the first byte sent to the last read);
+# `nftproxy run` counts them as client-go's rest_client_* metrics (operator/metrics.py).
+RequestObserver = Callable[[str, str, str, float | None], None]
 
 
 class ApiError(Exception):
@@ -67,6 +73,8 @@ class Client:
         self.host = url.hostname
         self.port = url.port or (443 if url.scheme == "https" else 80)
         self.base = url.path.rstrip("/")
+        self.netloc = url.netloc.rpartition("@")[2]  # client-go's `host` label: the URL's host[:port]
+        self.on_request: RequestObserver | None = None
         self.context = credentials.ssl_context() if url.scheme == "https" else None
         self.proxy = urlsplit(credentials.proxy) if credentials.proxy else None
         if self.proxy is not None and (self.proxy.scheme != "http" or not self.proxy.hostname):
@@ -131,6 +139,25 @@ class Client:
         if body is not None:
             data = json.dumps(body).encode()
             headers["Content-Type"] = "application/merge-patch+json" if method == "PATCH" else "application/json"
+        start = time.monotonic()
+        try:
+            resp, raw = self._send(method, url, data, headers, timeout)
+        except Exception:
+            self._observe(method, "<error>", start)
+            raise
+        self._observe(method, str(resp.status), start)
+        if not 200 <= resp.status < 300:
+            raise ApiError(resp.status, resp.reason, raw.decode(errors="replace"))
+        return json.loads(raw) if raw else None
+
+    def _observe(self, method: str, code: str, start: float) -> None:
+        if self.on_request is not None:
+            self.on_request(method, code, self.netloc, time.monotonic() - start)
+
+    def _send(
+        self, method: str, url: str, data: bytes | None, headers: dict[str, str], timeout: float
+    ) -> tuple[http.client.HTTPResponse, bytes]:
+        """The request on a pooled connection: the response (its body read) and that body."""
         while True:
             conn, reused = self._take()
             conn.timeout = timeout
@@ -153,9 +180,7 @@ class Client:
             conn.close()
         else:
             self._give_back(conn)
-        if not 200 <= resp.status < 300:
-            raise ApiError(resp.status, resp.reason, raw.decode(errors="replace"))
-        return json.loads(raw) if raw else None
+        return resp, raw
 
     def read(self, path: str) -> dict[str, Any] | None:
         """One object; None when it does not exist (404)."""

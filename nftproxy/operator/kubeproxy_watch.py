@@ -6,7 +6,8 @@ node is checked for kube-proxy's tables/chains (:func:`nftproxy.migration.detect
 are reported as the ProxyStatus condition ``KubeProxyDetected`` (reason ``KubeProxyRulesPresent``
 at the first check, then ``KubeProxyActive`` if they changed since the previous check — kube-proxy
 is still running and both proxies program the same Services — or ``KubeProxyLeftovers`` if not),
-and as a Warning Event on the Node, once per reason.
+and as a Warning Event on the Node, once per reason, and by the metric
+``nftproxy_kube_proxy_rules_detected`` (1 while found).
 """
 
 from __future__ import annotations
@@ -64,6 +65,7 @@ class KubeProxyWatch:
                 log.warning("checking for kube-proxy's rules: %s", e)
                 now = self.last
             cond = condition(now, self.last, first)
+            syncer.metrics.kube_proxy_rules.set(1 if cond["status"] == "True" else 0)
             self.last = now
             first = False
             if syncer.set_conditions([cond]):

@@ -95,7 +95,10 @@ async def _main(
     conntrack: Conntrack | None = None,
 ) -> None:
     metrics = Metrics()
+    if lists is not None:  # its lists run since the process started: counted from now on
+        lists.api.on_request = metrics.api_request
     syncer = Syncer(Dataplane(backend, settings.proxy, conntrack), settings, metrics)
+    metrics.in_sync.set_function(lambda: float(syncer.in_sync()))
     healthz_sock = listening_socket(*settings.healthz, settings.netns) if settings.healthz else None
     metrics_sock = listening_socket(*settings.metrics, settings.netns) if settings.metrics else None
     loaded = await _first_sync(syncer, lists) if lists is not None else None
@@ -112,6 +115,7 @@ async def _main(
     from nftproxy.operator.status import StatusWriter  # noqa: PLC0415
 
     api = api or kube.connect(settings.kubeconfig)
+    api.on_request = metrics.api_request
     writer = StatusWriter(api, syncer, settings.node_name, settings.status_period)
     ctx = handlers.Context(settings, syncer, writer, api, prefetched=prefetched)
     if loaded is not None:  # kopf's watches start at these lists' versions

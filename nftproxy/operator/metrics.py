@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterator
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, ProcessCollector
 from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -23,6 +23,9 @@ log = logging.getLogger("nftproxy.metrics")
 FAMILIES = ("IPv4", "IPv6")  # the ip_family label's values, as kube-proxy's
 _BUCKETS = tuple(0.001 * 2**i for i in range(15))  # kube-proxy: ExponentialBuckets(0.001, 2, 15)
 # kube-proxy's network programming buckets: 0.25 s, 0.5 s, 1..59 s, 60..115 s by 5, 2..5 min by 30 s
+# client-go's rest_client_request_duration_seconds buckets (k8s.io/component-base
+# metrics/prometheus/restclient/metrics.go)
+_REST_BUCKETS = (0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0)
 _PROGRAMMING_BUCKETS = (
     0.25,
     0.5,
@@ -102,6 +105,18 @@ class Metrics:
             "kubeproxy_conntrack_reconciler_deleted_entries_total",
             "Cumulative conntrack flows deleted by conntrack reconciler", fam, registry=r,
         )  # fmt: skip
+        # -- client-go's, as every Kubernetes component exports them (the kubernetes-mixin's proxy
+        # dashboard reads them): each apiserver request of ours (operator/kube.py) and of kopf's
+        # (operator/restclient.py), by status code ("<error>": no answer), method and apiserver
+        # host:port; the duration of every request but a watch (client-go: not of a watch either)
+        self.rest_requests = Counter(
+            "rest_client_requests_total", "Number of HTTP requests, partitioned by status code, method, and host.",
+            ["code", "method", "host"], registry=r,
+        )  # fmt: skip
+        self.rest_duration = Histogram(
+            "rest_client_request_duration_seconds", "Request latency in seconds. Broken down by verb, and host.",
+            ["verb", "host"], buckets=_REST_BUCKETS, registry=r,
+        )  # fmt: skip
         for f in FAMILIES:  # every family's series exists from the start, as kube-proxy's
             for m in (self.sync_duration, self.full_sync_duration, self.partial_sync_duration):
                 m.labels(f)
@@ -109,6 +124,10 @@ class Metrics:
                 c.labels(f)
             for policy in ("internal", "external"):
                 self.no_local_endpoints.labels(policy, f).set(0)
+        # -- the process's, as every Prometheus client library's: process_cpu_seconds_total,
+        # process_resident_memory_bytes, process_start_time_seconds, open fds (read from /proc at
+        # each scrape; the mixin's Proxy dashboard draws the first two). No go_goroutines: not Go.
+        ProcessCollector(registry=r)
         # -- nftproxy's own -------------------------------------------------------------------
         # nftproxy_build_info{version="0.4.0"} 1: which release runs on each node (as
         # kubernetes_build_info tells a Kubernetes component's), e.g. during a rolling upgrade.
@@ -120,6 +139,18 @@ class Metrics:
         self.services = Gauge("nftproxy_services", "Services programmed", registry=r)
         self.endpoints = Gauge("nftproxy_endpoints", "Endpoints programmed", registry=r)
         self.skipped = Gauge("nftproxy_skipped_objects", "Objects left out for bad input", registry=r)
+        # the ProxyStatus InSync condition, read at each scrape (operator/main.py wires it)
+        self.in_sync = Gauge(
+            "nftproxy_in_sync",
+            "1 when the node's rules hold every change (the ProxyStatus condition InSync is True), else 0",
+            registry=r,
+        )
+        self.kube_proxy_rules = Gauge(
+            "nftproxy_kube_proxy_rules_detected",
+            "1 when kube-proxy's rules were found on the node at the last check (the ProxyStatus condition "
+            "KubeProxyDetected), 0 when not found or not checked (--kube-proxy-check-period 0)",
+            registry=r,
+        )
         # -- localhost NodePorts (nftproxy/localhost_proxy/), label ip_family: IPv4 | IPv6 ---------
         self.localhost_listeners = Gauge(
             "kubeproxy_nftables_localhost_nodeport_listeners",
@@ -163,6 +194,13 @@ class Metrics:
             self.sync_duration.labels(f).observe(seconds)
             (self.full_sync_duration if full else self.partial_sync_duration).labels(f).observe(seconds)
             self.last_sync.labels(f).set(now)
+
+    def api_request(self, method: str, code: str, host: str, seconds: float | None) -> None:
+        """One request to the apiserver answered with ``code`` (``<error>``: none), ``seconds``
+        long (None: a watch, whose duration is not observed)."""
+        self.rest_requests.labels(code, method, host).inc()
+        if seconds is not None:
+            self.rest_duration.labels(method, host).observe(seconds)
 
     def sync_failed(self) -> None:
         for f in FAMILIES:

@@ -25,7 +25,7 @@ def _duration(seconds: float) -> str:
 def render_status(syncer: Syncer) -> dict[str, Any]:
     s = syncer.status
     health = syncer.proxy_health()
-    in_sync = s.in_sync and health.healthy
+    in_sync = syncer.in_sync()
     return {
         "services": s.services,
         "endpoints": s.endpoints,

@@ -255,6 +255,11 @@ class Syncer:
         return True
 
     # -- health -----------------------------------------------------------------------------
+    def in_sync(self) -> bool:
+        """The ProxyStatus condition InSync: the last sync left nothing behind and no change has
+        waited too long since (kube-proxy's health rule)."""
+        return self.status.in_sync and self.proxy_health().healthy
+
     def proxy_health(self, now: float | None = None) -> Health:
         """kube-proxy's rule (proxy_health.py): unhealthy once a change has waited 2 x
         --sync-period for a successful sync."""

@@ -486,8 +486,13 @@ class _FuzzRun:
 # ---------------------------------------------------------------------------------------- metrics
 
 
+# client-go's apiserver request metrics, which the kubernetes-mixin's proxy dashboard reads
+_CLIENT_GO_METRICS = ("rest_client_requests_total", "rest_client_request_duration_seconds")
+
+
 def _metric_shapes(text: str) -> dict[str, tuple[str, frozenset[str]]]:
-    """``kubeproxy_*`` metric families in a Prometheus text exposition: name -> (type, label names)."""
+    """``kubeproxy_*`` metric families, and client-go's of _CLIENT_GO_METRICS, in a Prometheus
+    text exposition: name -> (type, label names)."""
     types: dict[str, str] = {}
     labels: dict[str, set[str]] = {}
     for line in text.splitlines():
@@ -511,13 +516,14 @@ def _metric_shapes(text: str) -> dict[str, tuple[str, frozenset[str]]]:
     out = {}
     for name, kind in types.items():
         full = name + "_total" if kind == "counter" and not name.endswith("_total") else name
-        if full.startswith("kubeproxy_"):
+        if full.startswith("kubeproxy_") or full in _CLIENT_GO_METRICS:
             out[full] = (kind, frozenset(labels[name] - {"le"}))
     return out
 
 
 def test_metrics_as_kube_proxy(duo: Duo) -> None:
-    """Every ``kubeproxy_*`` metric the real kube-proxy (nftables mode) exports after the same syncs
+    """Every ``kubeproxy_*`` metric (and client-go's ``rest_client_*`` the mixin's dashboard reads)
+    the real kube-proxy (nftables mode) exports after the same syncs
     exists in nftproxy's /metrics with the same type and label names, except those in
     differences.METRICS, each with its reason."""
     from tests.conformance.differences import METRICS  # noqa: PLC0415

@@ -99,6 +99,8 @@ BAD_VALUES: list[tuple[list[str], list[str]]] = [
     (["updateStrategy.type=Recreate"], [SCHEMA, "at '/updateStrategy/type'"]),
     (["updateStrategy.rollingUpdate.maxSurge=1"], [SCHEMA, "additional properties 'maxSurge' not allowed"]),
     (["minSyncPeriodd=1s"], [SCHEMA, "additional properties 'minSyncPeriodd' not allowed"]),
+    (["serviceMonitor.jobName=kube proxy"], [SCHEMA, "at '/serviceMonitor/jobName'"]),
+    (["prometheusRule.lastSyncMaxAgeSeconds=10m"], [SCHEMA, "at '/prometheusRule/lastSyncMaxAgeSeconds'"]),
     (["metricsPort=10256"], ["healthzPort and metricsPort must differ"]),
     (["serviceAccount.create=false"], ["serviceAccount.name is required when serviceAccount.create is false"]),
 ]
@@ -626,6 +628,14 @@ def test_service_monitor_selects_the_metrics_service(helm: Helm) -> None:
     ports = {p["name"] for p in svc["spec"]["ports"]}
     assert [e["port"] for e in sm["spec"]["endpoints"]] == ["metrics"] and "metrics" in ports
     assert sm["spec"]["endpoints"][0]["relabelings"][0]["targetLabel"] == "node"
+    # prometheus-operator sets `job` from the Service's label that jobLabel names: by default
+    # kube-proxy, the job the kubernetes-mixin's kube-proxy alerts and dashboard select
+    assert svc["metadata"]["labels"][sm["spec"]["jobLabel"]] == "kube-proxy"
+    objs = helm.template(
+        {"metricsService.enabled": "true", "serviceMonitor.enabled": "true", "serviceMonitor.jobName": "nftproxy"}
+    )
+    sm, svc = find(objs, "ServiceMonitor"), find(objs, "Service")
+    assert svc["metadata"]["labels"][sm["spec"]["jobLabel"]] == "nftproxy"
     res = helm(
         "template",
         "np",
@@ -639,7 +649,23 @@ def test_service_monitor_selects_the_metrics_service(helm: Helm) -> None:
     assert res.returncode != 0 and "needs metricsService.enabled" in res.stderr
 
 
+def test_prometheus_rule_is_off_by_default_and_needs_the_service_monitor(helm: Helm) -> None:
+    """The PrometheusRule (its alerts: tests/monitoring) only when asked for, and only with the
+    ServiceMonitor whose targets' series it selects."""
+    assert [o for o in helm.template({}) if o["kind"] == "PrometheusRule"] == []
+    monitoring = {"metricsService.enabled": "true", "serviceMonitor.enabled": "true"}
+    objs = helm.template({**monitoring, "prometheusRule.enabled": "true", "prometheusRule.labels.release": "kps"})
+    rule = find(objs, "PrometheusRule")
+    assert rule["apiVersion"] == "monitoring.coreos.com/v1" and rule["metadata"]["labels"]["release"] == "kps"
+    res = helm(
+        "template", "np", str(CHART), "--kube-version", KUBE_VERSION, "--set", "prometheusRule.enabled=true",
+        check=False,
+    )  # fmt: skip
+    assert res.returncode != 0 and "needs serviceMonitor.enabled" in res.stderr
+
+
 SERVICE_MONITOR_CRD = cache_dir() / "crds" / "monitoring.coreos.com_servicemonitors.yaml"  # hack/crds.sh
+PROMETHEUS_RULE_CRD = cache_dir() / "crds" / "monitoring.coreos.com_prometheusrules.yaml"  # hack/crds.sh
 
 
 def test_service_monitor_is_valid_for_prometheus_operators_crd(helm: Helm, control_plane: ControlPlane) -> None:
@@ -682,6 +708,37 @@ def test_service_monitor_is_valid_for_prometheus_operators_crd(helm: Helm, contr
         bad["spec"]["endpoints"][0]["relabelings"][0]["action"] = "rename"  # not one of the CRD's actions
         res = dry_run(bad)
         assert res.returncode != 0 and "action" in res.stderr, res.stderr
+    finally:
+        cp.kubectl("delete", "namespace", ns, "--wait=false")
+
+
+def test_prometheus_rule_is_valid_for_prometheus_operators_crd(helm: Helm, control_plane: ControlPlane) -> None:
+    """The rendered PrometheusRule against prometheus-operator's own CRD schema, as the
+    ServiceMonitor above; a wrong field is refused, so the check can fail."""
+    if not PROMETHEUS_RULE_CRD.exists():
+        pytest.fail(f"{PROMETHEUS_RULE_CRD} is missing: run hack/crds.sh (hack/test.sh does)", pytrace=False)
+    cp = control_plane
+    cp.kubectl("apply", "--server-side", "-f", str(PROMETHEUS_RULE_CRD))
+    cp.kubectl("wait", "--for=condition=Established", "crd/prometheusrules.monitoring.coreos.com", "--timeout=60s")
+    ns = _unique("pr")
+    cp.kubectl("create", "namespace", ns)
+    try:
+        values = {"metricsService.enabled": "true", "serviceMonitor.enabled": "true", "prometheusRule.enabled": "true"}
+        rule = find(helm.template(values, release="pr", namespace=ns), "PrometheusRule")
+
+        def dry_run(obj: dict[str, Any]) -> subprocess.CompletedProcess[str]:
+            return cp.kubectl(
+                "apply", "--dry-run=server", "--validate=strict", "-f", "-", "-o", "json",
+                input=yaml.safe_dump(obj), check=False,
+            )  # fmt: skip
+
+        res = dry_run(rule)
+        assert res.returncode == 0, res.stderr
+        assert json.loads(res.stdout)["spec"] == rule["spec"]  # nothing pruned
+        bad = json.loads(json.dumps(rule))
+        bad["spec"]["groups"][0]["rules"][0]["severity"] = "critical"  # a label, not a field of a rule
+        res = dry_run(bad)
+        assert res.returncode != 0 and "severity" in res.stderr, res.stderr
     finally:
         cp.kubectl("delete", "namespace", ns, "--wait=false")
 

@@ -55,7 +55,7 @@ def _lists(services: list[list[dict[str, Any]]], slices: list[list[dict[str, Any
     node = k.node("n1", {"InternalIP": "192.0.2.1"})
     node["metadata"]["uid"] = "node-uid"
     return early.Lists(
-        api=cast(Any, None),
+        api=cast(Any, SimpleNamespace()),
         services=kw.get("services_prefetch") or Prefetch(pages("41", services)),
         slices=Prefetch(pages("44", slices)),
         node=kw.get("node") or _done(node),
@@ -152,6 +152,11 @@ def test_the_operator_starts_kopf_after_the_first_sync_at_the_lists_versions(mon
     async def operator(**kwargs: Any) -> None:
         ctx: handlers.Context = kwargs["memo"].nftproxy
         seen.update(versions=dict(ctx.list_versions), syncs=ctx.syncer.status.syncs, uid=ctx.writer.node_uid)
+        metrics = ctx.syncer.metrics
+        seen.update(
+            in_sync=metrics.registry.get_sample_value("nftproxy_in_sync"),  # read from the syncer at the scrape
+            counted=ctx.api.on_request == metrics.api_request == lists.api.on_request,  # rest_client_*
+        )
 
     async def no_watch(*_: Any) -> None:
         return None
@@ -162,8 +167,14 @@ def test_the_operator_starts_kopf_after_the_first_sync_at_the_lists_versions(mon
     monkeypatch.setattr(Syncer, "run", no_watch)
     _, fake = make()
     lists = _lists([[svc("a", "10.96.0.1")]], [])
-    asyncio.run(main._main(settings(), cast(Any, fake), api=object(), prefetched={}, lists=lists))
-    assert seen == {"versions": {"services": "41", "endpointslices": "44"}, "syncs": 1, "uid": "node-uid"}
+    asyncio.run(main._main(settings(), cast(Any, fake), api=SimpleNamespace(), prefetched={}, lists=lists))
+    assert seen == {
+        "versions": {"services": "41", "endpointslices": "44"},
+        "syncs": 1,
+        "uid": "node-uid",
+        "in_sync": 1.0,
+        "counted": True,
+    }
 
 
 def test_nothing_of_kopf_aiohttp_or_the_kubernetes_client_is_imported_for_the_first_sync() -> None:
@@ -269,6 +280,6 @@ def test_sigterm_during_the_first_sync_waits_for_it_then_stops_without_kopf(monk
     monkeypatch.setattr(boot, "first_sync", signalled)
     _, fake = make()
     lists = _lists([[svc("a", "10.96.0.1")]], [])
-    asyncio.run(main._main(settings(), cast(Any, fake), api=object(), prefetched={}, lists=lists))
+    asyncio.run(main._main(settings(), cast(Any, fake), api=SimpleNamespace(), prefetched={}, lists=lists))
     assert called == [] and elements(fake, "cluster-ips") == {("10.96.0.1",)}
     assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL

@@ -92,5 +92,5 @@ def test_the_operator_runs_with_our_memories(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setattr(StatusWriter, "run", no_watch)
     monkeypatch.setattr(Syncer, "run", no_watch)
     _, fake = make()
-    asyncio.run(main._main(settings(), cast(Any, fake), api=object(), prefetched={}))
+    asyncio.run(main._main(settings(), cast(Any, fake), api=SimpleNamespace(), prefetched={}))
     assert isinstance(seen["memories"], handlers.NoMemories)

@@ -13,8 +13,7 @@ import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from types import SimpleNamespace
-from typing import Any, cast
+from typing import Any
 
 import pytest
 
@@ -46,14 +45,15 @@ class _Api(BaseHTTPRequestHandler):
         self.server.seen.append(  # type: ignore[attr-defined]
             (self.command, self.path, self.headers.get("Authorization"), self.client_address[1], body)
         )
-        if self.path == "/ok":
+        path = self.path.partition("?")[0]
+        if path == "/ok":
             self._answer(200, {"metadata": {"name": "ok"}})
-        elif self.path == "/bye":
+        elif path == "/bye":
             self._answer(200, {"metadata": {"name": "bye"}})
             self.close_connection = True
-        elif self.path == "/taken":
+        elif path == "/taken":
             self._status(409, "AlreadyExists", 'services "a" already exists')
-        elif self.path == "/invalid":
+        elif path == "/invalid":
             self._status(422, "Invalid", 'Service "a" is invalid: spec.ports: Required value')
         else:
             self._status(404, "NotFound", "not found")
@@ -188,15 +188,9 @@ def test_a_proxy_from_the_environment_applies_unless_no_proxy_says_otherwise(tmp
 
 
 def test_kopf_logs_in_with_our_credentials(tmp_path: Path) -> None:
-    import kopf  # noqa: PLC0415
-
     from nftproxy.operator import handlers  # noqa: PLC0415
 
-    def login(c: credentials.Credentials) -> kopf.ConnectionInfo:
-        memo = kopf.Memo(nftproxy=SimpleNamespace(api=SimpleNamespace(credentials=c)))
-        info: kopf.ConnectionInfo = cast(Any, handlers.login)(memo=memo)
-        return info
-
+    login = handlers.connection_info
     info = login(credentials.Credentials("https://h:6443", ca_data=b"PEM", token="abc", proxy="http://p:3128"))  # noqa: S106  (a test's token)
     assert (info.server, info.ca_data, info.scheme, info.token, info.proxy_url) == (
         "https://h:6443",
@@ -210,6 +204,71 @@ def test_kopf_logs_in_with_our_credentials(tmp_path: Path) -> None:
     assert (info.scheme, info.token) == ("Bearer", "from-the-plugin")
     info = login(credentials.Credentials("http://h", username="a", password="b"))  # noqa: S106  (a test's token)
     assert info.as_http_headers() == {"Authorization": "Basic YTpi"}
+
+
+Observed = list[tuple[str, str, str, float | None]]
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_each_request_of_our_client_is_told_with_client_gos_labels(server: ThreadingHTTPServer) -> None:
+    """kube.Client.on_request: method, status code, the apiserver's host:port and the seconds,
+    for an answer, an error status and no answer at all ("<error>", as client-go's)."""
+    seen: Observed = []
+    api = kube.Client(credentials.Credentials(_url(server)))
+    api.on_request = lambda *a: seen.append(a)
+    api.read("/ok")
+    api.read("/missing")
+    with pytest.raises(kube.ApiError):
+        api.request("POST", "/taken", body={})
+    host = f"127.0.0.1:{server.server_port}"
+    assert [s[:3] for s in seen] == [("GET", "200", host), ("GET", "404", host), ("POST", "409", host)]
+    assert all(s[3] is not None and 0 <= s[3] < 5 for s in seen)
+    down = kube.Client(credentials.Credentials(f"http://127.0.0.1:{_closed_port()}"))
+    down.on_request = lambda *a: seen.append(a)
+    with pytest.raises(OSError):
+        down.read("/ok")
+    assert seen[-1][:3] == ("GET", "<error>", f"127.0.0.1:{down.port}")
+
+
+def test_kopfs_session_tells_each_request_and_times_all_but_watches(server: ThreadingHTTPServer) -> None:
+    """The session kopf gets from our login handler (operator/restclient.py): kopf's requests
+    through it, against a real HTTP server, are told as our client's are; a watch is counted,
+    not timed (as client-go)."""
+    import asyncio  # noqa: PLC0415
+
+    from nftproxy.operator import handlers, restclient  # noqa: PLC0415
+
+    seen: Observed = []
+
+    def observe(method: str, code: str, host: str, seconds: float | None) -> None:
+        seen.append((method, code, host, seconds))
+
+    async def run(url: str, paths: list[str]) -> None:
+        info = handlers.connection_info(credentials.Credentials(url, token="t"))  # noqa: S106  (a test's token)
+        login = restclient.session(info, observe)
+        try:
+            for path in paths:
+                try:
+                    async with login.aiohttp_session.get(url + path) as resp:
+                        await resp.read()
+                except OSError:
+                    pass
+        finally:
+            await login.aiohttp_session.close()
+
+    asyncio.run(run(_url(server), ["/ok", "/missing", "/ok?watch=true"]))
+    host = f"127.0.0.1:{server.server_port}"
+    assert [s[:3] for s in seen] == [("GET", "200", host), ("GET", "404", host), ("GET", "200", host)]
+    assert seen[0][3] is not None and seen[1][3] is not None and seen[2][3] is None
+    assert {auth for _, _, auth, _, _ in server.seen} == {"Bearer t"}  # type: ignore[attr-defined]
+    port = _closed_port()
+    asyncio.run(run(f"http://127.0.0.1:{port}", ["/ok"]))
+    assert seen[-1][:3] == ("GET", "<error>", f"127.0.0.1:{port}")
 
 
 class _ConnectProxy(socketserver.ThreadingTCPServer):

@@ -50,6 +50,11 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 {{- end }}
 
+{{/* The metrics Service's name (the ServiceMonitor's targets get it as their `service` label). */}}
+{{- define "nftproxy.metricsServiceName" -}}
+{{- include "nftproxy.fullname" . | trunc 55 | trimSuffix "-" }}-metrics
+{{- end }}
+
 {{- define "nftproxy.image" -}}
 {{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) }}
 {{- end }}
