@@ -78,6 +78,8 @@ def start(argv: Sequence[str]) -> None:
     """For ``run`` only; never raises (whatever goes wrong here, ``cmd_run`` does it again)."""
     if not argv or argv[0] != "run":
         return
+    if _flag(argv, "--config") or os.environ.get("NFTPROXY_CONFIG"):
+        return  # kube-proxy's file may name another kubeconfig or node: cmd_run lists once it is read
     try:
         kubeconfig = _flag(argv, "--kubeconfig") or os.environ.get("KUBECONFIG") or None
         node = _flag(argv, "--node-name") or os.environ.get("NODE_NAME")
