@@ -4,7 +4,6 @@ I/O and printing. The top floor: nothing in nftproxy imports it."""
 from __future__ import annotations
 
 import argparse
-import copy
 import logging
 import os
 import sys
@@ -13,7 +12,14 @@ from dataclasses import replace
 
 from nftproxy import __version__, heap
 from nftproxy.cli import kubeproxy_config
-from nftproxy.cli.flags import add_proxy_flags, add_run_flags, config_from_args, settings_from_args
+from nftproxy.cli.flags import (
+    add_proxy_flags,
+    add_run_flags,
+    config_from_args,
+    flag_values,
+    given_dests,
+    settings_from_args,
+)
 from nftproxy.compiler import ProxyConfig, compile_tables
 from nftproxy.compiler.build import Desired
 from nftproxy.compiler.config import this_node
@@ -185,34 +191,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--netns", help="in this named network namespace")
     p.set_defaults(fn=cmd_cleanup)
     return parser
-
-
-def given_dests(parser: argparse.ArgumentParser, argv: Sequence[str]) -> set[str]:
-    """The dests of the flags given on ``argv`` (not defaulted, not from the environment): the
-    command line parsed again with every default suppressed (pflag's ``Changed``)."""
-    quiet = copy.deepcopy(parser)
-    stack = [quiet]
-    while stack:
-        p = stack.pop()
-        for action in p._actions:
-            action.default = argparse.SUPPRESS
-            if isinstance(action, argparse._SubParsersAction):
-                stack.extend(action.choices.values())
-        p._defaults.clear()
-    return set(vars(quiet.parse_args(argv)))
-
-
-def flag_values(args: argparse.Namespace) -> dict[str, str]:
-    """Every flag of the command with its value (``/flagz``), named as on the command line."""
-    hidden = {"fn", "command", "kube_proxy_config", "table"}
-    out = {}
-    for dest, value in sorted(vars(args).items()):
-        if dest in hidden:
-            continue
-        if isinstance(value, list | tuple):
-            value = ",".join(str(v) for v in value)
-        out[dest.replace("_", "-")] = "" if value is None else str(value)
-    return out
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:

@@ -10,6 +10,7 @@ configuration the proxy runs with: e.g. its ``--load-balancing``, which names th
 from __future__ import annotations
 
 import argparse
+import copy
 import ipaddress
 import os
 import re
@@ -349,3 +350,31 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
             directory=args.conntrack_sysctl_dir,
         ),
     )
+
+
+def given_dests(parser: argparse.ArgumentParser, argv: Sequence[str]) -> set[str]:
+    """The dests of the flags given on ``argv`` (not defaulted, not from the environment): the
+    command line parsed again with every default suppressed (pflag's ``Changed``)."""
+    quiet = copy.deepcopy(parser)
+    stack = [quiet]
+    while stack:
+        p = stack.pop()
+        for action in p._actions:
+            action.default = argparse.SUPPRESS
+            if isinstance(action, argparse._SubParsersAction):
+                stack.extend(action.choices.values())
+        p._defaults.clear()
+    return set(vars(quiet.parse_args(argv)))
+
+
+def flag_values(args: argparse.Namespace) -> dict[str, str]:
+    """Every flag of the command with its value (``/flagz``), named as on the command line."""
+    hidden = {"fn", "command", "kube_proxy_config", "table"}
+    out = {}
+    for dest, value in sorted(vars(args).items()):
+        if dest in hidden:
+            continue
+        if isinstance(value, list | tuple):
+            value = ",".join(str(v) for v in value)
+        out[dest.replace("_", "-")] = "" if value is None else str(value)
+    return out

@@ -129,6 +129,7 @@ class Context:
 
     mode: str
     warnings: list[str]
+    where: str = "--config"
 
 
 def _seconds(value: str, _: Context) -> float:
@@ -173,7 +174,9 @@ def _feature_gates(value: Mapping[str, bool], ctx: Context) -> Any:
                 f"nftproxy has no feature gate {gate} (set to {str(on).lower()}): it cannot honour it "
                 f"(nftproxy's gates: {', '.join(sorted(features.DEFAULTS))})"
             )
-        ctx.warnings.append(f"featureGates: {gate}={str(on).lower()} is ignored: it changes nothing nftproxy does")
+        ctx.warnings.append(
+            f"{ctx.where}: featureGates {gate}={str(on).lower()} is ignored: it changes nothing nftproxy does"
+        )
     return ",".join(f"{g}={str(on).lower()}" for g, on in sorted(ours.items()))
 
 
@@ -206,10 +209,11 @@ class Field:
     warn_if: Callable[[Any, str], bool] | None = None  # IGNORED: warn when (value, mode); default: not default
     validate: Callable[[Any], str | None] | None = None  # a message when kube-proxy refuses the value
     refuse: str = ""  # docs: which values are errors
+    flag_text: str = ""  # the flag, when not --DEST
 
     @property
     def flag(self) -> str:
-        return "--" + (self.dest or "").replace("_", "-")
+        return self.flag_text or "--" + (self.dest or "").replace("_", "-")
 
 
 def _flush_ns(value: Any) -> int | None:
@@ -286,22 +290,22 @@ def _section(name: str, masquerade_modes: tuple[str, ...] | None, sync_modes: tu
         where = " or ".join(m for m in masquerade_modes if m)
         out += [
             Field(
-                f"{name}.masqueradeBit", Use.HONOURED, "int", 14, f"`--masquerade-bit` in {where} mode",
+                f"{name}.masqueradeBit", Use.HONOURED, "int", 14, f"in {where} mode",
                 "masquerade_bit", pointer=True, validate=_range(0, 31), modes=masquerade_modes,
             ),
             Field(
-                f"{name}.masqueradeAll", Use.HONOURED, "bool", False, f"`--masquerade-all` in {where} mode",
+                f"{name}.masqueradeAll", Use.HONOURED, "bool", False, f"in {where} mode",
                 "masquerade_all", modes=masquerade_modes,
             ),
         ]  # fmt: skip
     where = " or ".join(m for m in sync_modes if m)
     out += [
         Field(
-            f"{name}.syncPeriod", Use.HONOURED, "duration", "30s", f"`--sync-period` in {where} mode",
+            f"{name}.syncPeriod", Use.HONOURED, "duration", "30s", f"in {where} mode",
             "sync_period", _seconds, _duration_to_file, modes=sync_modes, validate=_positive_duration,
         ),
         Field(
-            f"{name}.minSyncPeriod", Use.HONOURED, "duration", "1s", f"`--min-sync-period` in {where} mode",
+            f"{name}.minSyncPeriod", Use.HONOURED, "duration", "1s", f"in {where} mode",
             "min_sync_period", _seconds, _duration_to_file, modes=sync_modes, validate=_non_negative_duration,
         ),
     ]  # fmt: skip
@@ -334,12 +338,12 @@ _LOGGING = "a klog setting nftproxy's logging does not have"
 FIELDS: tuple[Field, ...] = (
     Field(
         "featureGates", Use.HONOURED, "map", {},
-        "--feature-gates: nftproxy's gates; the gates of kube-proxy's web pages and logs are ignored (a warning)",
+        "nftproxy's gates; the gates of kube-proxy's web pages and logs: a warning",
         "feature_gates", _feature_gates, _gates_to_file,
         refuse="a gate nftproxy does not have (it cannot honour it)",
     ),
     Field(
-        "clientConnection.kubeconfig", Use.HONOURED, "str", "", "--kubeconfig (empty: the pod's service account)",
+        "clientConnection.kubeconfig", Use.HONOURED, "str", "", "empty: the pod's service account",
         "kubeconfig", _keep_empty, _text,
     ),
     _ignored(
@@ -360,7 +364,7 @@ FIELDS: tuple[Field, ...] = (
         "clientConnection.burst", "int", 10, "as qps: nftproxy's client does not rate-limit", validate=_non_negative
     ),
     Field(
-        "logging.format", Use.HONOURED, "str", "text", "--logging-format (text or json)", "logging_format",
+        "logging.format", Use.HONOURED, "str", "text", "text or json", "logging_format",
         validate=_one_of(("text", "json")),
     ),
     _ignored(
@@ -368,8 +372,8 @@ FIELDS: tuple[Field, ...] = (
         warn_if=lambda v, _m: _flush_ns(v) not in (0, 5 * 10**9),
     ),
     Field(
-        "logging.verbosity", Use.HONOURED, "int", 0, "-v: 0 to 3 log at info, 4 and more at debug", "verbosity",
-        validate=_non_negative,
+        "logging.verbosity", Use.HONOURED, "int", 0, "0 to 3 log at info, 4 and more at debug", "verbosity",
+        flag_text="-v", validate=_non_negative,
     ),
     _ignored("logging.vmodule", "any", None, _LOGGING, warn_if=lambda v, _m: bool(v)),
     _ignored("logging.options.text.splitStream", "bool", False, _LOGGING),
@@ -377,24 +381,25 @@ FIELDS: tuple[Field, ...] = (
     _ignored("logging.options.json.splitStream", "bool", False, _LOGGING),
     _ignored("logging.options.json.infoBufferSize", "any", "0", _LOGGING, warn_if=lambda v, _m: str(v) != "0"),
     Field(
-        "hostnameOverride", Use.HONOURED, "str", "", "--node-name (empty: the NODE_NAME the chart sets)",
+        "hostnameOverride", Use.HONOURED, "str", "",
+        "empty: the NODE_NAME the chart sets; a --node-name flag (kubeadm's --hostname-override) wins",
         "node_name", _hostname, _text,
     ),
     Field(
         "bindAddress", Use.HONOURED, "str", "0.0.0.0",
-        "--node-ip: this node's primary IP (0.0.0.0 or ::: the Node's addresses)", "node_ip", _bind_address,
+        "this node's primary IP (0.0.0.0 or ::: the Node's addresses)", "node_ip", _bind_address,
         lambda v: (v or ["0.0.0.0"])[0], validate=_ip,
     ),
     Field(
-        "healthzBindAddress", Use.HONOURED, "str", "0.0.0.0:10256", "--healthz-bind-address",
+        "healthzBindAddress", Use.HONOURED, "str", "0.0.0.0:10256", "",
         "healthz_bind_address", validate=_host_port,
     ),
     Field(
-        "metricsBindAddress", Use.HONOURED, "str", "127.0.0.1:10249", "--metrics-bind-address",
+        "metricsBindAddress", Use.HONOURED, "str", "127.0.0.1:10249", "",
         "metrics_bind_address", validate=_host_port,
     ),
     Field(
-        "bindAddressHardFail", Use.HONOURED, "bool", False, "--bind-address-hard-fail", "bind_address_hard_fail"
+        "bindAddressHardFail", Use.HONOURED, "bool", False, "", "bind_address_hard_fail"
     ),
     _ignored("enableProfiling", "bool", False, "nftproxy serves no /debug/pprof"),
     _ignored("showHiddenMetricsForVersion", "str", "", "nftproxy has no hidden metrics"),
@@ -423,55 +428,56 @@ FIELDS: tuple[Field, ...] = (
     _ignored("winkernel.rootHnsEndpointName", "str", "", _WINDOWS),
     _ignored("winkernel.forwardHealthCheckVip", "bool", False, _WINDOWS),
     Field(
-        "detectLocalMode", Use.HONOURED, "str", "ClusterCIDR", "--detect-local-mode", "detect_local_mode",
+        "detectLocalMode", Use.HONOURED, "str", "ClusterCIDR", "", "detect_local_mode",
         validate=_one_of(LOCAL_MODES),
     ),
     Field(
-        "detectLocal.bridgeInterface", Use.HONOURED, "str", "", "--pod-bridge-interface", "pod_bridge_interface"
+        "detectLocal.bridgeInterface", Use.HONOURED, "str", "", "", "pod_bridge_interface"
     ),
     Field(
-        "detectLocal.interfaceNamePrefix", Use.HONOURED, "str", "", "--pod-interface-name-prefix",
+        "detectLocal.interfaceNamePrefix", Use.HONOURED, "str", "", "",
         "pod_interface_name_prefix",
     ),
     Field(
-        "clusterCIDR", Use.HONOURED, "str", "", "--cluster-cidr", "cluster_cidr", _cluster_cidr,
+        "clusterCIDR", Use.HONOURED, "str", "", "", "cluster_cidr", _cluster_cidr,
         lambda v: ",".join(c.strip() for x in v or () for c in x.split(",") if c.strip()), validate=_cidrs,
     ),
     Field(
         "nodePortAddresses", Use.HONOURED, "list", None,
-        "--nodeport-addresses (unset: primary in nftables mode, all in iptables and ipvs mode, as kube-proxy)",
+        "unset: primary in nftables mode, all in iptables and ipvs mode, as kube-proxy",
         "nodeport_addresses", _nodeport_addresses,
-        lambda v: [c.strip() for x in v or () for c in x.split(",") if c.strip()], validate=_nodeport_list,
+        lambda v: [c.strip() for x in v or () for c in x.split(",") if c.strip()] or ["primary"],
+        validate=_nodeport_list,
     ),
     _ignored(
         "oomScoreAdj", "int", -999, "nftproxy leaves its OOM score to the pod (the chart's priorityClassName)",
         pointer=True, validate=_range(-1000, 1000),
     ),
     Field(
-        "conntrack.maxPerCore", Use.HONOURED, "int", 32768, "--conntrack-max-per-core", "conntrack_max_per_core",
+        "conntrack.maxPerCore", Use.HONOURED, "int", 32768, "", "conntrack_max_per_core",
         pointer=True, validate=_non_negative,
     ),
     Field(
-        "conntrack.min", Use.HONOURED, "int", 131072, "--conntrack-min", "conntrack_min", pointer=True,
+        "conntrack.min", Use.HONOURED, "int", 131072, "", "conntrack_min", pointer=True,
         validate=_non_negative,
     ),
     Field(
-        "conntrack.tcpEstablishedTimeout", Use.HONOURED, "duration", "24h0m0s", "--conntrack-tcp-timeout-established",
+        "conntrack.tcpEstablishedTimeout", Use.HONOURED, "duration", "24h0m0s", "",
         "conntrack_tcp_timeout_established", _seconds, _duration_to_file, pointer=True, validate=_non_negative_duration,
     ),
     Field(
-        "conntrack.tcpCloseWaitTimeout", Use.HONOURED, "duration", "1h0m0s", "--conntrack-tcp-timeout-close-wait",
+        "conntrack.tcpCloseWaitTimeout", Use.HONOURED, "duration", "1h0m0s", "",
         "conntrack_tcp_timeout_close_wait", _seconds, _duration_to_file, pointer=True, validate=_non_negative_duration,
     ),
     Field(
-        "conntrack.tcpBeLiberal", Use.HONOURED, "bool", False, "--conntrack-tcp-be-liberal", "conntrack_tcp_be_liberal"
+        "conntrack.tcpBeLiberal", Use.HONOURED, "bool", False, "", "conntrack_tcp_be_liberal"
     ),
     Field(
-        "conntrack.udpTimeout", Use.HONOURED, "duration", "0s", "--conntrack-udp-timeout", "conntrack_udp_timeout",
+        "conntrack.udpTimeout", Use.HONOURED, "duration", "0s", "", "conntrack_udp_timeout",
         _seconds, _duration_to_file, validate=_non_negative_duration,
     ),
     Field(
-        "conntrack.udpStreamTimeout", Use.HONOURED, "duration", "0s", "--conntrack-udp-timeout-stream",
+        "conntrack.udpStreamTimeout", Use.HONOURED, "duration", "0s", "",
         "conntrack_udp_timeout_stream", _seconds, _duration_to_file, validate=_non_negative_duration,
     ),
     _ignored(
@@ -643,7 +649,7 @@ def load(path: str) -> Loaded:
         if problem:
             raise ConfigError(f"{where}: {f.path}: {_show(value)} {problem}")
     loaded = Loaded(path, values, warnings=warnings)
-    ctx = Context(str(values["mode"]), loaded.warnings)
+    ctx = Context(str(values["mode"]), loaded.warnings, where)
     for f in FIELDS:
         value = values[f.path]
         active = f.use is Use.HONOURED and (f.modes is None or ctx.mode in f.modes)
@@ -729,7 +735,7 @@ def table_markdown() -> str:
     """The table as docs/operating.md lists it."""
     rows = ["| Field | nftproxy | Notes |", "| --- | --- | --- |"]
     for f in FIELDS:
-        use = f"`{f.flag}`" if f.use is Use.HONOURED else "ignored (a warning when set)"
-        note = f.note + (f"; an error: {f.refuse}" if f.refuse else "")
+        use = f"`{f.flag}`" if f.use is Use.HONOURED else "ignored: a warning when set"
+        note = "; ".join(x for x in (f.note, f"an error: {f.refuse}" if f.refuse else "") if x)
         rows.append(f"| `{f.path}` | {use} | {note} |")
     return "\n".join(rows) + "\n"
