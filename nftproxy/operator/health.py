@@ -97,7 +97,7 @@ def metrics_app(metrics: Metrics, settings: Settings | None = None) -> web.Appli
 
     async def serve_statusz(_: web.Request) -> web.Response:
         # as kube-proxy's /statusz (k8s.io/apiserver/pkg/server/statusz, text/plain)
-        paths = " ".join(sorted(r.resource.canonical for r in app.router.routes() if r.resource is not None))
+        paths = " ".join(sorted({r.resource.canonical for r in app.router.routes() if r.resource is not None}))
         text = (
             f"\nnftproxy statusz\n{_ZPAGE_WARNING}\n\n"
             f"Started: {time.strftime('%a %b %e %H:%M:%S %Z %Y', time.localtime(started))}\n"
