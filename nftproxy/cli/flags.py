@@ -337,6 +337,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         log_level=log_level(args),
         log_format=args.logging_format,
         bind_address_hard_fail=args.bind_address_hard_fail,
+        config_file=args.config,
         kopf_liveness=args.kopf_liveness,
         kube_proxy_check_period=args.kube_proxy_check_period,
         conntrack=ConntrackSysctls(

@@ -210,6 +210,7 @@ class Field:
     validate: Callable[[Any], str | None] | None = None  # a message when kube-proxy refuses the value
     refuse: str = ""  # docs: which values are errors
     flag_text: str = ""  # the flag, when not --DEST
+    warn_text: str = ""  # docs: when an ignored field is warned of, when not "when set" (not the default)
 
     @property
     def flag(self) -> str:
@@ -320,8 +321,9 @@ def _iptables_section() -> list[Field]:
             "iptables.localhostNodePorts", Use.IGNORED, "bool", True,
             "in iptables mode, kube-proxy answers NodePorts on 127.0.0.1 (TCP and UDP); nftproxy answers them on "
             "loopback only when nodePortAddresses lists localhost (TCP, through a userspace proxy), as kube-proxy's "
-            "nftables mode: a warning in iptables mode, and when set to false",
+            "nftables mode",
             pointer=True, warn_if=lambda v, mode: mode in IPTABLES or v is not True,
+            warn_text="a warning in iptables mode, and when false",
         ),
     )  # fmt: skip
     return out
@@ -407,14 +409,14 @@ FIELDS: tuple[Field, ...] = (
         "mode", "str", "",
         "nftproxy programs nftables whatever the mode; the settings of the mode's section apply (iptables.* in "
         "iptables mode, as kube-proxy in that mode)",
-        warn_if=lambda v, _m: v != "nftables", validate=_one_of(MODES),
+        warn_if=lambda v, _m: v != "nftables", validate=_one_of(MODES), warn_text="a warning unless nftables",
     ),
     *_iptables_section(),
     *_section("ipvs", None, IPVS),
     _ignored(
         "ipvs.scheduler", "str", "", f"{_IPVS_ONLY}; --load-balancing round-robin or source-hash balance as IPVS's "
         "rr and sh schedulers (the default: random, as kube-proxy's iptables and nftables modes)",
-        warn_if=lambda v, mode: bool(v) or mode == "ipvs",
+        warn_if=lambda v, mode: bool(v) or mode == "ipvs", warn_text="a warning when set, and in ipvs mode",
     ),
     _ignored("ipvs.excludeCIDRs", "list", None, _IPVS_ONLY, warn_if=lambda v, _m: bool(v)),
     _ignored("ipvs.strictARP", "bool", False, f"{_IPVS_ONLY} (no kube-ipvs0 interface answers ARP)"),
@@ -735,7 +737,7 @@ def table_markdown() -> str:
     """The table as docs/operating.md lists it."""
     rows = ["| Field | nftproxy | Notes |", "| --- | --- | --- |"]
     for f in FIELDS:
-        use = f"`{f.flag}`" if f.use is Use.HONOURED else "ignored: a warning when set"
+        use = f"`{f.flag}`" if f.use is Use.HONOURED else f"ignored: {f.warn_text or 'a warning when set'}"
         note = "; ".join(x for x in (f.note, f"an error: {f.refuse}" if f.refuse else "") if x)
         rows.append(f"| `{f.path}` | {use} | {note} |")
     return "\n".join(rows) + "\n"

@@ -26,7 +26,7 @@ from nftproxy.dataplane import conntrack_sysctls, requirements
 from nftproxy.dataplane.sync import Dataplane
 from nftproxy.nft.conntrack import Conntrack, KernelConntrack
 from nftproxy.nft.kernel import KernelBackend
-from nftproxy.operator import boot, logs
+from nftproxy.operator import boot, config_watch, logs
 from nftproxy.operator.early import Lists
 from nftproxy.operator.metrics import Metrics
 from nftproxy.operator.settings import Settings
@@ -211,6 +211,8 @@ async def _main(
         f" (netns {settings.netns})" if settings.netns else "",
     )
     tasks += retried
+    if settings.config_file:  # as kube-proxy: a changed file stops the proxy, to start with it
+        tasks.append(asyncio.create_task(config_watch.watch(settings.config_file), name="config-watch"))
     undo = handlers.watch_from_our_lists(ctx)
     try:
         await kopf.operator(

@@ -36,6 +36,7 @@ class Settings:
     flagz: Mapping[str, str] = field(default_factory=dict)
     # what --config's file sets that nftproxy does not use: logged at start
     config_warnings: tuple[str, ...] = ()
+    config_file: str | None = None  # --config: watched; a change stops the proxy (config_watch.py)
 
     @property
     def node_name(self) -> str:

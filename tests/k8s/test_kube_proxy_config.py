@@ -1,7 +1,8 @@
 """`nftproxy run --config FILE` against a real kube-apiserver, in a node namespace: kube-proxy's
 KubeProxyConfiguration (kubeadm's, with a few settings changed) is what runs. Its masquerade bit
 is the mark in the kernel's table, its JSON logging is what the log holds (the version, then the
-effective configuration, once each), /configz serves that configuration, and a Service answers."""
+effective configuration, once each), /configz serves that configuration, and a Service answers.
+A change of the file stops the proxy (to start again with it), as kube-proxy."""
 
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ KUBEADM = Path(__file__).resolve().parents[1] / "golden" / "kube-proxy" / "kubea
 class Env:
     cl: LocalCluster
     node: Node
+    config: Path
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +59,7 @@ def env(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -
                 k.endpoint_slice("web-abc", "web", eps, [k.port(8080, "http")], namespace=NS),
             )
             cl.start_proxy(node, "--config", str(path), "--status-period", "0.5s")
-            yield Env(cl, node)
+            yield Env(cl, node, path)
         finally:
             log = cl.proxy_log(node) if cl.proxies else ""
             cl.close()
@@ -105,3 +107,15 @@ def test_configz_serves_the_effective_configuration(env: Env) -> None:
     config = json.loads(body)["kubeproxy.config.k8s.io"]
     assert config["apiVersion"] == "kubeproxy.config.k8s.io/v1alpha1"
     assert config["nftables"]["masqueradeBit"] == 3 and config["hostnameOverride"] == "kpconf-node"
+
+
+def test_a_changed_file_stops_the_proxy_and_its_rules_stay(env: Env) -> None:
+    """Last: it stops the proxy."""
+    proc = env.cl.proxies[env.node.name]
+    config = yaml.safe_load(env.config.read_text())
+    config["nftables"]["syncPeriod"] = "1m"
+    env.config.write_text(yaml.safe_dump(config))
+    assert proc.wait(timeout=30) == 0
+    assert f"the configuration file {env.config} changed" in env.cl.proxy_log(env.node)
+    probes = env.cl.lab.probe(env.node, "tcp", "10.96.7.10", 80, count=2, timeout=1.0)
+    assert {r.pod for r in probes} == {"p0"}  # the rules stay, unmaintained, until the next start
