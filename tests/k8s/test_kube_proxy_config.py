@@ -81,8 +81,8 @@ def test_the_service_answers_and_the_table_marks_with_the_files_bit(env: Env) ->
 
 def test_the_log_is_json_with_the_version_and_the_effective_configuration_once(env: Env) -> None:
     def records() -> list[dict[str, Any]] | None:
-        lines = [x for x in env.cl.proxy_log(env.node).splitlines() if x.startswith("{")]
-        out = [json.loads(x) for x in lines]
+        lines = [x for x in env.cl.proxy_log(env.node).splitlines() if x.strip()]
+        out = [json.loads(x) for x in lines]  # every line one JSON object
         return out if any(r["msg"].startswith("configuration: ") for r in out) else None
 
     logged = eventually(records, timeout=30, what="the configuration logged")
