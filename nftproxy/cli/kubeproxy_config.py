@@ -249,7 +249,7 @@ def _host_port(v: str) -> str | None:
         ipaddress.ip_address(host.strip("[]"))
     except ValueError:
         return "must be IP:port"
-    return None if sep and port.isdigit() and 0 <= int(port) <= 65535 else "must be IP:port"
+    return None if sep and port.isdigit() and 1 <= int(port) <= 65535 else "must be IP:port (port 1-65535)"
 
 
 def _ip(v: str) -> str | None:
@@ -360,7 +360,7 @@ FIELDS: tuple[Field, ...] = (
     _ignored(
         "clientConnection.qps", "float", 5.0,
         "nftproxy's client does not rate-limit: it sends few requests (the lists at start, its ProxyStatus once per "
-        "--status-period, Events), its watches are long-lived", validate=_non_negative,
+        "--status-period, Events), its watches are long-lived",
     ),
     _ignored(
         "clientConnection.burst", "int", 10, "as qps: nftproxy's client does not rate-limit", validate=_non_negative
@@ -420,9 +420,18 @@ FIELDS: tuple[Field, ...] = (
     ),
     _ignored("ipvs.excludeCIDRs", "list", None, _IPVS_ONLY, warn_if=lambda v, _m: bool(v)),
     _ignored("ipvs.strictARP", "bool", False, f"{_IPVS_ONLY} (no kube-ipvs0 interface answers ARP)"),
-    _ignored("ipvs.tcpTimeout", "duration", "0s", f"{_IPVS_ONLY}; conntrack.* set the node's conntrack timeouts"),
-    _ignored("ipvs.tcpFinTimeout", "duration", "0s", f"{_IPVS_ONLY}; conntrack.* set the node's conntrack timeouts"),
-    _ignored("ipvs.udpTimeout", "duration", "0s", f"{_IPVS_ONLY}; conntrack.* set the node's conntrack timeouts"),
+    _ignored(
+        "ipvs.tcpTimeout", "duration", "0s", f"{_IPVS_ONLY}; conntrack.* set the node's conntrack timeouts",
+        validate=_non_negative_duration,
+    ),
+    _ignored(
+        "ipvs.tcpFinTimeout", "duration", "0s", f"{_IPVS_ONLY}; conntrack.* set the node's conntrack timeouts",
+        validate=_non_negative_duration,
+    ),
+    _ignored(
+        "ipvs.udpTimeout", "duration", "0s", f"{_IPVS_ONLY}; conntrack.* set the node's conntrack timeouts",
+        validate=_non_negative_duration,
+    ),
     *_section("nftables", NFTABLES, NFTABLES),
     _ignored("winkernel.networkName", "str", "", _WINDOWS),
     _ignored("winkernel.sourceVip", "str", "", _WINDOWS),
@@ -613,6 +622,31 @@ def _defaults_for_addresses(values: dict[str, Any], raw: Mapping[str, Any]) -> N
         values[path] = f"[{ip}]:{port}" if ip.version == 6 else f"{ip}:{port}"
 
 
+def _validate_together(values: Mapping[str, Any], mode: str) -> str | None:
+    """kube-proxy's checks of several fields at once (pkg/proxy/apis/config/validation)."""
+    section = {"": "iptables"}.get(mode, mode)
+    sync, min_sync = (parse_go_duration(values[f"{section}.{k}"]) for k in ("syncPeriod", "minSyncPeriod"))
+    if min_sync > sync:
+        return f"{section}.syncPeriod: {_show(values[f'{section}.syncPeriod'])} must be at least minSyncPeriod"
+    local = values["detectLocalMode"]
+    for want, path in (
+        ("BridgeInterface", "detectLocal.bridgeInterface"),
+        ("InterfaceNamePrefix", "detectLocal.interfaceNamePrefix"),
+    ):
+        if local == want and not values[path]:
+            return f"{path}: must not be empty with detectLocalMode {want}"
+    keywords = [a for a in values["nodePortAddresses"] or () if a in ("primary", "localhost", "all")]
+    if len(keywords) != len(set(keywords)):
+        return f"nodePortAddresses: {_show(values['nodePortAddresses'])} names a keyword twice"
+    if mode == "ipvs":
+        for cidr in values["ipvs.excludeCIDRs"] or ():
+            try:
+                ipaddress.ip_network(cidr, strict=False)
+            except ValueError:
+                return f"ipvs.excludeCIDRs: {_show(cidr)} must be a valid CIDR"
+    return None
+
+
 def load(path: str) -> Loaded:
     """Read, default and validate the file; ``Loaded.assignments``: what each honoured field
     sets (ConfigError: a value refused, naming the field)."""
@@ -645,11 +679,18 @@ def load(path: str) -> Loaded:
             value = f.default
         values[f.path] = value
     _defaults_for_addresses(values, raw)
+    mode = str(values["mode"])
     for f in FIELDS:
         value = values[f.path]
+        section = f.path.split(".")[0]
+        if section in ("ipvs", "nftables") and mode != section:
+            continue  # kube-proxy validates these sections in their mode only
         problem = f.validate(value) if f.validate and value is not None else None
         if problem:
             raise ConfigError(f"{where}: {f.path}: {_show(value)} {problem}")
+    problem = _validate_together(values, mode)
+    if problem:
+        raise ConfigError(f"{where}: {problem}")
     loaded = Loaded(path, values, warnings=warnings)
     ctx = Context(str(values["mode"]), loaded.warnings, where)
     for f in FIELDS:

@@ -321,6 +321,12 @@ def test_a_file_that_is_not_a_kube_proxy_configuration_is_an_error(tmp_path: Pat
         ({"conntrack": {"maxPerCore": -1}}, "conntrack.maxPerCore"),
         ({"iptables": {"syncPeriod": "-1s"}}, "iptables.syncPeriod"),
         ({"oomScoreAdj": -1001}, "oomScoreAdj"),
+        ({"iptables": {"syncPeriod": "1s", "minSyncPeriod": "2s"}}, 'iptables.syncPeriod: "1s" must be at least'),
+        ({"detectLocalMode": "BridgeInterface"}, "detectLocal.bridgeInterface: must not be empty"),
+        ({"nodePortAddresses": ["primary", "primary"]}, 'nodePortAddresses: ["primary", "primary"] names a keyword'),
+        ({"mode": "ipvs", "ipvs": {"excludeCIDRs": ["10.0.0.0/33"]}}, 'ipvs.excludeCIDRs: "10.0.0.0/33"'),
+        ({"mode": "ipvs", "ipvs": {"udpTimeout": "-1s"}}, "ipvs.udpTimeout"),
+        ({"metricsBindAddress": "127.0.0.1:0"}, "metricsBindAddress"),
         # a gate nftproxy does not have would change Services, unhonoured: refused
         ({"featureGates": {"SomeServiceGate": True}}, "featureGates: nftproxy has no feature gate SomeServiceGate"),
     ],
@@ -337,6 +343,13 @@ def test_a_value_that_cannot_be_honoured_is_an_error_naming_the_field(
 
 
 # -- precedence: command line > file > environment ---------------------------------------------------
+
+
+def test_a_section_of_another_mode_is_not_validated_only_warned_of_as_kube_proxy(tmp_path: Path) -> None:
+    body = {"mode": "iptables", "nftables": {"masqueradeBit": 40}, "ipvs": {"excludeCIDRs": ["bogus"]}}
+    args = run_args("--config", write(tmp_path, body))
+    assert {"nftables.masqueradeBit", "ipvs.excludeCIDRs"} <= warned_fields(args)
+    assert args.masquerade_bit == 14
 
 
 def test_flags_given_on_the_command_line_win_over_the_file(tmp_path: Path) -> None:
