@@ -64,8 +64,9 @@ _ZPAGE_WARNING = (
 
 
 def _uptime(seconds: float) -> str:
+    """As statusz's: ``3 hr 02 min 09 sec``."""
     s = int(seconds)
-    return f"{s // 86400}d {s % 86400 // 3600:02d}h {s % 3600 // 60:02d}m {s % 60:02d}s"
+    return f"{s // 3600} hr {s // 60 % 60:02d} min {s % 60:02d} sec"
 
 
 def metrics_app(metrics: Metrics, settings: Settings | None = None) -> web.Application:

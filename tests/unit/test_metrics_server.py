@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from dataclasses import replace
 
 from aiohttp.test_utils import TestClient, TestServer
@@ -63,3 +64,4 @@ def test_configz_flagz_and_statusz_as_kube_proxys() -> None:
     assert status == 200 and kind.startswith("text/plain")
     assert "\nnftproxy statusz\n" in body and f"Binary version: {__version__}\n" in body
     assert "Paths: /configz /flagz /metrics /proxyMode /statusz" in body
+    assert re.search(r"^Up: 0 hr 00 min 0\d sec$", body, re.M)
