@@ -63,8 +63,18 @@ LOCAL_MODES = ("ClusterCIDR", "NodeCIDR", "BridgeInterface", "InterfaceNamePrefi
 # kube-proxy gates that do not change how a Service behaves (its own web pages, its logs): set to
 # anything, a warning; any other gate nftproxy does not have is an error (features.DEFAULTS).
 HARMLESS_GATES = frozenset(
-    {"ComponentFlagz", "ComponentStatusz", "ContextualLogging", "LoggingAlphaOptions", "LoggingBetaOptions"}
-)
+    {
+        "ComponentFlagz", "ComponentStatusz", "ContextualLogging", "LoggingAlphaOptions", "LoggingBetaOptions",
+        "KubeProxyIPVS", "DisableNodeKubeProxyVersion",
+    }
+)  # fmt: skip
+# gates kube-proxy v1.37 reads whose default nftproxy always follows: set to it, a warning; the
+# other value changes Services in a way nftproxy does not: an error
+FOLLOWED_GATES = {
+    "AllowServiceExternalIPs": True,
+    "MultiCIDRServiceAllocator": True,
+    "PreferSameTrafficDistribution": True,
+}
 
 
 # -- Go's durations (metav1.Duration: time.ParseDuration, time.Duration.String) ----------------
@@ -169,13 +179,17 @@ def _feature_gates(value: Mapping[str, bool], ctx: Context) -> Any:
     for gate, on in sorted(value.items()):
         if gate in ours:
             continue
-        if gate not in HARMLESS_GATES:
+        if gate in FOLLOWED_GATES and FOLLOWED_GATES[gate] is not on:
+            always = str(FOLLOWED_GATES[gate]).lower()
+            raise ValueError(f"{gate}={str(on).lower()}: nftproxy cannot honour it (it always behaves as ={always})")
+        if gate not in HARMLESS_GATES and gate not in FOLLOWED_GATES:
             raise ValueError(
                 f"nftproxy has no feature gate {gate} (set to {str(on).lower()}): it cannot honour it "
                 f"(nftproxy's gates: {', '.join(sorted(features.DEFAULTS))})"
             )
         ctx.warnings.append(
-            f"{ctx.where}: featureGates {gate}={str(on).lower()} is ignored: it changes nothing nftproxy does"
+            f"{ctx.where}: featureGates {gate}={str(on).lower()} is ignored: "
+            + ("nftproxy always behaves so" if gate in FOLLOWED_GATES else "it changes nothing nftproxy does")
         )
     return ",".join(f"{g}={str(on).lower()}" for g, on in sorted(ours.items()))
 
@@ -340,9 +354,11 @@ _LOGGING = "a klog setting nftproxy's logging does not have"
 FIELDS: tuple[Field, ...] = (
     Field(
         "featureGates", Use.HONOURED, "map", {},
-        "nftproxy's gates; the gates of kube-proxy's web pages and logs: a warning",
+        "nftproxy's gates; a warning for the gates of kube-proxy's web pages, logs and IPVS mode, and for "
+        "AllowServiceExternalIPs, MultiCIDRServiceAllocator and PreferSameTrafficDistribution set to true (what "
+        "nftproxy does)",
         "feature_gates", _feature_gates, _gates_to_file,
-        refuse="a gate nftproxy does not have (it cannot honour it)",
+        refuse="any other gate (nftproxy cannot honour it)",
     ),
     Field(
         "clientConnection.kubeconfig", Use.HONOURED, "str", "", "empty: the pod's service account",

@@ -255,6 +255,7 @@ def test_a_setting_this_nftproxy_has_no_flag_for_is_an_error_for_run(tmp_path: P
         ),
         ({"mode": "nftables", "iptables": {"localhostNodePorts": False}}, "iptables.localhostNodePorts"),
         ({"mode": "nftables", "featureGates": {"ComponentFlagz": False}}, "featureGates"),
+        ({"mode": "nftables", "featureGates": {"PreferSameTrafficDistribution": True}}, "featureGates"),
     ],
 )
 def test_an_ignored_field_set_is_a_warning_naming_it(tmp_path: Path, body: dict[str, Any], field: str) -> None:
@@ -329,6 +330,7 @@ def test_a_file_that_is_not_a_kube_proxy_configuration_is_an_error(tmp_path: Pat
         ({"metricsBindAddress": "127.0.0.1:0"}, "metricsBindAddress"),
         # a gate nftproxy does not have would change Services, unhonoured: refused
         ({"featureGates": {"SomeServiceGate": True}}, "featureGates: nftproxy has no feature gate SomeServiceGate"),
+        ({"featureGates": {"AllowServiceExternalIPs": False}}, "AllowServiceExternalIPs=false: nftproxy cannot honour"),
     ],
 )
 def test_a_value_that_cannot_be_honoured_is_an_error_naming_the_field(
