@@ -212,7 +212,7 @@ class Field:
 
     path: str
     use: Use
-    type: str  # str, bool, int, float, duration, list, map, any (as decoded from JSON)
+    type: str  # str, bool, int, float, duration, list, map, flush (ns or duration), any (as decoded from JSON)
     default: Any  # kube-proxy's value after its defaulting, in the file's form
     note: str  # what nftproxy does with it, for operators (docs, warnings)
     dest: str | None = None  # HONOURED: the argparse dest (a flag of `nftproxy run`)
@@ -320,7 +320,8 @@ def _section(name: str, masquerade_modes: tuple[str, ...] | None, sync_modes: tu
             "sync_period", _seconds, _duration_to_file, modes=sync_modes, validate=_positive_duration,
         ),
         Field(
-            f"{name}.minSyncPeriod", Use.HONOURED, "duration", "1s", f"in {where} mode",
+            # kube-proxy defaults ipvs.minSyncPeriod to nothing: 0s
+            f"{name}.minSyncPeriod", Use.HONOURED, "duration", "0s" if name == "ipvs" else "1s", f"in {where} mode",
             "min_sync_period", _seconds, _duration_to_file, modes=sync_modes, validate=_non_negative_duration,
         ),
     ]  # fmt: skip
@@ -386,8 +387,8 @@ FIELDS: tuple[Field, ...] = (
         validate=_one_of(("text", "json")),
     ),
     _ignored(
-        "logging.flushFrequency", "any", "5s", "nftproxy writes each message when it is logged",
-        warn_if=lambda v, _m: _flush_ns(v) not in (0, 5 * 10**9),
+        "logging.flushFrequency", "flush", "5s", "nftproxy writes each message when it is logged",
+        warn_if=lambda v, _m: _flush_ns(v) != 5 * 10**9,
     ),
     Field(
         "logging.verbosity", Use.HONOURED, "int", 0, "0 to 3 log at info, 4 and more at debug", "verbosity",
@@ -570,6 +571,8 @@ def _is_zero(f: Field, value: Any) -> bool:
             return parse_go_duration(value) == 0
         except (ValueError, AttributeError):
             return False
+    if f.type == "flush":
+        return _flush_ns(value) == 0
     if f.type == "bool":
         return value is False
     if f.type == "str":
@@ -588,6 +591,7 @@ def _check_type(f: Field, value: Any) -> str | None:
         "duration": isinstance(value, str),
         "list": isinstance(value, list) and all(isinstance(x, str) for x in value),
         "map": isinstance(value, dict) and all(isinstance(k, str) and isinstance(v, bool) for k, v in value.items()),
+        "flush": _flush_ns(value) is not None,  # nanoseconds, or a duration string
         "any": True,
     }[f.type]
     if not ok:
@@ -696,6 +700,8 @@ def load(path: str) -> Loaded:
         values[f.path] = value
     _defaults_for_addresses(values, raw)
     mode = str(values["mode"])
+    if mode == "nftables" and not values["nodePortAddresses"]:
+        values["nodePortAddresses"] = ["primary"]  # kube-proxy's platform default in nftables mode
     for f in FIELDS:
         value = values[f.path]
         section = f.path.split(".")[0]
