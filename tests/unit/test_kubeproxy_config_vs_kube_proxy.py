@@ -112,7 +112,7 @@ def test_nftproxy_defaults_a_file_as_kube_proxy(kube_proxy: Path, tmp_path: Path
         if _kept(f, mode) and f.path != "hostnameOverride" and _norm(f, ours[f.path]) != _norm(f, _get(written, f.path))
     }
     assert differ == {}
-    # kube-proxy lower-cases hostnameOverride when it uses it (processHostnameOverrideFlag), as nftproxy
+    # written as given; kube-proxy trims and lower-cases it when it uses it (nodeutil.GetHostname), as nftproxy
     assert _get(written, "hostnameOverride") == ours["hostnameOverride"]
 
 
