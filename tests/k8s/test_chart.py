@@ -168,6 +168,8 @@ def test_daemonset_defaults(helm: Helm) -> None:
         "NFTPROXY_CONNTRACK_TCP_BE_LIBERAL": "false",
         "NFTPROXY_CONNTRACK_UDP_TIMEOUT": "0",
         "NFTPROXY_CONNTRACK_UDP_TIMEOUT_STREAM": "0",
+        "NFTPROXY_CONNTRACK_MAX_PER_CORE": "32768",
+        "NFTPROXY_CONNTRACK_MIN": "131072",
     }
 
     assert {p["name"]: p["containerPort"] for p in c["ports"]} == {"healthz": 10256, "metrics": 10249}
@@ -210,11 +212,16 @@ def test_conntrack_sysctls_off_mounts_nothing_and_sets_nothing(helm: Helm) -> No
     assert {k: v for k, v in env.items() if "CONNTRACK" in k} == {
         "NFTPROXY_CONNTRACK_TCP_TIMEOUT_ESTABLISHED": "0",
         "NFTPROXY_CONNTRACK_TCP_TIMEOUT_CLOSE_WAIT": "0",
+        "NFTPROXY_CONNTRACK_MAX_PER_CORE": "0",
     }
     ds = find(helm.template(["conntrack.tcpTimeoutCloseWait=2h0m0s", "conntrack.tcpBeLiberal=true"]), "DaemonSet")
     env = {e["name"]: e.get("value") for e in ds["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert env["NFTPROXY_CONNTRACK_TCP_TIMEOUT_CLOSE_WAIT"] == "2h0m0s"
     assert env["NFTPROXY_CONNTRACK_TCP_BE_LIBERAL"] == "true"
+    assert (env["NFTPROXY_CONNTRACK_MAX_PER_CORE"], env["NFTPROXY_CONNTRACK_MIN"]) == ("32768", "131072")
+    ds = find(helm.template(["conntrack.maxPerCore=65536", "conntrack.min=0"]), "DaemonSet")
+    env = {e["name"]: e.get("value") for e in ds["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert (env["NFTPROXY_CONNTRACK_MAX_PER_CORE"], env["NFTPROXY_CONNTRACK_MIN"]) == ("65536", "0")
 
 
 def test_kube_proxy_config_from_configmap_mounts_it_where_kube_proxy_reads_it(
