@@ -8,9 +8,18 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 
 from nftproxy import __version__, heap
-from nftproxy.cli.flags import add_proxy_flags, add_run_flags, config_from_args, settings_from_args
+from nftproxy.cli import kubeproxy_config
+from nftproxy.cli.flags import (
+    add_proxy_flags,
+    add_run_flags,
+    config_from_args,
+    flag_values,
+    given_dests,
+    settings_from_args,
+)
 from nftproxy.compiler import ProxyConfig, compile_tables
 from nftproxy.compiler.build import Desired
 from nftproxy.compiler.config import this_node
@@ -21,6 +30,7 @@ from nftproxy.nft.backend import NftError, PartialLoadError
 from nftproxy.nft.conntrack import KernelConntrack
 from nftproxy.nft.diff import plan
 from nftproxy.nft.kernel import KernelBackend
+from nftproxy.operator.sockets import ListenError
 
 
 def _load(args: argparse.Namespace) -> Inputs:
@@ -103,7 +113,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     from nftproxy.operator import early, kube  # noqa: PLC0415
 
     heap.tune()  # before the first thread (the lists')
-    settings = settings_from_args(args)
+    loaded = getattr(args, "kube_proxy_config", None)
+    settings = replace(
+        settings_from_args(args),
+        configz=kubeproxy_config.effective(args, loaded),
+        flagz=flag_values(args),
+        config_warnings=tuple(loaded.warnings) if loaded else (),
+    )
     # the first lists, before kopf is imported (operator/boot.py): started by
     # `python -m nftproxy` before these imports (operator/early.py), or now
     lists = early.take(settings.kubeconfig, settings.node_name)
@@ -177,14 +193,34 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """The command line, with ``--config``'s file read over the environment's values (a flag on
+    the command line wins over the file); the file's warnings: ``kube_proxy_config.warnings``."""
     parser = build_parser()
+    argv = [*(sys.argv[1:] if argv is None else argv)]  # (`list` here is the `list` command's module)
     args = parser.parse_args(argv)
+    args.kube_proxy_config = None
+    if getattr(args, "config", None):
+        loaded = kubeproxy_config.load(args.config)
+        kubeproxy_config.apply(loaded, args, given_dests(parser, argv), complete=args.command == "run")
+        args.kube_proxy_config = loaded
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
     try:
+        args = parse_args(argv)
+        loaded = args.kube_proxy_config
+        if loaded is not None and args.command != "run":  # `run` logs them
+            for warning in loaded.warnings:
+                print(f"nftproxy: warning: {warning}", file=sys.stderr)
         return int(args.fn(args))
     except (ManifestError, argparse.ArgumentTypeError) as e:
         print(f"nftproxy: {e}", file=sys.stderr)
         return 2
+    except ListenError as e:  # --bind-address-hard-fail
+        print(f"nftproxy: {e}", file=sys.stderr)
+        return 1
     except PartialLoadError as e:
         print(f"nftproxy: the kernel refused part of the first load: {e}", file=sys.stderr)
         return 1

@@ -10,6 +10,7 @@ configuration the proxy runs with: e.g. its ``--load-balancing``, which names th
 from __future__ import annotations
 
 import argparse
+import copy
 import ipaddress
 import os
 import re
@@ -47,6 +48,13 @@ ENV = {
     "conntrack_udp_timeout": "NFTPROXY_CONNTRACK_UDP_TIMEOUT",
     "conntrack_udp_timeout_stream": "NFTPROXY_CONNTRACK_UDP_TIMEOUT_STREAM",
     "conntrack_sysctl_dir": "NFTPROXY_CONNTRACK_SYSCTL_DIR",
+    "conntrack_max_per_core": "NFTPROXY_CONNTRACK_MAX_PER_CORE",
+    "conntrack_min": "NFTPROXY_CONNTRACK_MIN",
+    "masquerade_bit": "NFTPROXY_MASQUERADE_BIT",
+    "bind_address_hard_fail": "NFTPROXY_BIND_ADDRESS_HARD_FAIL",
+    "logging_format": "NFTPROXY_LOGGING_FORMAT",
+    "verbosity": "NFTPROXY_VERBOSITY",
+    "config": "NFTPROXY_CONFIG",
 }
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*$|^\s*((?:\d+(?:\.\d+)?(?:ms|s|m|h))+)\s*$")
@@ -84,6 +92,37 @@ def algorithm(text: str) -> str:
     if text not in ALGORITHMS:
         raise argparse.ArgumentTypeError(f"invalid load-balancing {text!r}: one of {', '.join(ALGORITHMS)}")
     return text
+
+
+def masquerade_bit(text: str) -> int:
+    try:
+        bit = int(text)
+    except ValueError:
+        bit = -1
+    if not 0 <= bit <= 31:
+        raise argparse.ArgumentTypeError(f"invalid masquerade bit {text!r}: an integer from 0 to 31")
+    return bit
+
+
+def count(text: str) -> int:
+    """A non-negative integer (kube-proxy's int32 conntrack settings)."""
+    try:
+        n = int(text)
+    except ValueError:
+        n = -1
+    if not 0 <= n <= 2**31 - 1:
+        raise argparse.ArgumentTypeError(f"invalid count {text!r}: a non-negative integer")
+    return n
+
+
+def verbosity(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        v = -1
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"invalid verbosity {text!r}: a non-negative integer, as klog's -v")
+    return v
 
 
 def _ip(text: str) -> IPAddress:
@@ -155,6 +194,20 @@ def add_proxy_flags(p: argparse.ArgumentParser) -> None:
         "`run` and `verify` start from the defaults of the cluster's Kubernetes version (its apiserver's); "
         "render and apply, which ask no cluster, from all off (env NFTPROXY_FEATURE_GATES)",
     )  # fmt: skip
+    p.add_argument(
+        "--masquerade-bit", type=masquerade_bit, default=masquerade_bit(_env("masquerade_bit", "14") or "14"),
+        metavar="0-31",
+        help="the bit of the packet mark that marks connections to masquerade, as kube-proxy's "
+        "--iptables-masquerade-bit (default 14: mark 0x4000); change it only if another component of the node "
+        "uses that bit",
+    )  # fmt: skip
+    p.add_argument(
+        "--config", default=_env("config") or None, metavar="FILE",
+        help="read kube-proxy's configuration file (a KubeProxyConfiguration, kubeproxy.config.k8s.io/v1alpha1, as "
+        "kubeadm's ConfigMap kube-system/kube-proxy holds it under config.conf): its settings replace the "
+        "environment's, flags given on the command line replace its; settings nftproxy does not use are logged "
+        "(docs/operating.md: \"Reading kube-proxy's configuration\") (env NFTPROXY_CONFIG)",
+    )  # fmt: skip
     p.add_argument("--table", default="nftproxy", help=argparse.SUPPRESS)
 
 
@@ -169,7 +222,26 @@ def add_run_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--metrics-bind-address", default=_env("metrics_bind_address", "127.0.0.1:10249"))
     p.add_argument("--netns", default=_env("netns") or None, help="program this named network namespace")
     p.add_argument("--status-period", type=duration, default=duration(_env("status_period", "5s") or "5s"))
-    p.add_argument("--log-level", default=_env("log_level", "info"), choices=["debug", "info", "warning", "error"])
+    p.add_argument(
+        "--log-level", default=_env("log_level", "info"), choices=["debug", "info", "warning", "error"],
+        help="the least severe messages logged (-v, when given, decides instead)",
+    )  # fmt: skip
+    p.add_argument(
+        "-v", "--v", dest="verbosity", type=verbosity, default=verbosity(v) if (v := _env("verbosity")) else None,
+        metavar="N",
+        help="kube-proxy's log verbosity (klog's -v): 0 to 3 log at info, 4 and more at debug",
+    )  # fmt: skip
+    p.add_argument(
+        "--logging-format", default=_env("logging_format", "text"), choices=["text", "json"],
+        help="text: one line per message; json: one JSON object per line (ts, level, logger, msg), as kube-proxy's "
+        "--logging-format json",
+    )  # fmt: skip
+    p.add_argument(
+        "--bind-address-hard-fail", type=boolean, nargs="?", const=True,
+        default=boolean(_env("bind_address_hard_fail") or ""),
+        help="exit when the health or metrics server cannot listen on its address; without it, as kube-proxy, the "
+        "error is logged and the server tries again every 5 seconds",
+    )  # fmt: skip
     p.add_argument(
         "--kopf-liveness", default=_env("kopf_liveness") or None, metavar="URL",
         help="also serve kopf's liveness endpoint (with the lastSync probe), e.g. http://0.0.0.0:8080/healthz",
@@ -200,6 +272,16 @@ def add_run_flags(p: argparse.ArgumentParser) -> None:
             help=f"the node's conntrack timeout of {what} flows (0: leave it alone)",
         )  # fmt: skip
     p.add_argument(
+        "--conntrack-max-per-core", type=count,
+        default=count(_env("conntrack_max_per_core", "32768") or "32768"),
+        help="raise the node's nf_conntrack_max to this many entries per CPU (never lowered; 0: leave the limit and "
+        "--conntrack-min alone), and its conntrack hash size to a quarter of it, as kube-proxy",
+    )  # fmt: skip
+    p.add_argument(
+        "--conntrack-min", type=count, default=count(_env("conntrack_min", "131072") or "131072"),
+        help="the least nf_conntrack_max --conntrack-max-per-core raises it to, whatever the number of CPUs",
+    )  # fmt: skip
+    p.add_argument(
         "--conntrack-sysctl-dir", default=_env("conntrack_sysctl_dir", DEFAULT_DIR) or DEFAULT_DIR,
         help="where the node's net/netfilter sysctls are (the chart mounts them: /proc/sys is read-only in a pod)",
     )  # fmt: skip
@@ -224,9 +306,18 @@ def config_from_args(args: argparse.Namespace) -> ProxyConfig:
         masquerade_all=args.masquerade_all,
         service_proxy_name=args.service_proxy_name,
         load_balancing=args.load_balancing,
+        masquerade_bit=args.masquerade_bit,
         table=args.table,
         enabled_gates=features.enabled(None, feature_gates(args)),
     )
+
+
+def log_level(args: argparse.Namespace) -> str:
+    """The level logged: -v's as klog's verbosity (0-3: info, 4 and more: debug) when given, else
+    --log-level."""
+    if args.verbosity is None:
+        return str(args.log_level)
+    return "debug" if args.verbosity >= 4 else "info"
 
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
@@ -243,7 +334,10 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         metrics=bind_address(args.metrics_bind_address) if args.metrics_bind_address else None,
         netns=args.netns,
         status_period=args.status_period,
-        log_level=args.log_level,
+        log_level=log_level(args),
+        log_format=args.logging_format,
+        bind_address_hard_fail=args.bind_address_hard_fail,
+        config_file=args.config,
         kopf_liveness=args.kopf_liveness,
         kube_proxy_check_period=args.kube_proxy_check_period,
         conntrack=ConntrackSysctls(
@@ -252,6 +346,36 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
             tcp_be_liberal=args.conntrack_tcp_be_liberal,
             udp=int(args.conntrack_udp_timeout),
             udp_stream=int(args.conntrack_udp_timeout_stream),
+            max_per_core=args.conntrack_max_per_core,
+            min=args.conntrack_min,
             directory=args.conntrack_sysctl_dir,
         ),
     )
+
+
+def given_dests(parser: argparse.ArgumentParser, argv: Sequence[str]) -> set[str]:
+    """The dests of the flags given on ``argv`` (not defaulted, not from the environment): the
+    command line parsed again with every default suppressed (pflag's ``Changed``)."""
+    quiet = copy.deepcopy(parser)
+    stack = [quiet]
+    while stack:
+        p = stack.pop()
+        for action in p._actions:
+            action.default = argparse.SUPPRESS
+            if isinstance(action, argparse._SubParsersAction):
+                stack.extend(action.choices.values())
+        p._defaults.clear()
+    return set(vars(quiet.parse_args(argv)))
+
+
+def flag_values(args: argparse.Namespace) -> dict[str, str]:
+    """Every flag of the command with its value (``/flagz``), named as on the command line."""
+    hidden = {"fn", "command", "kube_proxy_config", "table"}
+    out = {}
+    for dest, value in sorted(vars(args).items()):
+        if dest in hidden:
+            continue
+        if isinstance(value, list | tuple):
+            value = ",".join(str(v) for v in value)
+        out[dest.replace("_", "-")] = "" if value is None else str(value)
+    return out

@@ -41,6 +41,7 @@ class ProxyConfig:
     masquerade_all: bool = False  # --masquerade-all
     service_proxy_name: str | None = None  # handle only Services with this proxy-name label
     load_balancing: str = "random"  # --load-balancing: for Services without the annotation
+    masquerade_bit: int = 14  # --masquerade-bit: the packet mark's bit that asks for masquerading
     service_cidrs: tuple[IPNetwork, ...] = ()  # the cluster's ServiceCIDR objects (networking.k8s.io/v1)
     table: str = "nftproxy"
     # kube-proxy's feature gates that are on (compiler/features.py: the cluster version's

@@ -35,7 +35,8 @@ class Renderer:
         nodeport_ips = config.nodeport_ip_elements(f.version)
         self.nodeport_hosts = all("/" not in t and "-" not in t for t in nodeport_ips)  # skeleton.base_sets
         self.base_sets = {s.name: s for s in skeleton.base_sets(f, self.rejected, self.nodeport_hosts)}
-        self.base_chains = {c.name: c for c in skeleton.base_chains(f, self.rejected)}
+        self.mark = skeleton.masquerade_mark(config.masquerade_bit)
+        self.base_chains = {c.name: c for c in skeleton.base_chains(f, self.rejected, self.mark)}
         self.counters = {c.name: c for c in skeleton.base_counters(self.rejected)}
         self._parts: dict[Obj, tuple[list[Set], list[Chain]]] = {}
         self._set_owner: dict[str, Obj] = {}  # map name -> the object declaring it (memo)
@@ -62,7 +63,9 @@ class Renderer:
         return parts
 
     def comment(self) -> str:
-        return skeleton.layout_comment(self.family, self.masquerade, self.pods, self.rejected, self.nodeport_hosts)
+        return skeleton.layout_comment(
+            self.family, self.masquerade, self.pods, self.rejected, self.nodeport_hosts, self.mark
+        )
 
     def chain_names(self, store: ElementStore) -> set[str]:
         """The chains of the table (base and per-count), without building the whole table."""

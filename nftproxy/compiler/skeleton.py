@@ -15,7 +15,13 @@ from nftproxy.nft.objects import Chain, Counter, Family, Hook, Set
 LAYOUT = 5  # 5: nodeport-ips a plain set when it holds host addresses (see base_sets); 4: every set
 # declared with typeof (read by nft 1.0.6 and 1.1.x alike); 3: hairpin keyed by port, service-cidrs,
 # filter-output-post-dnat; 2: ClientIP affinity per Service port
-MASQ_MARK = "0x4000"
+MASQUERADE_BIT = 14  # kube-proxy's default --iptables-masquerade-bit / nftables.masqueradeBit
+
+
+def masquerade_mark(bit: int = MASQUERADE_BIT) -> str:
+    """The packet mark that asks for masquerading (``--masquerade-bit``): 14 -> ``0x4000``."""
+    return f"{1 << bit:#x}"
+
 
 # As kube-proxy v1.37's nftables proxier (pkg/proxy/nftables/proxier.go, nftablesJumpChains):
 # * loadBalancerSourceRanges judge new connections only (``ct state new jump firewall-check``): a
@@ -116,14 +122,14 @@ REGULAR_CHAINS: tuple[tuple[str, tuple[str, ...]], ...] = (
             for proto in ("tcp", "udp", "sctp")
         ),
     ),
-    ("mark-for-masquerade", (f"meta mark set meta mark | {MASQ_MARK}",)),
+    ("mark-for-masquerade", ("meta mark set meta mark | {mark}",)),
     (
         "masquerading",
         (
             "ct status dnat {ip} saddr . {ip} daddr . meta l4proto . th dport @hairpin-endpoints "
             "jump mark-for-masquerade",
-            f"meta mark & {MASQ_MARK} == 0 return",
-            f"meta mark set meta mark ^ {MASQ_MARK}",
+            "meta mark & {mark} == 0 return",
+            "meta mark set meta mark ^ {mark}",
             "masquerade fully-random",
         ),
     ),
@@ -226,8 +232,8 @@ LOCALHOST_CHECK = (
 )
 
 
-def fill(text: str, family: Family) -> str:
-    return text.format(ip=family.value, addr=family.addr_type, loopback=LOOPBACK_DADDR[family])
+def fill(text: str, family: Family, mark: str = masquerade_mark()) -> str:
+    return text.format(ip=family.value, addr=family.addr_type, loopback=LOOPBACK_DADDR[family], mark=mark)
 
 
 def base_sets(family: Family, rejected: tuple[str, ...] = (), nodeport_hosts: bool = True) -> list[Set]:
@@ -259,15 +265,16 @@ def base_sets(family: Family, rejected: tuple[str, ...] = (), nodeport_hosts: bo
     return sets
 
 
-def base_chains(family: Family, rejected: tuple[str, ...] = ()) -> list[Chain]:
+def base_chains(family: Family, rejected: tuple[str, ...] = (), mark: str = masquerade_mark()) -> list[Chain]:
     """The fixed chains; ``rejected`` (the protocols whose localhost NodePorts are rejected):
-    with the localhost NodePort check in filter-input and one counting reject chain each."""
+    with the localhost NodePort check in filter-input and one counting reject chain each;
+    ``mark``: the masquerade mark (``masquerade_mark``)."""
     chains = []
     for name, hook, rules in BASE_CHAINS:
         if rejected and name == "filter-input":
             rules = (*rules, LOCALHOST_CHECK)
         chains.append(Chain(name, tuple(fill(r, family) for r in rules), hook))
-    chains += [Chain(name, tuple(fill(r, family) for r in rules)) for name, rules in REGULAR_CHAINS]
+    chains += [Chain(name, tuple(fill(r, family, mark) for r in rules)) for name, rules in REGULAR_CHAINS]
     chains += [
         Chain(
             names.localhost_nodeport_reject_chain(proto),
@@ -485,7 +492,12 @@ KINDS = ("lb", "nodeport", "local", "nodeport-local", f"{names.AFFINITY_KIND}:00
 
 
 def layout_comment(
-    family: Family, masquerade: str | None, pods: bool, rejected: tuple[str, ...] = (), nodeport_hosts: bool = True
+    family: Family,
+    masquerade: str | None,
+    pods: bool,
+    rejected: tuple[str, ...] = (),
+    nodeport_hosts: bool = True,
+    mark: str = masquerade_mark(),
 ) -> str:
     """The table comment: layout version and a digest of every rule template this config yields.
 
@@ -499,7 +511,7 @@ def layout_comment(
         count_objects(family, kind, 2, masquerade, pods)
         for kind in (balancing.RR_ENTRY, "rr:0000000000s", "rr:0000000000")
     ]
-    fixed: list[object] = [base_chains(family, rejected), base_sets(family, rejected, nodeport_hosts)]
+    fixed: list[object] = [base_chains(family, rejected, mark), base_sets(family, rejected, nodeport_hosts)]
     if rejected:  # (without, the digest is the one tables already hold)
         fixed.append(base_counters(rejected))
     text = repr((*fixed, parts))

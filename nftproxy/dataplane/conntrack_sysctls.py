@@ -1,6 +1,9 @@
 """The node's conntrack settings that kube-proxy sets at start (``--conntrack-tcp-timeout-*``,
-``--conntrack-tcp-be-liberal``, ``--conntrack-udp-timeout*``), with kube-proxy's defaults and
-semantics: a value of 0 leaves that sysctl alone, and a sysctl is written only when it differs.
+``--conntrack-tcp-be-liberal``, ``--conntrack-udp-timeout*``, ``--conntrack-max-per-core``,
+``--conntrack-min``), with kube-proxy's defaults and semantics (pkg/proxy/conntrack/sysctls.go): a
+value of 0 leaves that sysctl alone, and a sysctl is written only when it differs.
+``nf_conntrack_max`` is only ever raised, to max(max-per-core x CPUs, min) (at most 2^20), and the
+conntrack hash size (the nf_conntrack module's ``hashsize`` parameter) to a quarter of it.
 
 Why a proxy sets them: a Service connection whose peer closed first sits in CLOSE_WAIT, and the
 kernel's default (60 s) drops its conntrack entry while the application may still write to it;
@@ -24,6 +27,26 @@ from nftproxy.nft import netns as netns_mod
 log = logging.getLogger("nftproxy.conntrack")
 
 DEFAULT_DIR = "/proc/sys/net/netfilter"
+HASHSIZE_FILE = "/sys/module/nf_conntrack/parameters/hashsize"
+MAX_LIMIT = 1048576  # kube-proxy's cap of max-per-core x CPUs
+_ONLINE_CPUS = "/sys/devices/system/cpu/online"
+
+
+def online_cpus(path: str = _ONLINE_CPUS) -> int:
+    """The number of online CPUs, as kube-proxy counts them (k8s.io/utils/cpuset.NumCPU: the
+    ranges of /sys/devices/system/cpu/online, e.g. ``0-3,6``), else ``os.cpu_count()``."""
+    try:
+        with open(path) as f:
+            text = f.read().strip()
+        n = 0
+        for part in text.split(","):
+            first, _, last = part.partition("-")
+            n += int(last or first) - int(first) + 1
+        if n > 0:
+            return n
+    except (OSError, ValueError):
+        pass
+    return os.cpu_count() or 1
 
 
 @dataclass(frozen=True)
@@ -36,6 +59,19 @@ class ConntrackSysctls:
     udp: int = 0
     udp_stream: int = 0
     directory: str = DEFAULT_DIR
+    max_per_core: int = 0  # nf_conntrack_max per CPU (0: leave nf_conntrack_max and the hash size alone)
+    min: int = 0  # the least nf_conntrack_max that max_per_core raises it to
+    cpus: int = 0  # 0: online_cpus()
+    hashsize_file: str = HASHSIZE_FILE
+
+    def conntrack_max(self, cpus: int) -> int:
+        """The nf_conntrack_max kube-proxy raises the node's to (0: none), as its getConntrackMax."""
+        if self.max_per_core <= 0:
+            return 0
+        scaled = self.max_per_core * cpus
+        if scaled > MAX_LIMIT:
+            return MAX_LIMIT
+        return max(scaled, self.min)
 
     def wanted(self) -> dict[str, int]:
         """sysctl name -> value, only those to set."""
@@ -61,33 +97,65 @@ class Outcome:
         return self.error is None and self.before != self.after
 
 
-def _apply_here(cfg: ConntrackSysctls) -> list[Outcome]:
+def _read(path: str) -> int:
+    with open(path) as f:
+        return int(f.read().strip())
+
+
+def _write(name: str, path: str, before: int | None, value: int) -> Outcome:
+    try:
+        with open(path, "w") as f:
+            f.write(f"{value}\n")
+    except OSError as e:
+        return Outcome(name, before, value, f"cannot write {path}: {e.strerror or e}")
+    return Outcome(name, before, value)
+
+
+def _raise_max(cfg: ConntrackSysctls) -> list[Outcome]:
+    """nf_conntrack_max raised (never lowered) to ``conntrack_max``, then the hash size to a
+    quarter of that when smaller, as kube-proxy's setSysctls."""
+    wanted = cfg.conntrack_max(cfg.cpus or online_cpus())
+    if wanted <= 0:
+        return []
     out = []
+    name, path = "nf_conntrack_max", os.path.join(cfg.directory, "nf_conntrack_max")
+    try:
+        before: int | None = _read(path)
+    except (OSError, ValueError):
+        before = None  # kube-proxy writes it when unreadable
+    if before is not None and before >= wanted:
+        out.append(Outcome(name, before, before))
+    else:
+        out.append(_write(name, path, before, wanted))
+    name, path = "hashsize", cfg.hashsize_file
+    try:
+        size = _read(path)
+    except (OSError, ValueError) as e:
+        return [*out, Outcome(name, None, wanted // 4, f"cannot read {path}: {e}")]
+    out.append(_write(name, path, size, wanted // 4) if size < wanted // 4 else Outcome(name, size, size))
+    return out
+
+
+def _apply_here(cfg: ConntrackSysctls) -> list[Outcome]:
+    out = _raise_max(cfg)
     for name, value in cfg.wanted().items():
         path = os.path.join(cfg.directory, name)
         try:
-            with open(path) as f:
-                before: int | None = int(f.read().strip())
+            before: int | None = _read(path)
         except (OSError, ValueError) as e:
             out.append(Outcome(name, None, value, f"cannot read {path}: {e}"))
             continue
         if before == value:
             out.append(Outcome(name, before, value))
             continue
-        try:
-            with open(path, "w") as f:
-                f.write(f"{value}\n")
-        except OSError as e:
-            out.append(Outcome(name, before, value, f"cannot write {path}: {e.strerror or e}"))
-            continue
-        out.append(Outcome(name, before, value))
+        out.append(_write(name, path, before, value))
     return out
 
 
 def apply(cfg: ConntrackSysctls, netns: str | None) -> list[Outcome]:
     """Set what ``cfg`` asks for in ``netns`` (a throwaway thread enters it), log each change and
     each failure; never raises for a sysctl that cannot be set."""
-    if not cfg.wanted():
+    if not cfg.wanted() and cfg.max_per_core <= 0:
         return []
     try:
         outcomes = netns_mod.call_in(netns, lambda: _apply_here(cfg), "conntrack-sysctls")

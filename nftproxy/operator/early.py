@@ -1,11 +1,12 @@
 """The first lists of ``nftproxy run``, started before anything heavy is imported.
 
 ``python -m nftproxy run …`` (what the chart and the benchmarks run) calls ``start`` first: from
-the command line and the environment alone (``--kubeconfig``/``KUBECONFIG``,
-``--node-name``/``NODE_NAME``), with our client (``kube``: the standard library), it starts the four GETs of the first
-sync (``boot``) in threads, so the apiserver works while the compiler, the dataplane and the rest
-import (~0.1-0.2 s). ``cmd_run`` then takes them with ``take`` only if argparse read the same two
-values (else they are dropped, and listed again): a pure head start, never a different result.
+the command line, ``--config``'s file and the environment alone (``--kubeconfig``, the file's
+kubeconfig, ``KUBECONFIG``; ``--node-name``, its hostnameOverride, ``NODE_NAME``), with our client
+(``kube``: the standard library), it starts the four GETs of the first sync (``boot``) in
+threads, so the apiserver works while the compiler, the dataplane and the rest import (~0.1-0.2
+s). ``cmd_run`` then takes them with ``take`` only if argparse read the same two values (else they
+are dropped, and listed again): a pure head start, never a different result.
 """
 
 from __future__ import annotations
@@ -74,13 +75,28 @@ def _flag(argv: Sequence[str], name: str) -> str | None:
     return value
 
 
+def _from_config_file(path: str | None) -> tuple[str | None, str | None]:
+    """kube-proxy's configuration file's kubeconfig and node name (hostnameOverride), if any."""
+    if not path:
+        return None, None
+    import yaml  # noqa: PLC0415  (only with --config)
+
+    with open(path, encoding="utf-8") as f:
+        doc = yaml.safe_load(f) or {}
+    kubeconfig = (doc.get("clientConnection") or {}).get("kubeconfig") or None
+    node = str(doc.get("hostnameOverride") or "").strip().lower() or None
+    return kubeconfig, node
+
+
 def start(argv: Sequence[str]) -> None:
     """For ``run`` only; never raises (whatever goes wrong here, ``cmd_run`` does it again)."""
     if not argv or argv[0] != "run":
         return
     try:
-        kubeconfig = _flag(argv, "--kubeconfig") or os.environ.get("KUBECONFIG") or None
-        node = _flag(argv, "--node-name") or os.environ.get("NODE_NAME")
+        # as argparse and --config's file will decide: a flag, else the file, else the environment
+        from_file = _from_config_file(_flag(argv, "--config") or os.environ.get("NFTPROXY_CONFIG"))
+        kubeconfig = _flag(argv, "--kubeconfig") or from_file[0] or os.environ.get("KUBECONFIG") or None
+        node = _flag(argv, "--node-name") or from_file[1] or os.environ.get("NODE_NAME")
         if not node:
             return
         heap.tune()  # before the first thread

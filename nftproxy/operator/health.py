@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+import platform
 import socket
 import time
 from collections.abc import Awaitable, Callable
@@ -11,10 +13,12 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from nftproxy import __version__
 from nftproxy.compiler.config import ProxyConfig
 from nftproxy.nft.addresses import LocalAddresses
 from nftproxy.operator.metrics import Metrics
 from nftproxy.operator.proxy_health import NOT_FOUND, Answer, proxy_answer, service_answer
+from nftproxy.operator.settings import Settings
 from nftproxy.operator.sockets import listening_socket
 from nftproxy.operator.syncer import Syncer
 
@@ -53,7 +57,19 @@ def healthz_handler(syncer: Syncer) -> Handler:
     return handle
 
 
-def metrics_app(metrics: Metrics) -> web.Application:
+_ZPAGE_WARNING = (
+    "Warning: This endpoint is not meant to be machine parseable, has no formatting compatibility guarantees "
+    "and is for debugging purposes only."
+)
+
+
+def _uptime(seconds: float) -> str:
+    """As statusz's: ``3 hr 02 min 09 sec``."""
+    s = int(seconds)
+    return f"{s // 3600} hr {s // 60 % 60:02d} min {s % 60:02d} sec"
+
+
+def metrics_app(metrics: Metrics, settings: Settings | None = None) -> web.Application:
     async def serve(_: web.Request) -> web.Response:
         # in a thread: a collector may ask the kernel (the localhost NodePort counters)
         body = await asyncio.get_running_loop().run_in_executor(None, generate_latest, metrics.registry)
@@ -66,9 +82,39 @@ def metrics_app(metrics: Metrics) -> web.Application:
         # urls" and users' scripts ask it): the rules are nftables ones
         return web.Response(text="nftables")
 
+    started = time.time()
+    configz = dict(settings.configz) if settings else {}
+    flagz = dict(settings.flagz) if settings else {}
+
+    async def serve_configz(_: web.Request) -> web.Response:
+        # as kube-proxy's (k8s.io/component-base/configz): every registered configuration under
+        # its group's name; kube-proxy's: the effective KubeProxyConfiguration, v1alpha1
+        return web.json_response({"kubeproxy.config.k8s.io": configz}, dumps=lambda o: json.dumps(o, sort_keys=True))
+
+    async def serve_flagz(_: web.Request) -> web.Response:
+        # as kube-proxy's /flagz (k8s.io/apiserver/pkg/server/flagz, text/plain): every flag, sorted
+        lines = [f"{name}={value}" for name, value in sorted(flagz.items())]
+        return web.Response(text="\nnftproxy flagz\n" + _ZPAGE_WARNING + "\n\n" + "".join(f"{x}\n" for x in lines))
+
+    async def serve_statusz(_: web.Request) -> web.Response:
+        # as kube-proxy's /statusz (k8s.io/apiserver/pkg/server/statusz, text/plain)
+        paths = " ".join(sorted({r.resource.canonical for r in app.router.routes() if r.resource is not None}))
+        text = (
+            f"\nnftproxy statusz\n{_ZPAGE_WARNING}\n\n"
+            f"Started: {time.strftime('%a %b %e %H:%M:%S %Z %Y', time.localtime(started))}\n"
+            f"Up: {_uptime(time.time() - started)}\n"
+            f"Python version: {platform.python_version()}\n"
+            f"Binary version: {__version__}\n"
+            f"Paths: {paths}\n"
+        )
+        return web.Response(text=text)
+
     app = web.Application()
     app.router.add_get("/metrics", serve)
     app.router.add_get("/proxyMode", proxy_mode)
+    app.router.add_get("/configz", serve_configz)
+    app.router.add_get("/flagz", serve_flagz)
+    app.router.add_get("/statusz", serve_statusz)
     return app
 
 

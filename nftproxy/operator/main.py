@@ -13,21 +13,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import signal
+import socket
 import time
 from typing import TYPE_CHECKING, Any
 
+from nftproxy import __version__
 from nftproxy.compiler import features
 from nftproxy.dataplane import conntrack_sysctls, requirements
 from nftproxy.dataplane.sync import Dataplane
 from nftproxy.nft.conntrack import Conntrack, KernelConntrack
 from nftproxy.nft.kernel import KernelBackend
-from nftproxy.operator import boot
+from nftproxy.operator import boot, config_watch, logs
 from nftproxy.operator.early import Lists
 from nftproxy.operator.metrics import Metrics
 from nftproxy.operator.settings import Settings
-from nftproxy.operator.sockets import listening_socket
+from nftproxy.operator.sockets import ListenError, listening_socket
 from nftproxy.operator.syncer import Status, Syncer
 
 if TYPE_CHECKING:
@@ -44,11 +47,15 @@ def run(
 ) -> int:
     """``lists``: the first lists, started at process start (``early``); without them,
     ``prefetched`` lists through ``api`` (``kube.Client``: ours, for every call but kopf's watches)."""
-    logging.basicConfig(
-        level=getattr(logging, settings.log_level.upper()),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    logs.setup(settings.log_level, settings.log_format)
     logging.getLogger("kopf.objects").setLevel(logging.WARNING)  # one line per event is too much
+    # once each at start, as kube-proxy's "Version info" and its configuration: the version, then
+    # the effective configuration (a KubeProxyConfiguration, also on /configz) as one JSON line
+    log.info("nftproxy version %s", __version__)
+    if settings.configz:
+        log.info("configuration: %s", json.dumps(settings.configz, sort_keys=True, separators=(",", ":")))
+    for warning in settings.config_warnings:
+        log.warning("%s", warning)
     backend = KernelBackend(settings.netns)
     try:
         started = time.perf_counter()
@@ -68,6 +75,45 @@ def run(
 
 
 _STOPPED = boot.Loaded({}, None, synced=False)  # a signal came during the first sync
+RETRY_LISTEN = 5.0  # seconds between two tries to listen, as kube-proxy's servers
+
+
+def _listen(what: str, address: tuple[str, int] | None, settings: Settings) -> socket.socket | None:
+    """The server's listening socket; when the address is taken or wrong: with
+    --bind-address-hard-fail the start fails (OSError), else, as kube-proxy, the error is logged
+    and the server is tried again every RETRY_LISTEN seconds (``_serve_later``)."""
+    if address is None:
+        return None
+    try:
+        return listening_socket(*address, settings.netns)
+    except OSError as e:
+        if settings.bind_address_hard_fail:
+            raise ListenError(f"the {what} server cannot listen on {_where(address)}: {e.strerror or e}") from e
+        log.error(
+            "the %s server cannot listen on %s: %s (tried again every %gs)",
+            what, _where(address), e.strerror or e, RETRY_LISTEN,
+        )  # fmt: skip
+        return None
+
+
+def _where(address: tuple[str, int]) -> str:
+    host, port = address
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+async def _serve_later(what: str, address: tuple[str, int], app: Any, settings: Settings, runners: list[Any]) -> None:
+    from nftproxy.operator import health  # noqa: PLC0415  (aiohttp: after the first sync)
+
+    while True:
+        await asyncio.sleep(RETRY_LISTEN)
+        try:
+            sock = listening_socket(*address, settings.netns)
+        except OSError as e:
+            log.debug("the %s server still cannot listen on %s: %s", what, _where(address), e)
+            continue
+        runners.append(await health.serve(app, sock))
+        log.info("the %s server listens on %s", what, _where(address))
+        return
 
 
 async def _first_sync(syncer: Syncer, lists: Lists) -> boot.Loaded | None:
@@ -99,8 +145,8 @@ async def _main(
         lists.api.on_request = metrics.api_request
     syncer = Syncer(Dataplane(backend, settings.proxy, conntrack), settings, metrics)
     metrics.in_sync.set_function(lambda: float(syncer.in_sync()))
-    healthz_sock = listening_socket(*settings.healthz, settings.netns) if settings.healthz else None
-    metrics_sock = listening_socket(*settings.metrics, settings.netns) if settings.metrics else None
+    healthz_sock = _listen("health", settings.healthz, settings)
+    metrics_sock = _listen("metrics", settings.metrics, settings)
     loaded = await _first_sync(syncer, lists) if lists is not None else None
     if loaded is _STOPPED:
         log.info("stopped during the first sync (SIGTERM or SIGINT)")
@@ -122,11 +168,17 @@ async def _main(
         ctx.list_versions.update(loaded.versions)
         writer.node_uid = loaded.node_uid
 
-    runners = []
-    if healthz_sock is not None:
-        runners.append(await health.serve(health.healthz_handler(syncer), healthz_sock))
-    if metrics_sock is not None:
-        runners.append(await health.serve(health.metrics_app(metrics), metrics_sock))
+    runners: list[Any] = []
+    apps: list[tuple[str, tuple[str, int] | None, socket.socket | None, Any]] = [
+        ("health", settings.healthz, healthz_sock, health.healthz_handler(syncer)),
+        ("metrics", settings.metrics, metrics_sock, health.metrics_app(metrics, settings)),
+    ]
+    retried = []
+    for what, address, sock, app in apps:
+        if sock is not None:
+            runners.append(await health.serve(app, sock))
+        elif address is not None:  # could not listen (not --bind-address-hard-fail): tried again
+            retried.append(asyncio.create_task(_serve_later(what, address, app, settings, runners), name=what))
     hc = health.HealthCheckServers(settings.netns, settings.node_name, lambda: syncer.proxy_health().healthy)
 
     async def health_checks(status: Status) -> None:
@@ -162,6 +214,9 @@ async def _main(
         settings.node_name,
         f" (netns {settings.netns})" if settings.netns else "",
     )
+    tasks += retried
+    if settings.config_file:  # as kube-proxy: a changed file stops the proxy, to start with it
+        tasks.append(asyncio.create_task(config_watch.watch(settings.config_file), name="config-watch"))
     undo = handlers.watch_from_our_lists(ctx)
     try:
         await kopf.operator(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from nftproxy.compiler.config import ProxyConfig
 from nftproxy.dataplane.conntrack_sysctls import ConntrackSysctls
@@ -27,6 +28,15 @@ class Settings:
     conntrack: ConntrackSysctls | None = None
     # --feature-gates: over the defaults of the cluster's version (compiler/features.py)
     feature_gates: Mapping[str, bool] = field(default_factory=dict)
+    log_format: str = "text"  # --logging-format: text or json (operator/logs.py)
+    bind_address_hard_fail: bool = False  # exit when /healthz or /metrics cannot listen (else: retried)
+    # the effective KubeProxyConfiguration (v1alpha1, as JSON), served on /configz and logged at
+    # start; the flags as given, served on /flagz (cli/kubeproxy_config.py)
+    configz: Mapping[str, Any] = field(default_factory=dict)
+    flagz: Mapping[str, str] = field(default_factory=dict)
+    # what --config's file sets that nftproxy does not use: logged at start
+    config_warnings: tuple[str, ...] = ()
+    config_file: str | None = None  # --config: watched; a change stops the proxy (config_watch.py)
 
     @property
     def node_name(self) -> str:

@@ -8,6 +8,10 @@ import socket
 from nftproxy.nft import netns as netns_mod
 
 
+class ListenError(OSError):
+    """A server of ours cannot listen (``--bind-address-hard-fail``: the start fails)."""
+
+
 def listening_socket(host: str, port: int, netns: str | None, v6only: bool = False) -> socket.socket:
     """A listening TCP socket created inside ``netns`` (a socket keeps its namespace). On "::",
     both families unless ``v6only``."""

@@ -14,7 +14,7 @@ import yaml
 
 from nftproxy import __version__
 from testkit.k8s.controlplane import ControlPlane, ControlPlaneError, cache_dir
-from tests.k8s.helmchart import CHART, KUBE_VERSION, Helm, HelmError, Release, find, install
+from tests.k8s.helmchart import CHART, KUBE_VERSION, REPO, Helm, HelmError, Release, find, install
 
 pytestmark = pytest.mark.k8s
 
@@ -170,6 +170,8 @@ def test_daemonset_defaults(helm: Helm) -> None:
         "NFTPROXY_CONNTRACK_TCP_BE_LIBERAL": "false",
         "NFTPROXY_CONNTRACK_UDP_TIMEOUT": "0",
         "NFTPROXY_CONNTRACK_UDP_TIMEOUT_STREAM": "0",
+        "NFTPROXY_CONNTRACK_MAX_PER_CORE": "32768",
+        "NFTPROXY_CONNTRACK_MIN": "131072",
     }
 
     assert {p["name"]: p["containerPort"] for p in c["ports"]} == {"healthz": 10256, "metrics": 10249}
@@ -217,11 +219,45 @@ def test_conntrack_sysctls_off_mounts_nothing_and_sets_nothing(helm: Helm) -> No
     assert {k: v for k, v in env.items() if "CONNTRACK" in k} == {
         "NFTPROXY_CONNTRACK_TCP_TIMEOUT_ESTABLISHED": "0",
         "NFTPROXY_CONNTRACK_TCP_TIMEOUT_CLOSE_WAIT": "0",
+        "NFTPROXY_CONNTRACK_MAX_PER_CORE": "0",
     }
     ds = find(helm.template(["conntrack.tcpTimeoutCloseWait=2h0m0s", "conntrack.tcpBeLiberal=true"]), "DaemonSet")
     env = {e["name"]: e.get("value") for e in ds["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert env["NFTPROXY_CONNTRACK_TCP_TIMEOUT_CLOSE_WAIT"] == "2h0m0s"
     assert env["NFTPROXY_CONNTRACK_TCP_BE_LIBERAL"] == "true"
+    assert (env["NFTPROXY_CONNTRACK_MAX_PER_CORE"], env["NFTPROXY_CONNTRACK_MIN"]) == ("32768", "131072")
+    ds = find(helm.template(["conntrack.maxPerCore=65536", "conntrack.min=0"]), "DaemonSet")
+    env = {e["name"]: e.get("value") for e in ds["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert (env["NFTPROXY_CONNTRACK_MAX_PER_CORE"], env["NFTPROXY_CONNTRACK_MIN"]) == ("65536", "0")
+
+
+def test_kube_proxy_config_from_configmap_mounts_it_where_kube_proxy_reads_it(
+    helm: Helm, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """kubeProxyConfig.fromConfigMap: kubeadm's ConfigMap mounted at /var/lib/kube-proxy (its
+    kubeconfig.conf names that directory) and read with --config; unset: nothing of it."""
+    plain = helm.template()
+    volumes = find(plain, "DaemonSet")["spec"]["template"]["spec"]["volumes"]
+    assert "kube-proxy-config" not in [v["name"] for v in volumes]
+    assert "NFTPROXY_CONFIG" not in _env_of(plain)
+    objs = helm.template(["kubeProxyConfig.fromConfigMap=kube-proxy"])
+    pod = find(objs, "DaemonSet")["spec"]["template"]["spec"]
+    (c,) = pod["containers"]
+    (volume,) = [v for v in pod["volumes"] if v["name"] == "kube-proxy-config"]
+    assert volume["configMap"] == {"name": "kube-proxy"}
+    (mount,) = [m for m in c["volumeMounts"] if m["name"] == "kube-proxy-config"]
+    assert mount == {"name": "kube-proxy-config", "mountPath": "/var/lib/kube-proxy", "readOnly": True}
+    assert _env_of(objs)["NFTPROXY_CONFIG"] == "/var/lib/kube-proxy/config.conf"
+    custom = find(helm.template(["kubeProxyConfig.fromConfigMap=proxy", "kubeProxyConfig.key=kp.yaml"]), "DaemonSet")
+    assert _env_of([custom])["NFTPROXY_CONFIG"] == "/var/lib/kube-proxy/kp.yaml"
+    with pytest.raises(HelmError, match="fromConfigMap"):
+        helm.template(["kubeProxyConfig.fromConfigMap=Not_A_Name"])
+    # `run` reads the rendered variable: kubeadm's file (a copy standing at the mounted path)
+    from nftproxy.cli import parse_args  # noqa: PLC0415
+
+    monkeypatch.setenv("NFTPROXY_CONFIG", str(REPO / "tests" / "golden" / "kube-proxy" / "kubeadm-config.conf"))
+    args = parse_args(["run", "--node-name", "n1"])
+    assert args.kubeconfig == "/var/lib/kube-proxy/kubeconfig.conf" and args.cluster_cidr == ["10.244.0.0/16"]
 
 
 def test_daemonset_values(helm: Helm) -> None:

@@ -172,6 +172,22 @@ def test_masquerade_all(cluster: Cluster) -> None:
     assert _probe_one(cluster, cluster.c, "10.96.0.10", 80).peer == cluster.c.ipv4
 
 
+def test_masquerade_bit_moves_the_mark_and_masquerading_still_works(cluster: Cluster) -> None:
+    """--masquerade-bit (kube-proxy's masqueradeBit): the mark that asks for SNAT is that bit's."""
+    try:
+        r = cluster.apply(cluster.node2, "--masquerade-all", "--masquerade-bit", "3")
+        assert r.returncode == 0, r.stderr
+        table = cluster.lab.exec(cluster.node2, "nft", "list", "chain", "ip", "nftproxy", "masquerading").stdout
+        assert "meta mark & 0x00000008 == 0x00000000 return" in table and "0x00004000" not in table
+        res = cluster.lab.probe(cluster.c, "tcp", "10.96.0.10", 80, count=5)
+        assert all(x.ok and x.peer != cluster.c.ipv4 for x in res), res
+        r = cluster.apply(cluster.node2, "--masquerade-bit", "3")  # without --masquerade-all: the client's own IP
+        assert r.returncode == 0, r.stderr
+        assert _probe_one(cluster, cluster.c, "10.96.0.10", 80).peer == cluster.c.ipv4
+    finally:
+        assert cluster.apply(cluster.node2).returncode == 0
+
+
 def test_nodeport_addresses_limit_where_nodeports_answer(cluster: Cluster) -> None:
     node = cluster.node1
     try:

@@ -251,6 +251,13 @@ def test_python_m_nftproxy_starts_the_lists_before_the_imports_for_the_same_sett
         assert lists is not None and early.take(kubeconfig, "n1") is None  # taken once
         assert [o["metadata"]["name"] for p in lists.services.pages() for o in p] == ["a", "b"]
         assert lists.node.result() is None  # 404 from this server
+        config = tmp_path / "config.conf"  # kube-proxy's file: its kubeconfig and node name, unless flags say
+        config.write_text(f"clientConnection:\n  kubeconfig: {kubeconfig}\nhostnameOverride: ' N3 '\n")
+        early.start(["run", "--config", str(config)])
+        lists = early.take(kubeconfig, "n3")
+        assert lists is not None and [o["metadata"]["name"] for p in lists.services.pages() for o in p] == ["a", "b"]
+        early.start(["run", "--config", str(config), "--node-name", "n4"])
+        assert early.take(kubeconfig, "n4") is not None
         early.start(["render", "-f", "x"])  # other commands: nothing
         early.start(["run", "--kubeconfig", str(tmp_path / "missing"), "--node-name", "n1"])  # never raises
         assert early.take(str(tmp_path / "missing"), "n1") is None

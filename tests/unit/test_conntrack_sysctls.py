@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from nftproxy.cli.flags import add_run_flags, settings_from_args
-from nftproxy.dataplane.conntrack_sysctls import ConntrackSysctls, apply
+from nftproxy.dataplane.conntrack_sysctls import ConntrackSysctls, apply, online_cpus
 
 NAMES = ("established", "close_wait")
 
@@ -109,3 +109,75 @@ def test_a_read_only_sysctl_is_reported(tmp_path: Path, monkeypatch: pytest.Monk
     assert out.error is not None and "Read-only file system" in out.error and not out.changed
     monkeypatch.undo()
     assert value(d, "nf_conntrack_tcp_timeout_close_wait") == 60
+
+
+def limits(tmp_path: Path, conntrack_max: int, hashsize: int) -> tuple[Path, Path]:
+    d = sysctl_dir(tmp_path)
+    (d / "nf_conntrack_max").write_text(f"{conntrack_max}\n")
+    (tmp_path / "hashsize").write_text(f"{hashsize}\n")
+    return d, tmp_path / "hashsize"
+
+
+@pytest.mark.parametrize(
+    ("per_core", "minimum", "cpus", "want"),
+    [
+        (32768, 131072, 2, 131072),  # kube-proxy's defaults on 2 CPUs: the minimum
+        (32768, 131072, 8, 262144),  # per core x CPUs over the minimum
+        (32768, 131072, 64, 1048576),  # capped at 2^20
+        (300000, 131072, 4, 1048576),  # capped even over the minimum
+        (1000, 0, 4, 4000),
+        (0, 131072, 4, 0),  # 0 per core: the limit and the minimum are left alone
+    ],
+)
+def test_conntrack_max_is_kube_proxys(per_core: int, minimum: int, cpus: int, want: int) -> None:
+    assert ConntrackSysctls(max_per_core=per_core, min=minimum).conntrack_max(cpus) == want
+
+
+def test_conntrack_max_is_raised_and_the_hash_size_to_a_quarter(tmp_path: Path) -> None:
+    d, hashsize = limits(tmp_path, conntrack_max=65536, hashsize=16384)
+    cfg = ConntrackSysctls(max_per_core=32768, min=131072, cpus=2, directory=str(d), hashsize_file=str(hashsize))
+    out = {o.name: (o.before, o.after, o.changed) for o in apply(cfg, None)}
+    assert out == {"nf_conntrack_max": (65536, 131072, True), "hashsize": (16384, 32768, True)}
+    assert value(d, "nf_conntrack_max") == 131072 and int(hashsize.read_text()) == 32768
+
+
+def test_conntrack_max_and_hash_size_are_never_lowered(tmp_path: Path) -> None:
+    d, hashsize = limits(tmp_path, conntrack_max=262144, hashsize=65536)
+    cfg = ConntrackSysctls(max_per_core=32768, min=131072, cpus=2, directory=str(d), hashsize_file=str(hashsize))
+    assert not any(o.changed for o in apply(cfg, None))
+    assert value(d, "nf_conntrack_max") == 262144 and int(hashsize.read_text()) == 65536
+
+
+def test_zero_per_core_leaves_the_limit_and_hash_size_alone(tmp_path: Path) -> None:
+    d, hashsize = limits(tmp_path, conntrack_max=1000, hashsize=100)
+    cfg = ConntrackSysctls(max_per_core=0, min=131072, cpus=2, directory=str(d), hashsize_file=str(hashsize))
+    assert apply(cfg, None) == []
+    assert value(d, "nf_conntrack_max") == 1000 and int(hashsize.read_text()) == 100
+
+
+def test_an_unwritable_hash_size_is_reported_and_the_limit_still_raised(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    d, _ = limits(tmp_path, conntrack_max=1000, hashsize=100)
+    cfg = ConntrackSysctls(max_per_core=1000, min=0, cpus=4, directory=str(d), hashsize_file=str(tmp_path / "none"))
+    out = {o.name: o for o in apply(cfg, None)}
+    assert out["nf_conntrack_max"].changed and value(d, "nf_conntrack_max") == 4000
+    assert out["hashsize"].error is not None and "hashsize not set to 1000" in caplog.text
+
+
+def test_online_cpus_are_counted_as_kube_proxy_counts_them(tmp_path: Path) -> None:
+    online = tmp_path / "online"
+    online.write_text("0-3,6,8-9\n")
+    assert online_cpus(str(online)) == 7
+    assert online_cpus(str(tmp_path / "missing")) == (os.cpu_count() or 1)
+
+
+def test_run_raises_the_limit_by_default_as_kube_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
+    for var in [v for v in os.environ if v.startswith("NFTPROXY_CONNTRACK_")]:
+        monkeypatch.delenv(var)
+    p = argparse.ArgumentParser()
+    add_run_flags(p)
+    cfg = settings_from_args(p.parse_args(["--node-name", "n1"])).conntrack
+    assert cfg is not None and (cfg.max_per_core, cfg.min) == (32768, 131072)
+    cfg = settings_from_args(p.parse_args(["--node-name", "n1", "--conntrack-max-per-core", "0"])).conntrack
+    assert cfg is not None and cfg.max_per_core == 0
