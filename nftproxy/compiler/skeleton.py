@@ -232,7 +232,10 @@ def fill(text: str, family: Family) -> str:
 
 
 def base_sets(
-    family: Family, rejected: tuple[str, ...] = (), nodeport_hosts: bool = True, pod_set: str | None = names.CLUSTER_CIDRS
+    family: Family,
+    rejected: tuple[str, ...] = (),
+    nodeport_hosts: bool = True,
+    pod_set: str | None = names.CLUSTER_CIDRS,
 ) -> list[Set]:
     """The fixed sets. ``pod_set``: the one set of pod source CIDRs declared (--detect-local-mode:
     ``cluster-cidrs``, ``node-pod-cidrs``, or none for the interface modes). ``nodeport_hosts``:
@@ -402,9 +405,7 @@ def external_local_chain(family: Family, n: int, local: str | None) -> Chain:
 
 def nodeport_local_chain(family: Family, n: int, local: str | None) -> Chain:
     last = f"goto nodeport-local-load-balance-{n}" if n else "drop"
-    return Chain(
-        f"nodeport-local-{n}", (*_short_circuits(NODEPORT_KEY, names.NODEPORT_SHORT_CIRCUIT, local), last)
-    )
+    return Chain(f"nodeport-local-{n}", (*_short_circuits(NODEPORT_KEY, names.NODEPORT_SHORT_CIRCUIT, local), last))
 
 
 def nodeport_local_load_balance_chain(family: Family, n: int) -> Chain:
