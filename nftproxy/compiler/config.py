@@ -133,7 +133,11 @@ class ProxyConfig:
         if self.detect_local_mode == BRIDGE_INTERFACE:
             return LocalDetector(family, interface=self.pod_bridge_interface)
         if self.detect_local_mode == INTERFACE_NAME_PREFIX:
-            return LocalDetector(family, interface=self.pod_interface_name_prefix + "*")
+            prefix = self.pod_interface_name_prefix
+            # nft takes at most 15 bytes with the wildcard (IFNAMSIZ); a prefix of 15 bytes can
+            # only be a whole name: matched as one (kube-proxy writes "<prefix>*", which nft refuses)
+            whole = len(prefix.encode()) >= IFNAMSIZ - 1
+            return LocalDetector(family, interface=prefix if whole else prefix + "*")
         source_set = self.pod_source_set()
         if source_set is None or not self.pod_sources(version):
             return None

@@ -88,6 +88,17 @@ def test_the_prefix_matches_any_interface_it_starts_and_no_other() -> None:
         assert t.trace(Packet(HERE, CLUSTER_IP, 80, iif=iif)).masq is masq, iif
 
 
+def test_a_prefix_as_long_as_an_interface_name_matches_that_name_alone() -> None:
+    """nft refuses ``iifname "<15 bytes>*"`` (16 bytes, over IFNAMSIZ with its NUL); a 15-byte
+    prefix can only be a whole name, so it is matched as one."""
+    flags = ["--detect-local-mode", "InterfaceNamePrefix", "--pod-interface-name-prefix"]
+    t = node_table_tracer(_objects(), ["--node-name", "n1", "--node-ip", NODE_IP, *flags, "abcdefghijklmno"])
+    assert 'iifname != "abcdefghijklmno" jump mark-for-masquerade' in t.table.chains["cluster-1"].rules
+    assert not t.trace(Packet(HERE, CLUSTER_IP, 80, iif="abcdefghijklmno")).masq
+    t = node_table_tracer(_objects(), ["--node-name", "n1", "--node-ip", NODE_IP, *flags, "abcdefghijklmn"])
+    assert 'iifname != "abcdefghijklmn*" jump mark-for-masquerade' in t.table.chains["cluster-1"].rules
+
+
 @pytest.mark.parametrize("mode", list(MODES))
 def test_local_pods_skip_an_external_traffic_policy_local_and_outside_clients_do_not(mode: str) -> None:
     """kube-proxy's "short-circuit pod traffic": a pod here reaches the LB IP of a Service whose
