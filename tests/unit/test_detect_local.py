@@ -15,6 +15,8 @@ import pytest
 from nftproxy.cli.flags import add_proxy_flags, config_from_args
 from nftproxy.compiler import ProxyConfig, names
 from nftproxy.compiler.config import CLUSTER_CIDR, NODE_CIDR
+from nftproxy.diagnose.explain import explain, render_text
+from nftproxy.diagnose.tableview import view_of
 from nftproxy.nft.objects import Family
 from testkit.k8s import objects as k
 from tests.support.policy_lab import node_table_tracer
@@ -222,3 +224,32 @@ def test_a_node_without_pod_cidrs_is_not_reported_in_the_other_modes() -> None:
     syncer, _ = make(proxy=_config("--node-name", "n1", *MODES["BridgeInterface"]))
     syncer.changes.node_changed(k.node("n1", {"InternalIP": NODE_IP}))
     assert syncer.changes.skipped() == []
+
+
+# -- nftproxy explain names the mode's detector ---------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("mode", "masquerade", "short_circuit"),
+    [
+        ("ClusterCIDR", "masqueraded unless the source is a pod (10.244.0.0/16)", "pod sources (10.244.0.0/16)"),
+        ("NodeCIDR", f"masqueraded unless the source is a pod ({NODE_POD_CIDR})", f"pod sources ({NODE_POD_CIDR})"),
+        (
+            "BridgeInterface",
+            "masqueraded unless the source is a pod (arriving on the interface cbr0)",
+            "pod traffic (arriving on the interface cbr0)",
+        ),
+        (
+            "InterfaceNamePrefix",
+            "masqueraded unless the source is a pod (arriving on any interface named veth…)",
+            "pod traffic (arriving on any interface named veth…)",
+        ),
+    ],
+)
+def test_explain_names_the_modes_detector(mode: str, masquerade: str, short_circuit: str) -> None:
+    table = _tracer(mode).table
+    views = [view_of(table), None]
+    web = render_text(explain(views, ["ip nftproxy", "ip6 nftproxy"], "default/web", None))
+    lb = render_text(explain(views, ["ip nftproxy", "ip6 nftproxy"], "default/lb-local", None))
+    assert masquerade in web, web
+    assert f"{short_circuit}: skip the Local policy" in lb or f"{short_circuit} -> all endpoints" in lb, lb
