@@ -109,7 +109,8 @@ class ProxyConfig:
         ips = self.node_ips or tuple(
             ip for version in (4, 6) for ip in [a for a in node.addresses if a.version == version][:1]
         )
-        return replace(self, node_zone=node.zone, node_ips=ips, node_pod_cidrs=node.pod_cidrs)
+        pods = node.pod_cidrs if self.detect_local_mode == NODE_CIDR else ()  # (else unused: no resync)
+        return replace(self, node_zone=node.zone, node_ips=ips, node_pod_cidrs=pods)
 
     def pod_source_set(self) -> str | None:
         """The set of pod source CIDRs this mode's table declares: ``cluster-cidrs``
