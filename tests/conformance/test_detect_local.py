@@ -80,7 +80,7 @@ def objects(hosts: dict[str, Host]) -> list[k.Obj]:
     web = k.service("detect-web", [CLUSTER_IP], [k.port(80, "http")], namespace=c.NS)
     lb = k.service(
         "detect-lb-local", ["10.96.40.20"], [k.port(80, "http", node_port=30840)], namespace=c.NS,
-        type="LoadBalancer", lb_ips=[LB_IP], externalTrafficPolicy="Local", healthCheckNodePort=32840,
+        type="LoadBalancer", lb_ips=[LB_IP], externalTrafficPolicy="Local", healthCheckNodePort=32540,
     )  # fmt: skip
     return [
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": c.NS}},
