@@ -28,7 +28,7 @@ import pytest
 
 from testkit.k8s import objects as k
 from testkit.k8s.controlplane import ControlPlane
-from testkit.lab.netlab import Host, NetLab, Node, Pod, cleanup_stale
+from testkit.lab.netlab import EXTERNAL4, Host, NetLab, Node, Pod, cleanup_stale
 from tests.conformance import cases as c
 from tests.conformance.harness import (
     CRD,
@@ -58,6 +58,9 @@ def build(lab: NetLab) -> dict[str, Host]:
     _bridge(lab, n1, bridged)
     lab.ip(n2, f"route replace 10.96.0.0/16 via {n1.ipv4} dev eth0")  # node-2's pods: via node-1
     lab.ip(ext, f"route add 10.96.0.0/16 via {n1.ipv4} dev eth0")
+    # a real node has a default route: LB IPs it does not DNAT go to a router (ext, which does not
+    # forward) instead of failing routing, so a proxy's filter drop is seen as such (a timeout)
+    lab.ip(n1, f"route add {EXTERNAL4} via {ext.ipv4} dev eth0")
     return {"node": n1, "srv": srv, "here": here, "bridged": bridged, "there": there, "ext": ext}
 
 
