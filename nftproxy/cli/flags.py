@@ -17,7 +17,15 @@ import re
 from collections.abc import Sequence
 
 from nftproxy.compiler import features
-from nftproxy.compiler.config import ProxyConfig, nodeport_address
+from nftproxy.compiler.config import (
+    BRIDGE_INTERFACE,
+    CLUSTER_CIDR,
+    INTERFACE_NAME_PREFIX,
+    LOCAL_MODES,
+    ProxyConfig,
+    interface_name_problem,
+    nodeport_address,
+)
 from nftproxy.dataplane.conntrack_sysctls import DEFAULT_DIR, ConntrackSysctls
 from nftproxy.model.balancing import ALGORITHMS
 from nftproxy.model.types import IPAddress, IPNetwork
@@ -28,6 +36,9 @@ ENV = {
     "node_name": "NODE_NAME",
     "kubeconfig": "KUBECONFIG",
     "cluster_cidr": "NFTPROXY_CLUSTER_CIDR",
+    "detect_local_mode": "NFTPROXY_DETECT_LOCAL_MODE",
+    "pod_bridge_interface": "NFTPROXY_POD_BRIDGE_INTERFACE",
+    "pod_interface_name_prefix": "NFTPROXY_POD_INTERFACE_NAME_PREFIX",
     "nodeport_addresses": "NFTPROXY_NODEPORT_ADDRESSES",
     "masquerade_all": "NFTPROXY_MASQUERADE_ALL",
     "min_sync_period": "NFTPROXY_MIN_SYNC_PERIOD",
@@ -148,6 +159,28 @@ def _nodeport_address(text: str) -> tuple[IPNetwork | str, ...]:
         ) from None
 
 
+def _local_mode(text: str) -> str:
+    """A --detect-local-mode value; empty is the default, ClusterCIDR (as kube-proxy's)."""
+    if not text:
+        return CLUSTER_CIDR
+    if text not in LOCAL_MODES:
+        raise argparse.ArgumentTypeError(f"invalid --detect-local-mode {text!r}: one of {', '.join(LOCAL_MODES)}")
+    return text
+
+
+def _interface(args: argparse.Namespace, mode: str, dest: str) -> str:
+    """--pod-bridge-interface / --pod-interface-name-prefix: required (as kube-proxy's validation)
+    and a possible interface name in its mode; ignored in the other modes, as kube-proxy's."""
+    value: str = getattr(args, dest, "") or ""
+    if _local_mode(getattr(args, "detect_local_mode", "")) != mode:
+        return ""
+    problem = interface_name_problem(value)
+    if problem is not None:
+        flag = "--" + dest.replace("_", "-")
+        raise argparse.ArgumentTypeError(f"{flag} {value!r} (--detect-local-mode {mode}): {problem}")
+    return value
+
+
 def _split(values: Sequence[str] | None) -> list[str]:
     return [v.strip() for value in values or () for v in value.split(",") if v.strip()]
 
@@ -166,7 +199,31 @@ def add_proxy_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--node-ip", action="append", metavar="IP", help="override the Node's addresses (repeat or a,b)")
     p.add_argument(
         "--cluster-cidr", action="append", default=_env_list(_env("cluster_cidr")), metavar="CIDR",
-        help="pod CIDR(s): not masqueraded",
+        help="the cluster's pod CIDR(s), one per family (repeat or a,b): with --detect-local-mode ClusterCIDR, "
+        "traffic from inside them is local (from pods)",
+    )  # fmt: skip
+    p.add_argument(
+        "--detect-local-mode", dest="detect_local_mode", type=_local_mode,
+        default=_local_mode(_env("detect_local_mode") or CLUSTER_CIDR), metavar="|".join(LOCAL_MODES),
+        help="how traffic from pods (local traffic) is told apart, as kube-proxy's: by source address in "
+        "--cluster-cidr (ClusterCIDR, the default) or in this node's Node.spec.podCIDRs (NodeCIDR), or by the "
+        "interface it arrives on: --pod-bridge-interface (BridgeInterface) or any interface whose name starts "
+        "with --pod-interface-name-prefix (InterfaceNamePrefix). ClusterIP traffic that is not local is "
+        "masqueraded; local traffic to an externalTrafficPolicy Local LoadBalancer IP, externalIP or NodePort "
+        "goes to all endpoints. Without a CIDR of a family (ClusterCIDR, NodeCIDR), that family has no "
+        "local-traffic detection (env NFTPROXY_DETECT_LOCAL_MODE)",
+    )  # fmt: skip
+    p.add_argument(
+        "--pod-bridge-interface", dest="pod_bridge_interface", default=_env("pod_bridge_interface") or "",
+        metavar="NAME",
+        help="with --detect-local-mode BridgeInterface: traffic arriving on this bridge is local "
+        "(env NFTPROXY_POD_BRIDGE_INTERFACE)",
+    )  # fmt: skip
+    p.add_argument(
+        "--pod-interface-name-prefix", dest="pod_interface_name_prefix",
+        default=_env("pod_interface_name_prefix") or "", metavar="PREFIX",
+        help="with --detect-local-mode InterfaceNamePrefix: traffic arriving on any interface whose name begins "
+        "with this prefix (e.g. veth, eni) is local (env NFTPROXY_POD_INTERFACE_NAME_PREFIX)",
     )  # fmt: skip
     p.add_argument(
         "--nodeport-addresses", action="append", default=_env_list(_env("nodeport_addresses")),
@@ -302,6 +359,9 @@ def config_from_args(args: argparse.Namespace) -> ProxyConfig:
         node_name=args.node_name,
         node_ips=tuple(_ip(v) for v in _split(args.node_ip)),
         cluster_cidrs=tuple(_cidr(v) for v in _split(args.cluster_cidr)),
+        detect_local_mode=_local_mode(getattr(args, "detect_local_mode", "")),
+        pod_bridge_interface=_interface(args, BRIDGE_INTERFACE, "pod_bridge_interface"),
+        pod_interface_name_prefix=_interface(args, INTERFACE_NAME_PREFIX, "pod_interface_name_prefix"),
         nodeport_addresses=tuple(a for v in _split(args.nodeport_addresses) for a in _nodeport_address(v)),
         masquerade_all=args.masquerade_all,
         service_proxy_name=args.service_proxy_name,

@@ -135,7 +135,7 @@ def rr_local(map_name: str) -> bool:
 
 
 def rr_objects(
-    family: Family, kind: str, n: int, masquerade: str | None, pods: bool, sticky_rules: tuple[str, ...]
+    family: Family, kind: str, n: int, masquerade: str | None, local: str | None, sticky_rules: tuple[str, ...]
 ) -> tuple[list[Set], list[Chain]]:
     ip = family.value
     if kind == RR_ENTRY:
@@ -149,8 +149,8 @@ def rr_objects(
                 comment="round-robin NodePorts, Local policy: this node's endpoints"),
         ]  # fmt: skip
 
-        def local(k: str, all_map: str, local_map: str) -> tuple[str, ...]:
-            pod = (f"{ip} saddr @cluster-cidrs {k} vmap @{all_map}",) if pods else ()
+        def local_policy(k: str, all_map: str, local_map: str) -> tuple[str, ...]:
+            pod = (f"{local} {k} vmap @{all_map}",) if local else ()
             return (*pod, "fib saddr type local jump mark-for-masquerade", f"fib saddr type local {k} vmap @{all_map}",
                     f"{k} vmap @{local_map}", "drop")  # fmt: skip
 
@@ -158,9 +158,9 @@ def rr_objects(
         chains = [
             Chain("cluster-rr", (*masq, f"{key} vmap @{RR_SERVICES}")),
             Chain("external-rr", ("jump mark-for-masquerade", f"{key} vmap @{RR_SERVICES}")),
-            Chain("external-local-rr", local(key, RR_SERVICES, RR_LOCAL_SERVICES)),
+            Chain("external-local-rr", local_policy(key, RR_SERVICES, RR_LOCAL_SERVICES)),
             Chain("nodeport-rr", ("jump mark-for-masquerade", f"{np_key} vmap @{RR_NODEPORTS}")),
-            Chain("nodeport-local-rr", local(np_key, RR_NODEPORTS, RR_LOCAL_NODEPORTS)),
+            Chain("nodeport-local-rr", local_policy(np_key, RR_NODEPORTS, RR_LOCAL_NODEPORTS)),
         ]
         return sets, chains
     t = kind.split(":", 1)[1]

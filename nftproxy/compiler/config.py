@@ -6,7 +6,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from ipaddress import IPv4Address, IPv6Address, ip_address, ip_network
 
-from nftproxy.compiler import features
+from nftproxy.compiler import features, names
 from nftproxy.model.types import IPAddress, IPNetwork, Node
 from nftproxy.nft.objects import address
 
@@ -16,6 +16,54 @@ LOCALHOST = {4: IPv4Address("127.0.0.1"), 6: IPv6Address("::1")}  # where localh
 LOCALHOST_PROTOCOLS = ("tcp", "udp", "sctp")  # a localhost NodePort of each: served (TCP) or rejected
 _ALL = {4: ip_network("0.0.0.0/0"), 6: ip_network("::/0")}
 _LOOPBACK_IP = {4: ip_address("127.0.0.1"), 6: ip_address("::1")}
+
+# --detect-local-mode: how traffic from this node's pods is told apart, as kube-proxy's
+# (cmd/kube-proxy/app/server_linux.go getLocalDetectors, pkg/proxy/util/localdetector.go)
+CLUSTER_CIDR = "ClusterCIDR"  # source in --cluster-cidr (the default)
+NODE_CIDR = "NodeCIDR"  # source in this node's Node.spec.podCIDRs
+BRIDGE_INTERFACE = "BridgeInterface"  # arrived on --pod-bridge-interface
+INTERFACE_NAME_PREFIX = "InterfaceNamePrefix"  # arrived on an interface named --pod-interface-name-prefix*
+LOCAL_MODES = (CLUSTER_CIDR, NODE_CIDR, BRIDGE_INTERFACE, INTERFACE_NAME_PREFIX)
+IFNAMSIZ = 16  # the kernel's limit on an interface name, with its terminating NUL
+
+
+def interface_name_problem(name: str) -> str | None:
+    """Why ``name`` cannot be (the start of) a Linux interface name, or None: empty (kube-proxy's
+    validation), longer than 15 bytes, or holding what the kernel refuses in a name ("/", ":",
+    whitespace) or what an nft ``iifname`` string cannot hold as such (a quote, "*", "\\")."""
+    if not name:
+        return "must not be empty"
+    if len(name.encode()) >= IFNAMSIZ:
+        return f"longer than {IFNAMSIZ - 1} bytes (an interface name's limit)"
+    if name in (".", "..") or any(c in '/:"*\\' or c.isspace() or not c.isprintable() for c in name):
+        return "not an interface name (no /, :, quotes, *, backslashes or whitespace)"
+    return None
+
+
+@dataclass(frozen=True)
+class LocalDetector:
+    """One family's local-traffic detector, as an nft match: by source address (a set of the
+    config's: ``cluster-cidrs`` or ``node-pod-cidrs``) or by input interface (an ``iifname``
+    pattern, ``*`` a wildcard). As kube-proxy's, an interface never matches the node's own
+    traffic (nat-output: no input interface), which is thus never local."""
+
+    family: str  # "ip" / "ip6": nft's keyword of the family
+    source_set: str | None = None
+    interface: str | None = None
+
+    @property
+    def local(self) -> str:
+        """Matches traffic from this node's pods (kube-proxy's IfLocalNFT)."""
+        if self.source_set is not None:
+            return f"{self.family} saddr @{self.source_set}"
+        return f'iifname "{self.interface}"'
+
+    @property
+    def not_local(self) -> str:
+        """Matches any other traffic (kube-proxy's IfNotLocalNFT)."""
+        if self.source_set is not None:
+            return f"{self.family} saddr != @{self.source_set}"
+        return f'iifname != "{self.interface}"'
 
 
 def nodeport_address(text: str) -> tuple[IPNetwork | str, ...]:
@@ -37,6 +85,10 @@ class ProxyConfig:
     node_zone: str | None = None  # topology.kubernetes.io/zone of this node (topology hints)
     node_ips: tuple[IPAddress, ...] = ()  # the node's primary IPs (one per family)
     cluster_cidrs: tuple[IPNetwork, ...] = ()  # --cluster-cidr: sources inside are not masqueraded
+    detect_local_mode: str = CLUSTER_CIDR  # --detect-local-mode (LOCAL_MODES)
+    pod_bridge_interface: str = ""  # --pod-bridge-interface (BridgeInterface mode)
+    pod_interface_name_prefix: str = ""  # --pod-interface-name-prefix (InterfaceNamePrefix mode)
+    node_pod_cidrs: tuple[IPNetwork, ...] = ()  # this node's Node.spec.podCIDRs (for_node; NodeCIDR mode)
     nodeport_addresses: tuple[IPNetwork | str, ...] = ()  # --nodeport-addresses (CIDRs, PRIMARY); empty: PRIMARY
     masquerade_all: bool = False  # --masquerade-all
     service_proxy_name: str | None = None  # handle only Services with this proxy-name label
@@ -49,16 +101,49 @@ class ProxyConfig:
     enabled_gates: frozenset[str] = frozenset()
 
     def for_node(self, node: Node | None) -> ProxyConfig:
-        """This config with the node's Node merged in: its zone (topology hints) and, unless
-        --node-ip set them, its primary IP of each family (NodePorts, health checks). The one
-        place this merge is written: render/apply, run, verify and explain all call it on the
-        config their flags give."""
+        """This config with the node's Node merged in: its zone (topology hints), its pod CIDRs
+        (--detect-local-mode NodeCIDR) and, unless --node-ip set them, its primary IP of each
+        family (NodePorts, health checks). The one place this merge is written: render/apply,
+        run, verify and explain all call it on the config their flags give."""
         if node is None:
             return self
         ips = self.node_ips or tuple(
             ip for version in (4, 6) for ip in [a for a in node.addresses if a.version == version][:1]
         )
-        return replace(self, node_zone=node.zone, node_ips=ips)
+        pods = node.pod_cidrs if self.detect_local_mode == NODE_CIDR else ()  # (else unused: no resync)
+        return replace(self, node_zone=node.zone, node_ips=ips, node_pod_cidrs=pods)
+
+    def pod_source_set(self) -> str | None:
+        """The set of pod source CIDRs this mode's table declares: ``cluster-cidrs``
+        (ClusterCIDR, declared even when empty), ``node-pod-cidrs`` (NodeCIDR), none (the
+        interface modes)."""
+        return {CLUSTER_CIDR: names.CLUSTER_CIDRS, NODE_CIDR: names.NODE_POD_CIDRS}.get(self.detect_local_mode)
+
+    def pod_sources(self, version: int) -> list[IPNetwork]:
+        """The pod source CIDRs of one family in the mode's set: --cluster-cidr's (ClusterCIDR),
+        the Node's podCIDRs (NodeCIDR)."""
+        cidrs = {CLUSTER_CIDR: self.cluster_cidrs, NODE_CIDR: self.node_pod_cidrs}.get(self.detect_local_mode, ())
+        return [n for n in cidrs if n.version == version]
+
+    def local_detector(self, version: int) -> LocalDetector | None:
+        """This family's local-traffic detector, or None where kube-proxy's is a no-op: ClusterCIDR
+        without a --cluster-cidr of the family (kube-proxy's default mode, whatever the flags), or
+        NodeCIDR before the Node has a podCIDR of the family. A no-op detector leaves ClusterIP
+        traffic from outside unmasqueraded and pods without the Local-policy short-circuit, as
+        kube-proxy's."""
+        family = "ip" if version == 4 else "ip6"
+        if self.detect_local_mode == BRIDGE_INTERFACE:
+            return LocalDetector(family, interface=self.pod_bridge_interface)
+        if self.detect_local_mode == INTERFACE_NAME_PREFIX:
+            prefix = self.pod_interface_name_prefix
+            # nft takes at most 15 bytes with the wildcard (IFNAMSIZ); a prefix of 15 bytes can
+            # only be a whole name: matched as one (kube-proxy writes "<prefix>*", which nft refuses)
+            whole = len(prefix.encode()) >= IFNAMSIZ - 1
+            return LocalDetector(family, interface=prefix if whole else prefix + "*")
+        source_set = self.pod_source_set()
+        if source_set is None or not self.pod_sources(version):
+            return None
+        return LocalDetector(family, source_set=source_set)
 
     def with_gates(self, gates: Iterable[str]) -> ProxyConfig:
         """This config with these feature gates on (and the others off)."""

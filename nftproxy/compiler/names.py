@@ -24,7 +24,8 @@ DISPATCH_MAPS = (SERVICE_IPS, SERVICE_NODEPORTS, NO_ENDPOINT_SERVICES, NO_ENDPOI
 # -- the other sets and maps -------------------------------------------------------------
 CLUSTER_IPS = "cluster-ips"  # every ClusterIP: its other ports are rejected
 NODEPORT_IPS = "nodeport-ips"  # the addresses NodePorts answer on (config)
-CLUSTER_CIDRS = "cluster-cidrs"  # pod CIDRs: sources not masqueraded (config)
+CLUSTER_CIDRS = "cluster-cidrs"  # pod CIDRs: sources not masqueraded (config, --detect-local-mode ClusterCIDR)
+NODE_POD_CIDRS = "node-pod-cidrs"  # this node's Node.spec.podCIDRs (config, --detect-local-mode NodeCIDR)
 SERVICE_CIDRS = "service-cidrs"  # the ServiceCIDRs' ranges: an unallocated address is dropped
 HAIRPIN_ENDPOINTS = "hairpin-endpoints"  # endpoint . itself . proto . port
 FIREWALL_IPS = "firewall-ips"  # LoadBalancer IP . proto . port with loadBalancerSourceRanges
@@ -38,7 +39,9 @@ NODEPORT_SHORT_CIRCUIT = "nodeport-short-circuit"
 # round-robin (balancing.py): frontend -> the Service port's own chain (all endpoints / this node's)
 RR_SERVICES, RR_NODEPORTS = "rr-services", "rr-nodeports"
 RR_LOCAL_SERVICES, RR_LOCAL_NODEPORTS = "rr-local-services", "rr-local-nodeports"
-CONFIG_SETS = (CLUSTER_CIDRS, NODEPORT_IPS, SERVICE_CIDRS)  # elements from the config, not from any Service
+# elements from the config, not from any Service (the pod-source sets: only the mode's own is declared)
+CONFIG_SETS = (CLUSTER_CIDRS, NODE_POD_CIDRS, NODEPORT_IPS, SERVICE_CIDRS)
+POD_SOURCE_SETS = (CLUSTER_CIDRS, NODE_POD_CIDRS)
 
 # -- localhost NodePorts (gate KubeProxyNFTablesLocalhostNodePorts, compiler/features.py): with
 # --nodeport-addresses holding 127.0.0.1 (``localhost``) TCP is served by the userspace proxy

@@ -18,31 +18,34 @@ from nftproxy.nft.transaction import Transaction
 
 class Renderer:
     """The skeleton of one family's table under one config: base sets and chains, the rules each
-    per-count object gets, and the config's own elements (cluster CIDRs, NodePort addresses)."""
+    per-count object gets, and the config's own elements (pod CIDRs, NodePort addresses)."""
 
     def __init__(self, family: Family, config: ProxyConfig) -> None:
         self.family = f = family
         self.name = config.table
-        mine = [n for n in config.cluster_cidrs if n.version == f.version]
+        # the local-traffic detector (--detect-local-mode): None where kube-proxy's is a no-op
+        detector = config.local_detector(f.version)
         if config.masquerade_all:
             self.masquerade: str | None = "jump mark-for-masquerade"
-        elif mine:
-            self.masquerade = f"{f.value} saddr != @cluster-cidrs jump mark-for-masquerade"
+        elif detector is not None:
+            self.masquerade = f"{detector.not_local} jump mark-for-masquerade"
         else:
             self.masquerade = None
-        self.pods = bool(mine)  # pod sources are known: Local-policy short-circuits apply to them
+        self.local = None if detector is None else detector.local  # pods skip Local policies
+        self.pod_set = config.pod_source_set()  # declared: the mode's set of pod source CIDRs
         self.rejected = config.localhost_rejected(f.version)  # the loopback NodePort checks
         nodeport_ips = config.nodeport_ip_elements(f.version)
         self.nodeport_hosts = all("/" not in t and "-" not in t for t in nodeport_ips)  # skeleton.base_sets
-        self.base_sets = {s.name: s for s in skeleton.base_sets(f, self.rejected, self.nodeport_hosts)}
+        self.base_sets = {s.name: s for s in skeleton.base_sets(f, self.rejected, self.nodeport_hosts, self.pod_set)}
         self.mark = skeleton.masquerade_mark(config.masquerade_bit)
         self.base_chains = {c.name: c for c in skeleton.base_chains(f, self.rejected, self.mark)}
         self.counters = {c.name: c for c in skeleton.base_counters(self.rejected)}
         self._parts: dict[Obj, tuple[list[Set], list[Chain]]] = {}
         self._set_owner: dict[str, Obj] = {}  # map name -> the object declaring it (memo)
-        self.static: dict[str, dict[Key, Element]] = {n: {} for n in names.CONFIG_SETS}
-        for net in collapse_addresses(mine):  # type: ignore[type-var]
-            self.static[names.CLUSTER_CIDRS][(prefix(net),)] = Element((prefix(net),))
+        self.static: dict[str, dict[Key, Element]] = {n: {} for n in names.CONFIG_SETS if n in self.base_sets}
+        if self.pod_set is not None:
+            for net in collapse_addresses(config.pod_sources(f.version)):  # type: ignore[type-var]
+                self.static[self.pod_set][(prefix(net),)] = Element((prefix(net),))
         for text in nodeport_ips:
             self.static[names.NODEPORT_IPS][(text,)] = Element((text,))
         for net in collapse_addresses([n for n in config.service_cidrs if n.version == f.version]):  # type: ignore[type-var]
@@ -57,14 +60,14 @@ class Renderer:
                 self._parts.clear()
                 self._set_owner.clear()
             kind, n = obj
-            parts = self._parts[obj] = skeleton.count_objects(self.family, kind, n, self.masquerade, self.pods)
+            parts = self._parts[obj] = skeleton.count_objects(self.family, kind, n, self.masquerade, self.local)
             for st in parts[0]:
                 self._set_owner[st.name] = obj
         return parts
 
     def comment(self) -> str:
         return skeleton.layout_comment(
-            self.family, self.masquerade, self.pods, self.rejected, self.nodeport_hosts, self.mark
+            self.family, self.masquerade, self.local, self.rejected, self.nodeport_hosts, self.pod_set, self.mark
         )
 
     def chain_names(self, store: ElementStore) -> set[str]:

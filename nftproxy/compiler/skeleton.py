@@ -165,6 +165,7 @@ SETS: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
     (names.CLUSTER_IPS, ADDRESSES, (), "every ClusterIP: other ports are rejected"),
     (names.NODEPORT_IPS, ADDRESSES, ("interval",), "addresses NodePorts answer on"),
     (names.CLUSTER_CIDRS, ADDRESSES, ("interval",), "pod CIDRs: sources not masqueraded"),
+    (names.NODE_POD_CIDRS, ADDRESSES, ("interval",), "this node's pod CIDRs: sources not masqueraded"),
     (names.SERVICE_CIDRS, ADDRESSES, ("interval",), "ServiceCIDRs: unallocated addresses are dropped"),
     (
         names.HAIRPIN_ENDPOINTS,
@@ -236,9 +237,16 @@ def fill(text: str, family: Family, mark: str = masquerade_mark()) -> str:
     return text.format(ip=family.value, addr=family.addr_type, loopback=LOOPBACK_DADDR[family], mark=mark)
 
 
-def base_sets(family: Family, rejected: tuple[str, ...] = (), nodeport_hosts: bool = True) -> list[Set]:
-    """The fixed sets. ``nodeport_hosts``: NodePorts are accepted on host addresses only (the
-    default, the node's primary IPs), so ``nodeport-ips`` is a plain (hash) set, as kube-proxy's.
+def base_sets(
+    family: Family,
+    rejected: tuple[str, ...] = (),
+    nodeport_hosts: bool = True,
+    pod_set: str | None = names.CLUSTER_CIDRS,
+) -> list[Set]:
+    """The fixed sets. ``pod_set``: the one set of pod source CIDRs declared (--detect-local-mode:
+    ``cluster-cidrs``, ``node-pod-cidrs``, or none for the interface modes). ``nodeport_hosts``:
+    NodePorts are accepted on host addresses only (the default, the node's primary IPs), so
+    ``nodeport-ips`` is a plain (hash) set, as kube-proxy's.
 
     Why not an interval set always: the kernel makes a NEW interval set's elements visible only
     after a transaction's generation has flipped (its backend's commit step, nft_set_rbtree and
@@ -251,6 +259,8 @@ def base_sets(family: Family, rejected: tuple[str, ...] = (), nodeport_hosts: bo
     elements are ranges), and that window stays."""
     sets = []
     for name, spec, flags, comment in SETS:
+        if name in names.POD_SOURCE_SETS and name != pod_set:
+            continue
         if name == names.NODEPORT_IPS and nodeport_hosts:
             flags = ()
         sets.append(Set(name, fill(spec, family), flags, comment=comment))
@@ -383,27 +393,26 @@ def cluster_local_chain(n: int, masquerade: str | None) -> Chain:
     return Chain(f"cluster-local-{n}", (*rules, f"goto local-load-balance-{n}"))
 
 
-def _short_circuits(family: Family, key: str, vmap: str, pods: bool) -> tuple[str, ...]:
-    """externalTrafficPolicy Local as kube-proxy: pod traffic (by --cluster-cidr) and the node's own
-    traffic (masqueraded) skip the policy and go to all endpoints."""
-    rules = (f"{family.value} saddr @cluster-cidrs {key} vmap @{vmap}",) if pods else ()
+def _short_circuits(key: str, vmap: str, local: str | None) -> tuple[str, ...]:
+    """externalTrafficPolicy Local as kube-proxy: pod traffic (``local``: the local-traffic
+    detector's match, None without one) and the node's own traffic (masqueraded) skip the policy
+    and go to all endpoints."""
+    rules = (f"{local} {key} vmap @{vmap}",) if local else ()
     return (*rules, "fib saddr type local jump mark-for-masquerade", f"fib saddr type local {key} vmap @{vmap}")
 
 
-def external_local_chain(family: Family, n: int, pods: bool) -> Chain:
+def external_local_chain(family: Family, n: int, local: str | None) -> Chain:
     """externalIPs / LoadBalancer IPs with externalTrafficPolicy Local: source kept, N local endpoints
     (none: dropped)."""
     last = f"goto local-load-balance-{n}" if n else "drop"
     return Chain(
-        f"external-local-{n}", (*_short_circuits(family, _ip_key(family), names.LOCAL_POLICY_SHORT_CIRCUIT, pods), last)
+        f"external-local-{n}", (*_short_circuits(_ip_key(family), names.LOCAL_POLICY_SHORT_CIRCUIT, local), last)
     )
 
 
-def nodeport_local_chain(family: Family, n: int, pods: bool) -> Chain:
+def nodeport_local_chain(family: Family, n: int, local: str | None) -> Chain:
     last = f"goto nodeport-local-load-balance-{n}" if n else "drop"
-    return Chain(
-        f"nodeport-local-{n}", (*_short_circuits(family, NODEPORT_KEY, names.NODEPORT_SHORT_CIRCUIT, pods), last)
-    )
+    return Chain(f"nodeport-local-{n}", (*_short_circuits(NODEPORT_KEY, names.NODEPORT_SHORT_CIRCUIT, local), last))
 
 
 def nodeport_local_load_balance_chain(family: Family, n: int) -> Chain:
@@ -454,19 +463,20 @@ def affinity_objects(family: Family, tag: str, timeout: int) -> tuple[list[Set],
 
 
 def count_objects(
-    family: Family, kind: str, n: int, masquerade: str | None, pods: bool
+    family: Family, kind: str, n: int, masquerade: str | None, local: str | None
 ) -> tuple[list[Set], list[Chain]]:
     """The map and chains one (kind, N) pair needs; kinds: lb, nodeport, local, nodeport-local, and
     affinity (N: the timeout in seconds). ``kind@tag``: the same for another load-balancing
-    algorithm (balancing.py), renamed with the tag."""
+    algorithm (balancing.py), renamed with the tag. ``masquerade``: the rule of ClusterIP
+    traffic to masquerade; ``local``: the match of pod traffic (the local-traffic detector's)."""
     f = family
     if kind.startswith(balancing.RR):  # round-robin: objects of its own (balancing.py)
-        return balancing.rr_objects(family, kind, n, masquerade, pods, rr_sticky_rules(family))
+        return balancing.rr_objects(family, kind, n, masquerade, local, rr_sticky_rules(family))
     if kind.startswith(f"{names.AFFINITY_KIND}:"):
         return affinity_objects(family, kind.split(":", 1)[1], n)
     base, t = balancing.split_kind(kind)
     if t:
-        sets, chains = count_objects(family, base, n, masquerade, pods)
+        sets, chains = count_objects(family, base, n, masquerade, local)
         return balancing.retag(sets, chains, t, n, family.value)
     if kind == "lb":
         return [endpoints_map(f, n)], [load_balance_chain(f, n), cluster_chain(n, masquerade), external_chain(n)]
@@ -474,17 +484,17 @@ def count_objects(
         return [nodeport_endpoints_map(f, n)], [nodeport_load_balance_chain(f, n), nodeport_chain(n)]
     if kind == "local":
         if n == 0:
-            return [], [external_local_chain(f, 0, pods)]
+            return [], [external_local_chain(f, 0, local)]
         return [local_endpoints_map(f, n)], [
             local_load_balance_chain(f, n),
             cluster_local_chain(n, masquerade),
-            external_local_chain(f, n, pods),
+            external_local_chain(f, n, local),
         ]
     if n == 0:
-        return [], [nodeport_local_chain(f, 0, pods)]
+        return [], [nodeport_local_chain(f, 0, local)]
     return [nodeport_local_endpoints_map(f, n)], [
         nodeport_local_load_balance_chain(f, n),
-        nodeport_local_chain(f, n, pods),
+        nodeport_local_chain(f, n, local),
     ]
 
 
@@ -494,9 +504,10 @@ KINDS = ("lb", "nodeport", "local", "nodeport-local", f"{names.AFFINITY_KIND}:00
 def layout_comment(
     family: Family,
     masquerade: str | None,
-    pods: bool,
+    local: str | None,
     rejected: tuple[str, ...] = (),
     nodeport_hosts: bool = True,
+    pod_set: str | None = names.CLUSTER_CIDRS,
     mark: str = masquerade_mark(),
 ) -> str:
     """The table comment: layout version and a digest of every rule template this config yields.
@@ -504,14 +515,14 @@ def layout_comment(
     Same comment means same rules for every chain name, so a restarted proxy can adopt the table.
     """
     sizes = {"lb": (1,), "nodeport": (1,), "local": (0, 1), "nodeport-local": (0, 1), KINDS[4]: (1,)}
-    parts = [count_objects(family, kind, n, masquerade, pods) for kind in KINDS for n in sizes[kind]]
+    parts = [count_objects(family, kind, n, masquerade, local) for kind in KINDS for n in sizes[kind]]
     # the other load-balancing algorithms' templates (a round-robin tag stands for all of them)
-    parts += [count_objects(family, f"{kind}@sh", 2, masquerade, pods) for kind in KINDS[:4]]
+    parts += [count_objects(family, f"{kind}@sh", 2, masquerade, local) for kind in KINDS[:4]]
     parts += [
-        count_objects(family, kind, 2, masquerade, pods)
+        count_objects(family, kind, 2, masquerade, local)
         for kind in (balancing.RR_ENTRY, "rr:0000000000s", "rr:0000000000")
     ]
-    fixed: list[object] = [base_chains(family, rejected, mark), base_sets(family, rejected, nodeport_hosts)]
+    fixed: list[object] = [base_chains(family, rejected, mark), base_sets(family, rejected, nodeport_hosts, pod_set)]
     if rejected:  # (without, the digest is the one tables already hold)
         fixed.append(base_counters(rejected))
     text = repr((*fixed, parts))

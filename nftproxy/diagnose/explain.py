@@ -151,9 +151,22 @@ class _Describer:
         self.nodeport = nodeport
         self.endpoints: set[str] = set()
 
-    def cidrs(self) -> str:
-        nets = sorted(k[0] for k in self.view.keys(names.CLUSTER_CIDRS))
+    def cidrs(self, set_name: str = names.CLUSTER_CIDRS) -> str:
+        nets = sorted(k[0] for k in self.view.keys(set_name))
         return ", ".join(nets) or "none configured"
+
+    def pods(self, match: str, short: bool = False) -> str:
+        """The local-traffic detector's match (--detect-local-mode), in words: "a pod (...)"
+        (``short``: "pod sources (...)")."""
+        m = re.fullmatch(r"ip6? saddr (?:!= )?@([\w-]+)", match)
+        if m:
+            return f"{'pod sources' if short else 'a pod'} ({self.cidrs(m.group(1))})"
+        m = re.fullmatch(r'iifname (?:!= )?"([^"]+)"', match)
+        if m:
+            name = m.group(1)
+            how = f"any interface named {name[:-1]}…" if name.endswith("*") else f"the interface {name}"
+            return f"{'pod traffic' if short else 'a pod'} (arriving on {how})"
+        return match
 
     def affinity(self) -> int | None:
         el = self.view.els(names.AFFINITY_NODEPORTS if self.nodeport else names.AFFINITY_SERVICES).get(self.fkey)
@@ -188,9 +201,9 @@ class _Describer:
         """(the step this rule is, does evaluation end here for this frontend?)"""
         if rule in ("jump mark-for-masquerade",):
             return Step("masquerade", "masqueraded (source NAT to the node's address)"), False
-        m = re.fullmatch(r"ip6? saddr != @cluster-cidrs jump mark-for-masquerade", rule)
+        m = re.fullmatch(r"(ip6? saddr != @[\w-]+|iifname != \"[^\"]+\") jump mark-for-masquerade", rule)
         if m:
-            return Step("masquerade", f"masqueraded unless the source is a pod ({self.cidrs()})"), False
+            return Step("masquerade", f"masqueraded unless the source is {self.pods(m.group(1))}"), False
         if rule == "fib saddr type local jump mark-for-masquerade":
             return Step("masquerade", "traffic from this node itself is masqueraded"), False
         m = _GOTO.match(rule)
@@ -209,8 +222,8 @@ class _Describer:
             if not cond:  # a plain dispatch (e.g. round-robin's entry chains): follow it
                 return self._verdict(el.value[0], depth), True
             who = (
-                f"pod sources ({self.cidrs()})"
-                if "@cluster-cidrs" in cond
+                self.pods(cond.strip(), short=True)
+                if any(f"@{n}" in cond for n in names.POD_SOURCE_SETS) or cond.startswith("iifname")
                 else "traffic from this node itself"
                 if "fib saddr type local" in cond
                 else cond or "all"

@@ -38,6 +38,7 @@ _WORDS = {
 }
 _CONFIG_SETS = {
     names.CLUSTER_CIDRS: "cluster CIDRs (--cluster-cidr)",
+    names.NODE_POD_CIDRS: "this node's pod CIDRs (the Node's spec.podCIDRs, --detect-local-mode NodeCIDR)",
     names.NODEPORT_IPS: "NodePort addresses (--nodeport-addresses, else the Node's IPs)",
 }
 _COUNT = re.compile(r"-\d+$")

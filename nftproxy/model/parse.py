@@ -445,14 +445,25 @@ def parse_node(obj: Mapping[str, Any]) -> Node | Skipped:
                     by_type[a["type"]].append(addr)
         meta = _map(obj.get("metadata"), "metadata")
         labels = _map(meta.get("labels"), "metadata.labels")
-        taints = _list(_map(obj.get("spec"), "spec").get("taints"), "spec.taints")
+        spec = _map(obj.get("spec"), "spec")
+        taints = _list(spec.get("taints"), "spec.taints")
         doomed = any(isinstance(t, Mapping) and t.get("key") == TO_BE_DELETED_TAINT for t in taints)
+        # the first podCIDR of each family, as kube-proxy's NodeCIDR detector (MapCIDRsByIPFamily,
+        # cidrs[0]); one it cannot parse is left out with a warning, as kube-proxy skips it
+        pod_cidrs: dict[int, IPNetwork] = {}
+        for i, value in enumerate(_list(spec.get("podCIDRs"), "spec.podCIDRs")):
+            net = parse_cidr_sloppy(value) if type(value) is str else None
+            if net is None:
+                warnings.append(_left_out(f"spec.podCIDRs[{i}]", f"invalid CIDR {value!r}", "Node"))
+            else:
+                pod_cidrs.setdefault(net.version, net)
         return Node(
             name=name,
             addresses=tuple(by_type["InternalIP"] + by_type["ExternalIP"]),
             labels=tuple(sorted((str(k), str(v)) for k, v in labels.items())),
             eligible=not meta.get("deletionTimestamp") and not doomed,
             warnings=tuple(warnings),
+            pod_cidrs=tuple(pod_cidrs[v] for v in sorted(pod_cidrs)),
         )
     except (_Invalid, KeyError) as e:
         return Skipped("Node", "", name or "?", str(e))

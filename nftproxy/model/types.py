@@ -91,6 +91,7 @@ class Node:
     # /healthz answers 503 otherwise, so load balancers drain the node; /livez does not)
     eligible: bool = True
     warnings: tuple[str, ...] = ()  # addresses left out (not IPs): reported, the Node still used
+    pod_cidrs: tuple[IPNetwork, ...] = ()  # spec.podCIDRs (--detect-local-mode NodeCIDR)
 
     @property
     def zone(self) -> str | None:

@@ -27,6 +27,7 @@ from datetime import datetime
 from typing import Any
 
 from nftproxy.compiler import ProxyConfig, features
+from nftproxy.compiler.config import NODE_CIDR
 from nftproxy.dataplane.sync import Dataplane
 from nftproxy.model.parse import (
     Ignored,
@@ -107,8 +108,24 @@ class ChangeTracker:
     def node_changed(self, obj: Mapping[str, Any]) -> None:
         node = parse_node(obj)
         self._report("Node", _meta_name(obj), node)
+        if isinstance(node, Node):
+            self._report("NodeCIDR", node.name, self._pod_cidrs_missing(node))
         if isinstance(node, Node) and node != self.node:
             self._queue(("node", node.name), node)
+
+    def _pod_cidrs_missing(self, node: Node) -> Skipped | None:
+        """--detect-local-mode NodeCIDR and a Node without spec.podCIDRs (not allocated yet):
+        reported until it has one. kube-proxy waits 5 minutes for it at start, then exits (and
+        restarts on any later change); nftproxy serves Services meanwhile with no local-traffic
+        detection (kube-proxy's no-op detector: ClusterIP traffic from outside the cluster is not
+        masqueraded, pods do not skip Local policies), and takes the podCIDRs as they come."""
+        if self.settings.proxy.detect_local_mode != NODE_CIDR or node.pod_cidrs:
+            return None
+        return Skipped(
+            "Node", "", node.name,
+            "no spec.podCIDRs: --detect-local-mode NodeCIDR cannot tell pod traffic apart until the Node has them "
+            "(ClusterIP traffic from outside the cluster is not masqueraded, pods do not skip Local policies)",
+        )  # fmt: skip
 
     def node_deleted(self) -> None:
         """Our Node is gone: /healthz answers 503 from now on (its rules stay: traffic goes on)."""

@@ -136,15 +136,23 @@ def endpoint_slice(
     return obj
 
 
-def node(name: str, addresses: Mapping[str, str] | Sequence[tuple[str, str]] = (), **labels: str) -> Obj:
-    """A Node with its addresses (type, address) and labels."""
+def node(
+    name: str,
+    addresses: Mapping[str, str] | Sequence[tuple[str, str]] = (),
+    pod_cidrs: Sequence[str] = (),
+    **labels: str,
+) -> Obj:
+    """A Node with its addresses (type, address), spec.podCIDRs (when given) and labels."""
     pairs = list(addresses.items()) if isinstance(addresses, Mapping) else list(addresses)
-    return {
+    obj: Obj = {
         "apiVersion": "v1",
         "kind": "Node",
         "metadata": {"name": name, "labels": dict(labels)},
         "status": {"addresses": [{"type": t, "address": a} for t, a in pairs]},
     }
+    if pod_cidrs:
+        obj["spec"] = {"podCIDR": pod_cidrs[0], "podCIDRs": list(pod_cidrs)}
+    return obj
 
 
 def service_cidr(name: str, *cidrs: str) -> Obj:

@@ -23,11 +23,11 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from nftproxy.compiler import features
 from nftproxy.operator import kube
@@ -175,7 +175,12 @@ class Proxy:
 class KubeProxyRef(Proxy):
     title = "kube-proxy"
 
-    def __init__(self, side: Side, cp: ControlPlane, workdir: Path) -> None:
+    def __init__(
+        self, side: Side, cp: ControlPlane, workdir: Path, local_config: Mapping[str, Any] | None = None
+    ) -> None:
+        """``local_config``: the KubeProxyConfiguration fields of local-traffic detection
+        (tests/support/detect_local.py; NftProxy gets the flags of the same dict); None: the
+        suite's, ClusterCIDR with the lab's pod CIDRs."""
         # localhost NodePorts: kube-proxy's userspace proxy behind its gate (alpha in 1.37), with
         # the keywords; nftproxy gets the same --nodeport-addresses and gates (NftProxy.start)
         self.kp = KubeProxy(
@@ -184,8 +189,9 @@ class KubeProxyRef(Proxy):
             cp.kubeconfig,
             workdir,
             node_ip=c.NODE4,
+            cluster_cidrs=(CLUSTER4, CLUSTER6) if local_config is None else (),
             nodeport_addresses=c.NODEPORT_ADDRESSES,
-            extra_config={"featureGates": FEATURE_GATES},
+            extra_config={"featureGates": FEATURE_GATES, **(local_config or {})},
         )
 
     def start(self) -> None:
@@ -211,11 +217,14 @@ class KubeProxyRef(Proxy):
 class NftProxy(Proxy):
     title = "nftproxy"
 
-    def __init__(self, side: Side, cp: ControlPlane, workdir: Path) -> None:
+    def __init__(self, side: Side, cp: ControlPlane, workdir: Path, local_flags: Sequence[str] | None = None) -> None:
+        """``local_flags``: the flags of local-traffic detection (tests/support/detect_local.py);
+        None: the suite's, --cluster-cidr with the lab's pod CIDRs."""
         self.netns = side.node.netns
         self.cp = cp
         self.log = workdir / "nftproxy.log"
         self.proc: subprocess.Popen[bytes] | None = None
+        self.local_flags = ["--cluster-cidr", f"{CLUSTER4},{CLUSTER6}"] if local_flags is None else list(local_flags)
 
     def start(self) -> None:
         argv = [
@@ -223,7 +232,7 @@ class NftProxy(Proxy):
             "--node-name", c.NODE,
             "--kubeconfig", str(self.cp.kubeconfig),
             "--netns", self.netns,
-            "--cluster-cidr", f"{CLUSTER4},{CLUSTER6}",
+            *self.local_flags,
             "--healthz-bind-address", f"{c.NODE4}:10256",
             "--metrics-bind-address", f"{c.NODE4}:10249",
             "--min-sync-period", "0",

@@ -136,16 +136,27 @@ def test_every_compiled_table_is_accepted_by_the_kernel(dry_run: DryRun, objs: l
 
 _NETS = S.shaped_networks().map(lambda xs: tuple(ip_network(x, strict=False) for x in xs))  # as the CLI parses
 _NODE_IPS = st.sampled_from([(), ("198.18.0.1",), ("198.18.0.1", "fd00:198:18::1"), ("::ffff:198.18.0.1",)])
+# --detect-local-mode with its interface (the longest name the kernel takes, and every character
+# it allows that nft might mind)
+_LOCAL_MODES = st.sampled_from(
+    [("ClusterCIDR", ""), ("NodeCIDR", ""), ("BridgeInterface", "cbr0"), ("BridgeInterface", "br.pods-0_1@xyz"),
+     ("InterfaceNamePrefix", "veth"), ("InterfaceNamePrefix", "a-very.long_if$")]
+)  # fmt: skip
 
 
 @st.composite
 def shaped_config(draw: Any) -> ProxyConfig:
-    """A config whose networks have the shapes of real input (--cluster-cidr, --nodeport-addresses
-    take host bits, /0, host prefixes, both families; the node's IPs may be IPv4-mapped)."""
+    """A config whose networks have the shapes of real input (--cluster-cidr, --nodeport-addresses,
+    the Node's podCIDRs take host bits, /0, host prefixes, both families; the node's IPs may be
+    IPv4-mapped), under each --detect-local-mode."""
     return ProxyConfig(
         node_name=draw(st.sampled_from(S.NODES)),
         node_ips=tuple(ip_address(a) for a in draw(_NODE_IPS)),
         cluster_cidrs=draw(_NETS),
+        detect_local_mode=(mode := draw(_LOCAL_MODES))[0],
+        pod_bridge_interface=mode[1] if mode[0] == "BridgeInterface" else "",
+        pod_interface_name_prefix=mode[1] if mode[0] == "InterfaceNamePrefix" else "",
+        node_pod_cidrs=draw(_NETS),
         nodeport_addresses=draw(_NETS),
         masquerade_all=draw(st.booleans()),
         enabled_gates=draw(st.sampled_from([frozenset(), frozenset({features.LOCALHOST_NODEPORTS})])),

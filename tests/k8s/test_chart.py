@@ -93,6 +93,8 @@ BAD_VALUES: list[tuple[list[str], list[str]]] = [
     (["clusterCIDR={10.0.0.0/33}"], [SCHEMA, "at '/clusterCIDR/0': '10.0.0.0/33' does not match pattern"]),
     (["nodePortAddresses={nodes}"], [SCHEMA, "at '/nodePortAddresses/0'"]),
     (["masqueradeAll=maybe"], [SCHEMA, "at '/masqueradeAll': got string, want boolean"]),
+    (["detectLocalMode=PodCIDR"], [SCHEMA, "at '/detectLocalMode'"]),
+    (["detectLocal.interfaceNamePrefix=veth*"], [SCHEMA, "at '/detectLocal/interfaceNamePrefix'"]),
     (["apiServer.port=99999"], [SCHEMA, "at '/apiServer/port'"]),
     (["apiServer.host=https://api:6443"], [SCHEMA, "at '/apiServer/host'"]),
     (["image.pullPolicy=Sometimes"], [SCHEMA, "at '/image/pullPolicy'"]),
@@ -268,6 +270,8 @@ def test_daemonset_values(helm: Helm) -> None:
             "clusterCIDR={10.244.0.0/16,fd00:10:244::/56}",
             "nodePortAddresses={192.168.0.0/16}",
             "masqueradeAll=true",
+            "detectLocalMode=InterfaceNamePrefix",
+            "detectLocal.interfaceNamePrefix=eni",
             "minSyncPeriod=500ms",
             "syncPeriod=1m",
             "logLevel=debug",
@@ -309,6 +313,9 @@ def test_daemonset_values(helm: Helm) -> None:
     assert env["NFTPROXY_CLUSTER_CIDR"] == "10.244.0.0/16,fd00:10:244::/56"
     assert env["NFTPROXY_NODEPORT_ADDRESSES"] == "192.168.0.0/16"
     assert env["NFTPROXY_MASQUERADE_ALL"] == "true"
+    assert env["NFTPROXY_DETECT_LOCAL_MODE"] == "InterfaceNamePrefix"
+    assert env["NFTPROXY_POD_INTERFACE_NAME_PREFIX"] == "eni"
+    assert "NFTPROXY_POD_BRIDGE_INTERFACE" not in env  # unset values are left out
     assert env["NFTPROXY_MIN_SYNC_PERIOD"] == "500ms"
     assert env["NFTPROXY_SYNC_PERIOD"] == "1m"
     assert env["NFTPROXY_LOG_LEVEL"] == "debug"

@@ -16,7 +16,8 @@ The walk follows netfilter for a new connection (``ct state new`` is true, nat c
   then comes back through lo (the filter chains of prerouting, and input; NAT is set up already).
 
 A verdict map, ``jump``/``goto``/``return``, sets (concatenations, interval sets with prefixes),
-an address compared with a prefix (``ip daddr 127.0.0.0/8``), named counters (a no-op),
+an address compared with a prefix (``ip daddr 127.0.0.0/8``), ``iifname`` (with nft's ``*``
+wildcard; the packet's ``iif``), named counters (a no-op),
 ``fib … type local`` (by the addresses the tracer is told are the node's), packet marks, ``ct
 status dnat``, DNAT through endpoint maps, masquerade, and ``update @affinity`` (kept by the
 tracer, so a second trace of the same client follows it) are interpreted. ``numgen`` and
@@ -44,13 +45,16 @@ class Unsupported(ValueError):
 
 @dataclass(frozen=True)
 class Packet:
-    """The first packet of a connection; ``local``: sent by the node itself (the output path)."""
+    """The first packet of a connection; ``local``: sent by the node itself (the output path);
+    ``iif``: the interface an arriving packet came in on (``iifname``; none on the output path,
+    ``lo`` when a local packet comes back in)."""
 
     src: str
     dst: str
     port: int
     proto: str = "tcp"
     local: bool = False
+    iif: str = "eth0"
 
 
 @dataclass(frozen=True)
@@ -139,6 +143,13 @@ class _State:
     hook: str = ""
     path: list[str] = field(default_factory=list)
 
+    def iif(self) -> str:
+        """The input interface's name as ``iifname`` sees it here: none on the output path, ``lo``
+        for the node's own packet coming back in, else the one it arrived on."""
+        if not self.packet.local:
+            return self.packet.iif
+        return "lo" if self.hook in ("prerouting", "input") else ""
+
 
 Value = str | int
 Expr = Callable[[_State], Value]
@@ -225,6 +236,23 @@ class _Parser:
             self.take("==")
             want = int(self.take(), 0)
             return self.test(lambda s: s.mark & mask, {want}, negate=False)
+        if tok == "iifname":  # `iifname [!=] "name"`, a trailing * matching any rest (nft's wildcard)
+            self.take()
+            negate = self.peek() == "!="
+            if negate:
+                self.take()
+            quoted = self.take()
+            if not (len(quoted) > 2 and quoted[0] == quoted[-1] == '"'):
+                self.fail(f"iifname with {quoted}, not a quoted name")
+            pattern = quoted[1:-1]
+
+            def iifname(s: _State) -> None:
+                name = s.iif()
+                hit = name.startswith(pattern[:-1]) if pattern.endswith("*") else name == pattern
+                if hit == negate:
+                    raise _NoMatch
+
+            return iifname
         if tok == "fib":
             self.take()
             which = self.take("saddr", "daddr")

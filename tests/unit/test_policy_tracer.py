@@ -15,7 +15,7 @@ import functools
 
 import pytest
 
-from nftproxy.compiler import skeleton
+from nftproxy.compiler import names, skeleton
 from nftproxy.nft.objects import Chain, Family, Table
 from testkit.k8s import objects as k
 from tests.support.policy_lab import (
@@ -271,7 +271,8 @@ def _table(objs: list[k.Obj], *flags: str) -> Table:
 
 def test_every_rule_our_compiler_can_write_is_understood() -> None:
     """Every per-count template of every kind and algorithm (what the table comment digests),
-    under each masquerade setting (compiler/render.py), with and without pod CIDRs, with and
+    under each masquerade setting (compiler/render.py: each local-traffic detector), with and
+    without the detector's Local-policy short-circuit, with and
     without the localhost NodePort checks (--nodeport-addresses localhost): the tracer
     parses all of it (it raises on the first rule it does not understand)."""
     for family in Family:
@@ -279,9 +280,14 @@ def test_every_rule_our_compiler_can_write_is_understood() -> None:
             None,
             "jump mark-for-masquerade",
             f"{family.value} saddr != @cluster-cidrs jump mark-for-masquerade",
+            f"{family.value} saddr != @node-pod-cidrs jump mark-for-masquerade",
+            'iifname != "cbr0" jump mark-for-masquerade',
+            'iifname != "veth*" jump mark-for-masquerade',
         ):
+            pod_set = names.NODE_POD_CIDRS if "node-pod-cidrs" in (masquerade or "") else names.CLUSTER_CIDRS
+            local = masquerade.split(" jump")[0].replace(" != ", " ") if masquerade and "!=" in masquerade else None
             for pods, rejected in ((False, ()), (True, ()), (True, ("udp", "sctp")), (True, ("tcp", "udp", "sctp"))):
-                sets = {s.name: s for s in skeleton.base_sets(family, rejected)}
+                sets = {s.name: s for s in skeleton.base_sets(family, rejected, pod_set=pod_set)}
                 chains = {c.name: c for c in skeleton.base_chains(family, rejected)}
                 counters = {c.name: c for c in skeleton.base_counters(rejected)}
                 kinds = [
@@ -293,7 +299,7 @@ def test_every_rule_our_compiler_can_write_is_understood() -> None:
                 kinds += [(f"{kind}@sh", 2) for kind in skeleton.KINDS[:4]]
                 kinds += [("rr-entry", 0), ("rr:0123456789s", 2), ("rr:0123456789", 3)]
                 for kind, n in kinds:
-                    ss, cs = skeleton.count_objects(family, kind, n, masquerade, pods)
+                    ss, cs = skeleton.count_objects(family, kind, n, masquerade, local if pods else None)
                     sets.update((s.name, s) for s in ss)
                     chains.update((c.name, c) for c in cs)
                 tracer = Tracer(Table(family, "t", "", chains, sets, {}, counters=counters), [])
