@@ -251,6 +251,30 @@ def test_workload_services_answer_from_pods_nodes_and_outside(web: RealCluster) 
     assert "TimeoutError" in (e.value.stderr or "") or "timed out" in (e.value.stderr or "")
 
 
+def test_nftproxy_list_in_each_nodes_pod_shows_what_its_kernel_serves(web: RealCluster) -> None:
+    """As an operator runs it: `kubectl exec` into the nftproxy pod on a node, `nftproxy list`.
+    The web Service's ClusterIP is listed with the web pods as its backends, read from that
+    node's kernel tables (the pod's own credentials and network: no kubeconfig, no --netns)."""
+    c = web
+    ip = w.cluster_ip(c, "web")
+    want = set(web_pods(c).values())
+    for node, pod in w.nftproxy_pods(c).items():
+        argv = ["exec", "-n", w.NAMESPACE, pod["metadata"]["name"], "--", "nftproxy", "list"]
+
+        def listed(argv: list[str] = argv) -> list[dict[str, Any]] | None:
+            rows = [
+                r
+                for r in json.loads(c.kubectl(*argv, "-o", "json"))["frontends"]
+                if r["service"] == "default/web" and r["address"] == ip
+            ]
+            return rows if {b["address"] for r in rows for b in r["backends"]} == want else None
+
+        rows = eventually(listed, timeout=60, what=f"web's ClusterIP and its pods in {node}'s `nftproxy list`")
+        assert [(r["type"], r["port"], r["protocol"], r["state"]) for r in rows] == [("ClusterIP", 80, "TCP", "active")]
+        text = c.kubectl(*argv)
+        assert any("default/web" in line and f"{ip}:80/TCP" in line for line in text.splitlines()), text
+
+
 def test_workload_rolling_update_under_traffic_fails_no_request(web: RealCluster) -> None:
     c = web
     before = set(web_pods(c))
