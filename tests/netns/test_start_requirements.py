@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -53,6 +54,12 @@ def tables(netns: str) -> str:
     return r.stdout
 
 
+def refusal(stderr: str) -> list[str]:
+    """The lines of a refused start but its log lines: the version and the effective configuration
+    are logged first (as kube-proxy's "Version info"), then the one line of the refusal."""
+    return [line for line in stderr.splitlines() if not re.match(r"^\d{4}-\d\d-\d\d \S+ (INFO|WARNING) ", line)]
+
+
 def test_run_refuses_a_kernel_older_than_5_13(kubeconfig: str) -> None:
     old = ["setarch", platform.machine(), "--uname-2.6"]  # uname answers 2.6.x: an "old kernel"
     release = subprocess.run([*old, "uname", "-r"], capture_output=True, text=True, check=True)
@@ -60,7 +67,7 @@ def test_run_refuses_a_kernel_older_than_5_13(kubeconfig: str) -> None:
     with bare_netns("req") as ns:
         r = run_in(ns, old, kubeconfig)
         assert r.returncode == 1, r
-        assert r.stderr.splitlines() == [
+        assert refusal(r.stderr) == [
             f"nftproxy: needs Linux 5.13 or later (as kube-proxy's nftables mode), this node runs "
             f"{release.stdout.strip()}; KUBE_PROXY_NFTABLES_SKIP_KERNEL_VERSION_CHECK=1 skips this check"
         ]
@@ -73,7 +80,7 @@ def test_run_refuses_without_cap_net_admin(kubeconfig: str) -> None:
     with bare_netns("req") as ns:
         r = run_in(ns, nobody, kubeconfig)
         assert r.returncode == 1, r
-        assert r.stderr.splitlines() == [
+        assert refusal(r.stderr) == [
             "nftproxy: nf_tables is not usable here: Operation not permitted (needs the kernel's nf_tables, "
             "libnftables and CAP_NET_ADMIN in the node's network namespace)"
         ]
