@@ -419,6 +419,21 @@ class NetLab:
         """Run ``ip`` commands (one per argument, without the leading ``ip``) in ``netns``."""
         self._ip(_ns(netns), *lines)
 
+    def bridge_pod(self, node: Node, pod: Pod, bridge: str = "cbr0") -> None:
+        """Moves ``pod``'s node side onto a bridge (its veth a port of it, the gateway address on
+        the bridge): packets from the pod then come in on ``bridge`` (kube-proxy's
+        detectLocalMode BridgeInterface)."""
+        self.ip(
+            node,
+            f"link add {bridge} type bridge",
+            f"link set {bridge} up",
+            f"addr del {node.gateway4}/32 dev {pod.host_iface}",
+            f"addr del {node.gateway6}/128 dev {pod.host_iface}",
+            f"link set {pod.host_iface} master {bridge}",
+            f"addr add {node.gateway4}/32 dev {bridge}",
+            f"route replace {pod.ipv4}/32 dev {bridge}",
+        )
+
     # ----------------------------------------------------------------- topology
 
     def add_node(self, name: str, index: int) -> Node:

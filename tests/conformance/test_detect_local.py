@@ -28,7 +28,7 @@ import pytest
 
 from testkit.k8s import objects as k
 from testkit.k8s.controlplane import ControlPlane
-from testkit.lab.netlab import EXTERNAL4, Host, NetLab, Node, Pod, cleanup_stale
+from testkit.lab.netlab import EXTERNAL4, Host, NetLab, cleanup_stale
 from tests.conformance import cases as c
 from tests.conformance.harness import (
     CRD,
@@ -55,27 +55,13 @@ def build(lab: NetLab) -> dict[str, Host]:
     srv, here, bridged = (lab.add_pod(n1, name, tcp=(8080,), udp=()) for name in ("srv", "here", "bridged"))
     there = lab.add_pod(n2, "there", tcp=(8080,), udp=())
     ext = lab.add_client("ext", 100, via=n1)
-    _bridge(lab, n1, bridged)
+    lab.bridge_pod(n1, bridged)
     lab.ip(n2, f"route replace 10.96.0.0/16 via {n1.ipv4} dev eth0")  # node-2's pods: via node-1
     lab.ip(ext, f"route add 10.96.0.0/16 via {n1.ipv4} dev eth0")
     # a real node has a default route: LB IPs it does not DNAT go to a router (ext, which does not
     # forward) instead of failing routing, so a proxy's filter drop is seen as such (a timeout)
     lab.ip(n1, f"route add {EXTERNAL4} via {ext.ipv4} dev eth0")
     return {"node": n1, "srv": srv, "here": here, "bridged": bridged, "there": there, "ext": ext}
-
-
-def _bridge(lab: NetLab, node: Node, pod: Pod) -> None:
-    """``pod``'s node side onto the bridge cbr0: its packets come in on cbr0."""
-    lab.ip(
-        node,
-        "link add cbr0 type bridge",
-        "link set cbr0 up",
-        f"addr del {node.gateway4}/32 dev {pod.host_iface}",
-        f"addr del {node.gateway6}/128 dev {pod.host_iface}",
-        f"link set {pod.host_iface} master cbr0",
-        f"addr add {node.gateway4}/32 dev cbr0",
-        f"route replace {pod.ipv4}/32 dev cbr0",
-    )
 
 
 def objects(hosts: dict[str, Host]) -> list[k.Obj]:

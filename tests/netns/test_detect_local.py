@@ -76,21 +76,6 @@ class Lab:
         return r.pod or str(r.error)
 
 
-def bridge_pod(lab: NetLab, node: nl.Node, pod: Pod) -> None:
-    """Moves ``pod``'s node side onto a bridge cbr0 (its veth a port of it, the gateway address
-    on the bridge): packets from the pod then come in on cbr0."""
-    lab.ip(
-        node,
-        "link add cbr0 type bridge",
-        "link set cbr0 up",
-        f"addr del {node.gateway4}/32 dev {pod.host_iface}",
-        f"addr del {node.gateway6}/128 dev {pod.host_iface}",
-        f"link set {pod.host_iface} master cbr0",
-        f"addr add {node.gateway4}/32 dev cbr0",
-        f"route replace {pod.ipv4}/32 dev cbr0",
-    )
-
-
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     cleanup_stale()
@@ -99,24 +84,12 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
         srv, here, bridged = (netlab.add_pod(node1, name, tcp=(8080,), udp=()) for name in ("srv", "here", "bridged"))
         there = netlab.add_pod(node2, "there", tcp=(8080,), udp=())
         ext = netlab.add_client("ext", 100, via=node1)
-        bridge_pod(netlab, node1, bridged)
+        netlab.bridge_pod(node1, bridged)
         netlab.ip(node2, "route replace 10.96.0.0/16 via 198.18.0.1 dev eth0")  # node2's pods: via node1
         netlab.ip(ext, "route add 10.96.0.0/16 via 198.18.0.1 dev eth0")
-        http = [k.port(8080, "http")]
         objs = [
             k.node("node1", {"InternalIP": node1.ipv4}, pod_cidrs=(node1.pod_cidr4,)),
-            k.service("web", [CLUSTER_IP], [k.port(80, "http")]),
-            k.endpoint_slice("web", "web", [k.endpoint(srv.ipv4, node="node1")], http),
-            k.service(
-                "lb-local",
-                ["10.96.5.20"],
-                [k.port(80, "http", node_port=30520)],
-                type="LoadBalancer",
-                lb_ips=[LB_IP],
-                externalTrafficPolicy="Local",
-                healthCheckNodePort=32520,
-            ),
-            k.endpoint_slice("lb-local", "lb-local", [k.endpoint(there.ipv4, node="node2")], http),
+            *_services(srv.ipv4, there.ipv4, there_node="node2"),
         ]
         manifest = k.write(tmp_path_factory.mktemp("detect") / "objects.yaml", objs)
         yield Lab(netlab, node1, srv, here, bridged, there, ext, manifest, objs)
@@ -169,7 +142,7 @@ def test_the_kernel_lists_each_modes_rules_back_as_compiled(mode: str) -> None:
     node = parse_node(k.node("node1", {"InternalIP": "198.18.0.1"}, pod_cidrs=("10.244.1.0/24",)))
     assert isinstance(node, NodeInfo)
     config = config.for_node(node)
-    manifest = classify(_objects_for_readback())
+    manifest = classify(_services("10.244.1.2", "10.244.1.3", there_node="node1"))
     with bare_netns("ndl") as netns:
         backend = KernelBackend(netns)
         try:
@@ -207,11 +180,13 @@ def test_the_kernel_lists_each_modes_rules_back_as_compiled(mode: str) -> None:
             backend.close()
 
 
-def _objects_for_readback() -> list[k.Obj]:
+def _services(web_pod: str, lb_pod: str, there_node: str) -> list[k.Obj]:
+    """The ClusterIP Service "web" (its endpoint on node1) and the Local-policy LoadBalancer
+    "lb-local" (its endpoint on ``there_node``)."""
     http = [k.port(8080, "http")]
     return [
         k.service("web", [CLUSTER_IP], [k.port(80, "http")]),
-        k.endpoint_slice("web", "web", [k.endpoint("10.244.1.2", node="node1")], http),
+        k.endpoint_slice("web", "web", [k.endpoint(web_pod, node="node1")], http),
         k.service(
             "lb-local",
             ["10.96.5.20"],
@@ -221,5 +196,5 @@ def _objects_for_readback() -> list[k.Obj]:
             externalTrafficPolicy="Local",
             healthCheckNodePort=32520,
         ),
-        k.endpoint_slice("lb-local", "lb-local", [k.endpoint("10.244.1.3", node="node1")], http),
+        k.endpoint_slice("lb-local", "lb-local", [k.endpoint(lb_pod, node=there_node)], http),
     ]
