@@ -7,6 +7,7 @@ import os
 import sys
 import time
 from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any
 
 from nftproxy.cli.flags import feature_gates
@@ -35,13 +36,13 @@ def with_cluster_gates(api: kube.Client, config: ProxyConfig, overrides: Mapping
 
 
 def verify_once(
-    api: kube.Client, backend: Backend, config: ProxyConfig, gates: Mapping[str, bool] | None = None
+    api: kube.Client, backend: Backend, config: ProxyConfig, gates: Mapping[str, bool] = MappingProxyType({})
 ) -> Report:
     """Read the API, then the kernel, and compare (what changes in between shows as a difference:
-    callers checking a live cluster retry, see ``main``'s --wait). ``gates``: --feature-gates,
-    over the defaults of the cluster's version (None: ``config``'s gates as they are)."""
-    if gates is not None:
-        config = with_cluster_gates(api, config, gates)
+    callers checking a live cluster retry, see ``main``'s --wait). The feature gates are those
+    ``run`` has on this cluster: its version's defaults (e.g. localhost NodePorts from 1.38), with
+    ``gates`` (--feature-gates) over them."""
+    config = with_cluster_gates(api, config, gates)
     assert config.node_name
     services, slices, node, cidrs = read_api(api, config.node_name)
     desired, tainted = expected(services, slices, node, config, cidrs)
