@@ -181,9 +181,9 @@ class Prometheus:
         self.log = workdir / "prometheus.log"
         self.data = workdir / "data"
 
-    def start(self, config: Obj, rule_files: dict[str, Obj], timeout: float = 30.0) -> None:
+    def start(self, config: Obj, rule_files: dict[str, Obj], flags: Sequence[str] = (), timeout: float = 30.0) -> None:
         """Write CONFIG (rule_files added) and the RULE_FILES (name -> rule file), start the
-        server and wait until it is ready."""
+        server (FLAGS: more command-line flags) and wait until it is ready."""
         self.workdir.mkdir(parents=True, exist_ok=True)
         for name, doc in rule_files.items():
             (self.workdir / name).write_text(yaml.safe_dump(doc, sort_keys=False))
@@ -198,6 +198,7 @@ class Prometheus:
             f"--storage.tsdb.path={self.data}",
             f"--web.listen-address=127.0.0.1:{self.port}",
             "--log.level=info",
+            *flags,
         ]
         self.pid = procs.spawn(argv, self.log, self.cgroup)
         deadline = time.monotonic() + timeout

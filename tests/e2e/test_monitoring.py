@@ -16,11 +16,12 @@ role endpoints against the cluster's API server, not static targets: the client 
 the API server's advertised address (APISERVER_IP, in the API server certificate) and
 authenticates with a token of a ServiceAccount holding the read-only role kube-prometheus gives
 its Prometheus (services, endpoints, endpointslices, pods). So discovery, relabeling and the
-targets' disappearance when the pods go are Prometheus' own, as in a real installation. Two
-deviations from the operator's config, both for time: the scrape and rule evaluation interval is
-1 s (the ServiceMonitor says 30 s), and every rule's ``for:`` is FOR (the mixin's and the chart's
-say 5 to 15 minutes); the rules' expressions, labels and annotations are the sources' unchanged
-(asserted below).
+targets' disappearance when the pods go are Prometheus' own, as in a real installation. Deviations
+from the operator's Prometheus, all for time: the scrape and rule evaluation interval is 1 s (the
+ServiceMonitor says 30 s), every rule's ``for:`` is FOR (the mixin's and the chart's say 5 to 15
+minutes; the rules' expressions, labels and annotations are the sources' unchanged, asserted
+below), and discovery's changes reach the scrape manager within 1 s (its hidden flag
+--scrape.discovery-reload-interval, 5 s by default).
 
 Rule files: the kubernetes-mixin's kube-proxy alerts (tests/monitoring/kubernetes-mixin-kube-proxy.yaml)
 and the PrometheusRule's groups. Checked over Prometheus' HTTP API: every node's target is
@@ -251,7 +252,8 @@ def monitored(cluster: RealCluster, tmp_path_factory: pytest.TempPathFactory) ->
             "global": {"scrape_interval": INTERVAL, "evaluation_interval": INTERVAL},
             "scrape_configs": scrape,
         }
-        prom.start(config, rule_files)
+        # the scrape manager applies discovery's changes every 5 s by default: 1 s here (time)
+        prom.start(config, rule_files, flags=["--scrape.discovery-reload-interval=1s"])
         timings["prometheus ready"] = time.monotonic() - t0
         instances = {n.name: f"{n.ip}:10249" for n in c.nodes}
 
