@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 import sys
 import time
@@ -78,7 +79,10 @@ JOB = "kube-proxy"  # the chart's serviceMonitor.jobName default: the mixin's ku
 INTERVAL = "1s"  # scrape and rule evaluation (the ServiceMonitor's is 30s)
 FOR = "5s"  # every rule's `for:` (the sources': 5m to 15m); expressions unchanged
 SA, SA_NAMESPACE, ROLE = "prometheus-e2e", "default", "nftproxy-e2e-prometheus"
-WORKLOAD = "promweb"  # a Service and its pod, created while Prometheus scrapes: syncs to observe
+# A Service and its pods, created while Prometheus scrapes: syncs to observe. Named anew by each
+# run: the EndpointSlice controller leaves out the last-change-trigger-time of a Service
+# re-created under the name of one it tracked a moment before, and no latency is observed then.
+WORKLOAD = f"promweb-{os.getpid()}"
 
 # The kubernetes-mixin's Proxy dashboard: its queries verbatim, with their source, in one list.
 DASHBOARD = yaml.safe_load((REPO / "tests" / "monitoring" / "kubernetes-mixin-proxy-dashboard.yaml").read_text())
@@ -160,34 +164,45 @@ def prometheus_rbac() -> str:
     return json.dumps({"apiVersion": "v1", "kind": "List", "items": objs})
 
 
-def workload() -> str:
-    """A Service and its one echo pod on node-1: EndpointSlice changes with a trigger time, which
-    every node's nftproxy programs (syncs, network programming latency)."""
-    pod = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": WORKLOAD, "namespace": "default", "labels": {"app": WORKLOAD}},
-        "spec": {
-            "nodeSelector": {"kubernetes.io/hostname": "node-1"},
-            "terminationGracePeriodSeconds": 0,
-            "containers": [
-                {
-                    "name": "echo",
-                    "image": "localhost/nftproxy-echo:1",
-                    "imagePullPolicy": "Never",
-                    "ports": [{"containerPort": 8080, "name": "http"}],
-                    "readinessProbe": {"httpGet": {"path": "/", "port": 8080}, "periodSeconds": 1},
-                }
-            ],
-        },
-    }
-    svc = {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": {"name": WORKLOAD, "namespace": "default"},
-        "spec": {"selector": {"app": WORKLOAD}, "ports": [{"port": 80, "targetPort": "http"}]},
-    }
-    return json.dumps({"apiVersion": "v1", "kind": "List", "items": [svc, pod]})
+def workload(pod: str | None = None) -> str:
+    """The Service WORKLOAD, or one more echo pod behind it (on node-1): EndpointSlice changes
+    with a trigger time, which every node's nftproxy programs (syncs, network programming
+    latency)."""
+    if pod is None:
+        return json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Service",
+                "metadata": {"name": WORKLOAD, "namespace": "default"},
+                "spec": {"selector": {"app": WORKLOAD}, "ports": [{"port": 80, "targetPort": "http"}]},
+            }
+        )
+    return json.dumps(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": pod, "namespace": "default", "labels": {"app": WORKLOAD}},
+            "spec": {
+                "nodeSelector": {"kubernetes.io/hostname": "node-1"},
+                "terminationGracePeriodSeconds": 0,
+                "containers": [
+                    {
+                        "name": "echo",
+                        "image": "localhost/nftproxy-echo:1",
+                        "imagePullPolicy": "Never",
+                        "ports": [{"containerPort": 8080, "name": "http"}],
+                        "readinessProbe": {"httpGet": {"path": "/", "port": 8080}, "periodSeconds": 1},
+                    }
+                ],
+            },
+        }
+    )
+
+
+def programming_counts(prom: Prometheus) -> dict[str, float]:
+    """instance -> its network programming latencies observed, as last scraped."""
+    q = f'sum by (instance) (kubeproxy_network_programming_duration_seconds_count{{job="{JOB}"}})'
+    return {s["metric"]["instance"]: float(s["value"][1]) for s in prom.query(q)}
 
 
 def free_port_in(c: RealCluster) -> int:
@@ -264,26 +279,35 @@ def monitored(cluster: RealCluster, tmp_path_factory: pytest.TempPathFactory) ->
         up = eventually(all_up, timeout=60, what=f'up{{job="{JOB}"}} == 1 for every node')
         pods = {node: p["metadata"]["name"] for node, p in w.nftproxy_pods(c).items()}
         timings["every target up"] = time.monotonic() - t0
-        # syncs to observe: a Service and its pod, on every node (rates need two samples around them)
-        before = {
-            s["metric"]["instance"]: float(s["value"][1])
-            for s in prom.query(
-                f'sum by (instance) (kubeproxy_network_programming_duration_seconds_count{{job="{JOB}"}})'
-            )
-        }
+        # Latencies to observe, while Prometheus scrapes: a Service, then pods behind it, one at a
+        # time, until every node's latency count has grown after its first scraped sample (the
+        # histogram's series, per ip_family as kube-proxy's, appear with a node's first
+        # observation: only a later one is an increase rate() sees). A pod's readiness is an
+        # EndpointSlice change with a trigger time, but the controller stamps one only when it
+        # is a whole second later than the last it recorded for the Service (trigger times are
+        # in seconds): a pod Ready within the same second as the change before it is left
+        # unstamped, hence a pause before each pod, and more than one pod when needed.
         c.kubectl("apply", "-f", "-", input=workload())
-        c.kubectl("wait", "--for=condition=Ready", f"pod/{WORKLOAD}", "--timeout=60s")
+        first: dict[str, float] = {}
 
-        def programmed() -> dict[str, float] | None:
-            now = {
-                s["metric"]["instance"]: float(s["value"][1])
-                for s in prom.query(
-                    f'sum by (instance) (kubeproxy_network_programming_duration_seconds_count{{job="{JOB}"}})'
-                )
-            }
-            return now if all(now.get(i, 0) > before.get(i, 0) for i in instances.values()) else None
+        def grown() -> dict[str, float] | None:
+            now = programming_counts(prom)
+            for i, n in now.items():
+                first.setdefault(i, n)
+            return now if all(now.get(i, 0) > first.get(i, math.inf) for i in instances.values()) else None
 
-        eventually(programmed, timeout=30, what="a network programming latency observed by every node, scraped")
+        for n in range(1, 5):
+            time.sleep(1.1)
+            pod = f"{WORKLOAD}-{n}"
+            c.kubectl("apply", "-f", "-", input=workload(pod))
+            c.kubectl("wait", "--for=condition=Ready", f"pod/{pod}", "--timeout=60s")
+            try:
+                eventually(grown, timeout=5, what=f"{pod}'s network programming observed on every node, scraped")
+                break
+            except AssertionError:
+                if n == 4:
+                    raise
+        log(f"    {n} pods behind the Service until every node's latency count grew")
         timings["workload programmed"] = time.monotonic() - t0
         yield {
             "prometheus": prom,
@@ -299,7 +323,8 @@ def monitored(cluster: RealCluster, tmp_path_factory: pytest.TempPathFactory) ->
         }
     finally:
         prom.stop()
-        c.kubectl("delete", "service,pod", WORKLOAD, "-n", "default", "--wait=false", check=False)
+        c.kubectl("delete", "service", WORKLOAD, "-n", "default", "--wait=false", check=False)
+        c.kubectl("delete", "pod", "-l", f"app={WORKLOAD}", "-n", "default", "--wait=false", check=False)
         uninstall_and_clean(c)
         c.kubectl("delete", "--ignore-not-found", "-f", "-", input=prometheus_rbac(), check=False)
         for crd in CRDS:
