@@ -27,7 +27,9 @@ Rule files: the kubernetes-mixin's kube-proxy alerts (tests/monitoring/kubernete
 and the PrometheusRule's groups. Checked over Prometheus' HTTP API: every node's target is
 ``up{job="kube-proxy"} == 1`` with the labels the operator gives; each query of the mixin's Proxy
 dashboard (tests/monitoring/kubernetes-mixin-proxy-dashboard.yaml, verbatim from its source)
-returns data for every node, except what nftproxy cannot give (NO_DATA, with the reason); no down
+returns data (for every node where it draws a line per target), except what nftproxy cannot give
+(NO_DATA, with the reason) and what shows only after such requests (OPTIONAL: API answers other
+than 2xx, POSTs, which nftproxy makes only to create its ProxyStatus or an Event); no down
 alert is active while nftproxy runs; then the DaemonSet is scaled away (a nodeSelector no node
 matches) and the mixin's KubeProxyDown and the chart's NftproxyDown fire. The chart's
 NftproxyTargetDown (and the mixin's KubeProxyInstanceUnreachable) select ``up == 0``, a target
