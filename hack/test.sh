@@ -18,10 +18,11 @@ bash hack/e2e-tools.sh
 bash hack/crds.sh
 # trixie's nft in a chroot (cached), for tests/netns/test_nft_versions.py: the image's nft and this machine's
 bash hack/trixie-nft.sh
-# ---- a separate step: Prometheus' promtool (cached), for tests/monitoring (the chart's alerts
-# checked by `promtool check rules` and `promtool test rules`). Its first build costs minutes on a
-# fresh machine (docs/testing.md); PROM_TOOLS="promtool prometheus" also builds the Prometheus server.
-PROM_TOOLS=${PROM_TOOLS:-promtool} bash hack/prom-tools.sh
+# ---- a separate step: Prometheus' promtool and server (cached), in one `go install`: promtool for
+# tests/monitoring (the chart's alerts checked by `promtool check rules` and `promtool test rules`),
+# the server for tests/e2e/test_monitoring.py (a real Prometheus scraping nftproxy on the real
+# cluster). Their first build costs minutes on a fresh machine (docs/testing.md).
+PROM_TOOLS=${PROM_TOOLS:-promtool prometheus} bash hack/prom-tools.sh
 # the oldest and the newest Kubernetes the chart claims (Chart.yaml kubeVersion): their apiservers,
 # for tests/k8s/test_chart_versions.py. They build beside the checks and the tests, at the lowest
 # CPU priority (the tests' processes go first); the tests that use them wait for
