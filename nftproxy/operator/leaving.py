@@ -10,7 +10,8 @@ runs a pod on this node:
 
 then nftproxy is leaving this node for good: it waits (at most ``WAIT`` seconds) for another
 proxy's rules on the node (kube-proxy's, ``migration.detect``), so that Services are answered
-throughout, then deletes its own tables. Anything else (a rolling update, a restart, an
+throughout, then deletes its own tables, unless another nftproxy has started on the node
+meanwhile (a reinstall: it claims the tables, ``sockets.Claim``). Anything else (a rolling update, a restart, an
 eviction, a drain, an apiserver that does not answer, a Node that cannot be read) keeps them:
 the next nftproxy on this node adopts them.
 
@@ -29,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from nftproxy.operator import kube
+from nftproxy.operator.sockets import Claim
 
 log = logging.getLogger("nftproxy.leaving")
 
@@ -224,18 +226,24 @@ def _first_line(e: BaseException) -> str:
 def leave(
     other_proxy: Callable[[], object | None],
     remove: Callable[[], list[str]],
+    claim: Claim,
     wait: float = WAIT,
     poll: float = 0.5,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
-) -> None:
+) -> bool:
     """Wait up to ``wait`` seconds until ``other_proxy()`` finds another proxy's rules, then
-    ``remove()`` our tables (what it returns: what was removed), logging each step."""
+    ``remove()`` our tables (what it returns: what was removed), logging each step. Unless
+    another nftproxy claims the tables meanwhile (``claim``: released by the caller at the stop):
+    then they are its own and stay. True: removed."""
     deadline = clock() + wait
     found = other_proxy()
-    while found is None and clock() < deadline:
+    while found is None and clock() < deadline and not claim.taken_elsewhere():
         sleep(poll)
         found = other_proxy()
+    if not claim.take():
+        log.info("another nftproxy runs on this node now: the tables are its own and stay")
+        return False
     places = getattr(found, "places", None)
     if found is not None:
         log.info("another proxy's rules are on this node (%s): removing nftproxy's tables", ", ".join(places or ()))
@@ -247,3 +255,4 @@ def leave(
         )
     removed = remove()
     log.info("removed %s", ", ".join(removed) or "nothing (no nftproxy table was left)")
+    return True

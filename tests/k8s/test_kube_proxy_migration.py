@@ -525,3 +525,24 @@ def test_the_daemonset_deleted_nftproxy_removes_its_tables_even_with_no_other_pr
     assert 14 < took < 25, took  # the bounded wait for another proxy, then the removal
     log = env.cl.proxy_log(env.node)
     assert "no other proxy's rules on this node after 15s: removing nftproxy's tables anyway" in log, log[-2000:]
+
+
+def test_a_reinstall_while_the_old_proxy_waits_keeps_the_tables(env: Env, daemonset: Callable[[], None]) -> None:
+    """helm uninstall, then install at once: the old proxy, waiting for another proxy's rules,
+    sees the new one claim the node's tables, and leaves them to it. No connection fails."""
+    daemonset()
+    env.cl.cp.kubectl("delete", "daemonset", "nftproxy", "-n", DS_NS)
+    eventually(lambda: "the DaemonSet proxy-system/nftproxy is gone" in env.cl.proxy_log(env.node), what="seen")
+    with Prober(env) as prober:
+        old = env.cl.proxies.pop(NODE)
+        old.send_signal(signal.SIGTERM)
+        eventually(lambda: "leaving this node for good" in env.cl.proxy_log(env.node), what="the old one leaving")
+        env.cl.apply(k.daemonset("nftproxy", DS_NS, node_selector={"kubernetes.io/os": "linux", SWITCHED: "nftproxy"}))
+        daemonset()  # the new release's proxy
+        assert old.wait(timeout=30) == 0
+        assert _our_tables(env) == {"ip nftproxy", "ip6 nftproxy"}
+        time.sleep(2)
+    assert prober.tries > 10 and prober.failures == [], (prober.tries, prober.failures)
+    log = env.cl.proxy_log(env.node)
+    assert "another nftproxy runs on this node now: the tables are its own and stay" in log, log[-3000:]
+    assert env.answers() == EXPECTED
