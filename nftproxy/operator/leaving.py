@@ -137,7 +137,8 @@ def decide(daemonset: Mapping[str, Any] | None, node: Mapping[str, Any] | None, 
 class DaemonSetWatch:
     """Our DaemonSet as the apiserver last showed it: list, then watch, again and again (a thread;
     errors are retried every RETRY seconds). ``deleted``: the watch saw it deleted or being
-    deleted; ``current``: the last object seen (None: none yet)."""
+    deleted (and not created again since); ``current``: the last object seen (None: none yet,
+    and then no stop removes anything: a DaemonSet never seen may be a wrong name)."""
 
     def __init__(self, api: kube.Client, namespace: str, name: str) -> None:
         self.api = api
@@ -145,6 +146,7 @@ class DaemonSetWatch:
         self.name = name
         self.current: dict[str, Any] | None = None
         self.deleted = False
+        self.missing = False  # not found at the first list (logged once)
         self.stopped = threading.Event()
 
     @property
@@ -158,10 +160,16 @@ class DaemonSetWatch:
         self.stopped.set()
 
     def _seen(self, obj: dict[str, Any] | None) -> None:
-        if obj is None or (obj.get("metadata") or {}).get("deletionTimestamp"):
-            if not self.deleted:
-                log.info("the DaemonSet %s is %s", self.what, "gone" if obj is None else "being deleted")
-            self.deleted = True
+        if obj is None and self.current is None:  # never seen: a wrong name tells nothing
+            if not self.missing:
+                log.warning("the DaemonSet %s is not found (check --daemonset): a stop keeps the rules", self.what)
+            self.missing = True
+            return
+        deleting = obj is None or bool((obj.get("metadata") or {}).get("deletionTimestamp"))
+        if deleting != self.deleted:
+            state = "being deleted" if obj is not None else "gone"
+            log.info("the DaemonSet %s is %s", self.what, state if deleting else "here again")
+        self.deleted = deleting  # one of the same name created again (a reinstall) is here again
         if obj is not None:
             self.current = obj
 
@@ -194,6 +202,8 @@ def ask(api: kube.Client, watch: DaemonSetWatch, node_name: str) -> Verdict:
     """At the stop: the DaemonSet (deleted as the watch saw it, else asked again) and the Node."""
     if watch.deleted:
         return Verdict(True, f"the DaemonSet {watch.what} was deleted")
+    if watch.current is None:
+        return Verdict(False, f"the DaemonSet {watch.what} was never found")
     try:
         ds = _read(api, watch)
     except Exception as e:

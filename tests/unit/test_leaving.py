@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 import uuid
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -187,3 +187,20 @@ def test_a_new_nftproxy_that_claimed_the_tables_meanwhile_keeps_them(caplog: pyt
     finally:
         newcomer.release()
         mine.release()
+
+
+def test_the_watch_counts_a_deletion_only_of_a_daemonset_it_saw_and_forgets_it_when_one_is_back() -> None:
+    watch = leaving.DaemonSetWatch(cast(Any, None), "kube-system", "nftproxy")
+    watch._seen(None)  # not found at the first list: a wrong name, maybe
+    assert not watch.deleted and watch.missing
+    assert not leaving.ask(cast(Any, None), watch, "n1").leaving
+    watch._seen(daemonset(SWITCHED))
+    assert not watch.deleted
+    watch._seen(daemonset(SWITCHED, deleting=True))  # helm uninstall --cascade foreground
+    assert watch.deleted
+    watch._seen(daemonset(SWITCHED))  # created again (a reinstall)
+    assert not watch.deleted
+    watch._seen(None)  # deleted (helm uninstall)
+    assert watch.deleted
+    v = leaving.ask(cast(Any, None), watch, "n1")  # no request needed: the watch saw it
+    assert v.leaving and v.why == "the DaemonSet kube-system/nftproxy was deleted"
