@@ -92,7 +92,10 @@ def _leave(settings: Settings, backend: KernelBackend, verdict: Verdict, claim: 
     def remove() -> list[str]:
         return [f"table {f.value} {settings.proxy.table}" for f in dataplane.cleanup()]
 
-    leave(lambda: detect(settings.netns), remove, claim)
+    try:
+        leave(lambda: detect(settings.netns), remove, claim)
+    except Exception as e:  # e.g. the kernel refused: what is left stays, as at any other stop
+        log.error("could not remove nftproxy's tables (they stay): %s", e)
 
 
 _STOPPED = boot.Loaded({}, None, synced=False)  # a signal came during the first sync
