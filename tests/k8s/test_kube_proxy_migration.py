@@ -333,9 +333,11 @@ class Prober:
         self.thread.join(timeout=30)
 
 
-def _fresh_log(env: Env) -> None:
-    """The node's proxy log emptied: what a test reads in it is its own proxy's."""
+def _fresh(env: Env) -> None:
+    """The node's proxy log emptied and its ProxyStatus deleted: what a test reads there is its
+    own proxy's."""
     (env.cl.logdir / f"nftproxy-{NODE}.log").write_bytes(b"")
+    env.cl.cp.kubectl("delete", "proxystatus", NODE, "--ignore-not-found")
 
 
 def _kube_proxy_condition(env: Env, status: str | None = None) -> dict[str, str] | None:
@@ -355,7 +357,7 @@ def test_cleanup_kube_proxy_removes_a_stopped_kube_proxys_leftovers_after_the_fi
     env: Env, mode: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("NFTPROXY_KUBE_PROXY_CHECK_PERIOD", "1")  # inherited by `nftproxy run`
-    _fresh_log(env)
+    _fresh(env)
     _bystanders(env)
     kp = KubeProxy(env.node.netns, NODE, env.cl.cp.kubeconfig, env.workdir / f"left-{mode}", node_ip=env.node.ipv4,
                    mode=mode)  # fmt: skip
@@ -397,7 +399,7 @@ def test_cleanup_kube_proxy_never_removes_a_running_kube_proxys_rules(
     env: Env, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("NFTPROXY_KUBE_PROXY_CHECK_PERIOD", "1")
-    _fresh_log(env)
+    _fresh(env)
     kp = KubeProxy(env.node.netns, NODE, env.cl.cp.kubeconfig, env.workdir / "running", node_ip=env.node.ipv4,
                    mode="nftables", healthz_port=10356, metrics_port=10349)  # fmt: skip
     stop = threading.Event()
@@ -462,7 +464,7 @@ def _label(env: Env, value: str | None) -> None:
 def daemonset(env: Env) -> Iterator[Callable[[], None]]:
     """nftproxy's DaemonSet, placed on the nodes labelled nftproxy.io/proxy=nftproxy (this node
     is); it starts the proxy as that DaemonSet's pod (no kubelet here: the test plays its part)."""
-    _fresh_log(env)
+    _fresh(env)
     env.cl.namespace(DS_NS)
     env.cl.apply(k.daemonset("nftproxy", DS_NS, node_selector={"kubernetes.io/os": "linux", SWITCHED: "nftproxy"}))
     env.cl.cp.kubectl("label", "node", NODE, "kubernetes.io/os=linux", "--overwrite")
