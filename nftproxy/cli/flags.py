@@ -53,6 +53,9 @@ ENV = {
     "load_balancing": "NFTPROXY_LOAD_BALANCING",
     "feature_gates": "NFTPROXY_FEATURE_GATES",
     "kube_proxy_check_period": "NFTPROXY_KUBE_PROXY_CHECK_PERIOD",
+    "cleanup_kube_proxy": "NFTPROXY_CLEANUP_KUBE_PROXY",
+    "daemonset": "NFTPROXY_DAEMONSET",
+    "daemonset_namespace": "POD_NAMESPACE",
     "conntrack_tcp_timeout_established": "NFTPROXY_CONNTRACK_TCP_TIMEOUT_ESTABLISHED",
     "conntrack_tcp_timeout_close_wait": "NFTPROXY_CONNTRACK_TCP_TIMEOUT_CLOSE_WAIT",
     "conntrack_tcp_be_liberal": "NFTPROXY_CONNTRACK_TCP_BE_LIBERAL",
@@ -308,6 +311,27 @@ def add_run_flags(p: argparse.ArgumentParser) -> None:
         default=duration(_env("kube_proxy_check_period", "30s") or "30s"),
         help="how often to look for kube-proxy's rules on the node (0: never)",
     )  # fmt: skip
+    p.add_argument(
+        "--cleanup-kube-proxy", type=boolean, nargs="?", const=True,
+        default=boolean(_env("cleanup_kube_proxy") or ""),
+        help="remove kube-proxy's leftover rules from the node, as `nftproxy cleanup --kube-proxy` does (nftables "
+        "tables, KUBE-* iptables chains, IPVS), once nftproxy has synced and a check (--kube-proxy-check-period) finds "
+        "them unchanged since the previous one: kube-proxy no longer runs here. Never while they change (kube-proxy "
+        "still running) nor with --service-proxy-name (kube-proxy serves the other Services); logged, with an Event "
+        "on the Node. Keep kube-proxy off the node first: a running kube-proxy with nothing to change looks the same "
+        "as its leftovers (env NFTPROXY_CLEANUP_KUBE_PROXY)",
+    )  # fmt: skip
+    p.add_argument(
+        "--daemonset", default=_env("daemonset") or None, metavar="NAME",
+        help="the DaemonSet running this proxy (env NFTPROXY_DAEMONSET; the chart sets it). When it stops and that "
+        "DaemonSet is gone, being deleted, or no longer selects this node, nftproxy is leaving the node for good: it "
+        "waits up to 15s for another proxy's rules, then removes its tables. Any other stop keeps them. Unset: every "
+        "stop keeps them",
+    )  # fmt: skip
+    p.add_argument(
+        "--daemonset-namespace", default=_env("daemonset_namespace") or None, metavar="NAMESPACE",
+        help="the namespace of --daemonset (env POD_NAMESPACE)",
+    )  # fmt: skip
     # kube-proxy's conntrack flags, names, defaults and meaning (0: leave the sysctl alone)
     for flag, default, what in (
         ("established", "24h", "ESTABLISHED"),
@@ -384,6 +408,8 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
     base = config_from_args(args)
     if not args.node_name:
         raise argparse.ArgumentTypeError("--node-name (or NODE_NAME) is required")
+    if args.daemonset and not args.daemonset_namespace:
+        raise argparse.ArgumentTypeError("--daemonset needs --daemonset-namespace (or POD_NAMESPACE)")
     return Settings(
         proxy=base,
         feature_gates=feature_gates(args),
@@ -400,6 +426,9 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         config_file=args.config,
         kopf_liveness=args.kopf_liveness,
         kube_proxy_check_period=args.kube_proxy_check_period,
+        cleanup_kube_proxy=args.cleanup_kube_proxy,
+        daemonset=args.daemonset,
+        daemonset_namespace=args.daemonset_namespace,
         conntrack=ConntrackSysctls(
             tcp_established=int(args.conntrack_tcp_timeout_established),
             tcp_close_wait=int(args.conntrack_tcp_timeout_close_wait),

@@ -182,6 +182,32 @@ class Client:
             self._give_back(conn)
         return resp, raw
 
+    def watch(self, path: str, query: dict[str, Any], timeout: float) -> Iterator[dict[str, Any]]:
+        """A watch's events, one decoded JSON object per line, until the apiserver ends it (its
+        ``timeoutSeconds``) or ``timeout`` passes without a byte; on a connection of its own."""
+        url = self.base + path + f"?{urlencode({**query, 'watch': 'true'})}"
+        headers = {"Accept": "application/json", "User-Agent": "nftproxy"}
+        if auth := self.credentials.authorization():
+            headers["Authorization"] = auth
+        conn = self._connect()
+        conn.timeout = timeout
+        start = time.monotonic()
+        try:
+            try:
+                conn.request("GET", url, headers=headers)
+                resp = conn.getresponse()
+            except Exception:
+                self._observe("GET", "<error>", start)
+                raise
+            self._observe("GET", str(resp.status), start)  # until the answer's headers
+            if not 200 <= resp.status < 300:
+                raise ApiError(resp.status, resp.reason, resp.read().decode(errors="replace"))
+            for line in resp:
+                if line.strip():
+                    yield dict(json.loads(line))
+        finally:
+            conn.close()
+
     def read(self, path: str) -> dict[str, Any] | None:
         """One object; None when it does not exist (404)."""
         try:
@@ -300,8 +326,17 @@ def server_version(api: Client) -> dict[str, Any]:
     return dict(api.request("GET", "/version"))
 
 
+def node_path(name: str) -> str:
+    return f"/api/v1/nodes/{quote(name)}"
+
+
 def read_node(api: Client, name: str) -> dict[str, Any] | None:
-    return api.read(f"/api/v1/nodes/{quote(name)}")
+    return api.read(node_path(name))
+
+
+def daemonsets_path(namespace: str, name: str | None = None) -> str:
+    path = f"/apis/apps/v1/namespaces/{quote(namespace)}/daemonsets"
+    return f"{path}/{quote(name)}" if name is not None else path
 
 
 def proxy_status_path(node: str | None = None) -> str:
@@ -333,10 +368,19 @@ def write_proxy_status(api: Client, node: str, node_uid: str | None, status: dic
     api.request("PATCH", proxy_status_path(node) + "/status", body={"status": status})
 
 
-def post_event(api: Client, node: str, kind: str, namespace: str, name: str, reason: str, message: str) -> None:
-    """A Warning Event on an object (seen with `kubectl describe`): a Service or EndpointSlice left
+def post_event(
+    api: Client,
+    node: str,
+    kind: str,
+    namespace: str,
+    name: str,
+    reason: str,
+    message: str,
+    event_type: str = "Warning",
+) -> None:
+    """An Event on an object (seen with `kubectl describe`): a Service or EndpointSlice left
     out, or (``kind`` "Node" or "ServiceCIDR", no namespace) a cluster-scoped one, e.g. this node
-    with kube-proxy's rules found on it."""
+    with kube-proxy's rules found on it (Warning), or removed from it (Normal)."""
     from datetime import UTC, datetime  # noqa: PLC0415
 
     now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -350,7 +394,7 @@ def post_event(api: Client, node: str, kind: str, namespace: str, name: str, rea
         "involvedObject": involved,
         "reason": reason,
         "message": message,
-        "type": "Warning",
+        "type": event_type,
         "source": {"component": "nftproxy", "host": node},
         "reportingComponent": "nftproxy",
         "reportingInstance": node,

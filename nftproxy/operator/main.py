@@ -30,11 +30,12 @@ from nftproxy.operator import boot, config_watch, logs
 from nftproxy.operator.early import Lists
 from nftproxy.operator.metrics import Metrics
 from nftproxy.operator.settings import Settings
-from nftproxy.operator.sockets import ListenError, listening_socket
+from nftproxy.operator.sockets import Claim, ListenError, listening_socket
 from nftproxy.operator.syncer import Status, Syncer
 
 if TYPE_CHECKING:
     from nftproxy.operator.kube import Prefetch
+    from nftproxy.operator.leaving import Verdict
 
 log = logging.getLogger("nftproxy")
 
@@ -64,14 +65,37 @@ def run(
         if settings.conntrack is not None:  # as kube-proxy, at start (Settings built in tests: None)
             conntrack_sysctls.apply(settings.conntrack, settings.netns)
         conntrack = KernelConntrack(settings.netns)
+        claim = Claim(settings.proxy.table, settings.netns)  # the node's tables are this process's
         try:
-            asyncio.run(_main(settings, backend, api, prefetched or {}, lists, conntrack))
+            verdict = asyncio.run(_main(settings, backend, api, prefetched or {}, lists, conntrack, claim))
         finally:
             conntrack.close()
+        if verdict is not None and verdict.leaving:  # no sync runs any more (the loop's threads are joined)
+            claim.release()  # a new nftproxy on this node may claim them now: then they stay
+            _leave(settings, backend, verdict, claim)
+            return 0
     finally:
         backend.close()
-    log.info("stopped; the nftables rules stay in place")
+    why = f" ({verdict.why})" if verdict is not None else ""
+    log.info("stopped; the nftables rules stay in place%s", why)
     return 0
+
+
+def _leave(settings: Settings, backend: KernelBackend, verdict: Verdict, claim: Claim) -> None:
+    """Leaving this node for good: another proxy awaited (bounded), then our tables removed."""
+    from nftproxy.migration import detect  # noqa: PLC0415
+    from nftproxy.operator.leaving import leave  # noqa: PLC0415
+
+    log.info("stopping, and leaving this node for good: %s", verdict.why)
+    dataplane = Dataplane(backend, settings.proxy)
+
+    def remove() -> list[str]:
+        return [f"table {f.value} {settings.proxy.table}" for f in dataplane.cleanup()]
+
+    try:
+        leave(lambda: detect(settings.netns), remove, claim)
+    except Exception as e:  # e.g. the kernel refused: what is left stays, as at any other stop
+        log.error("could not remove nftproxy's tables (they stay): %s", e)
 
 
 _STOPPED = boot.Loaded({}, None, synced=False)  # a signal came during the first sync
@@ -116,6 +140,12 @@ async def _serve_later(what: str, address: tuple[str, int], app: Any, settings: 
         return
 
 
+async def _claim_later(claim: Claim) -> None:
+    while not claim.take():
+        await asyncio.sleep(0.5)
+    log.info("the tables of this node are claimed by this nftproxy")
+
+
 async def _first_sync(syncer: Syncer, lists: Lists) -> boot.Loaded | None:
     """``boot.first_sync``, SIGTERM and SIGINT held until it is done (kopf handles them later):
     the first load is not cut half-way, and the process then stops without starting kopf."""
@@ -139,8 +169,13 @@ async def _main(
     prefetched: dict[str, Prefetch],
     lists: Lists | None = None,
     conntrack: Conntrack | None = None,
-) -> None:
+    claim: Claim | None = None,
+) -> Verdict | None:
+    """Runs until stopped; then, with --daemonset, whether this proxy is leaving its node for good.
+    ``claim``: taken now, or as soon as a previous nftproxy leaving this node releases it."""
     metrics = Metrics()
+    if claim is not None and not claim.take():
+        log.info("another nftproxy on this node is stopping: its tables are adopted (claimed once it is gone)")
     if lists is not None:  # its lists run since the process started: counted from now on
         lists.api.on_request = metrics.api_request
     syncer = Syncer(Dataplane(backend, settings.proxy, conntrack), settings, metrics)
@@ -150,7 +185,7 @@ async def _main(
     loaded = await _first_sync(syncer, lists) if lists is not None else None
     if loaded is _STOPPED:
         log.info("stopped during the first sync (SIGTERM or SIGINT)")
-        return
+        return None
 
     # -- the first sync is in (or was tried): now kopf, aiohttp and the Kubernetes client ------
     import kopf  # noqa: PLC0415
@@ -158,6 +193,7 @@ async def _main(
     from nftproxy.localhost_proxy import LocalhostNodePorts, localhost_rejections, raise_fd_limit  # noqa: PLC0415
     from nftproxy.operator import handlers, health, kube  # noqa: PLC0415
     from nftproxy.operator.kubeproxy_watch import KubeProxyWatch  # noqa: PLC0415
+    from nftproxy.operator.leaving import DaemonSetWatch, ask  # noqa: PLC0415
     from nftproxy.operator.status import StatusWriter  # noqa: PLC0415
 
     api = api or kube.connect(settings.kubeconfig)
@@ -206,7 +242,12 @@ async def _main(
             await hook(syncer.status)
     metrics.count_localhost_rejections(lambda: localhost_rejections(backend, syncer.dp.config))
     tasks = [asyncio.create_task(syncer.run(), name="syncer"), asyncio.create_task(writer.run(), name="status")]
-    watch = KubeProxyWatch(settings.netns, settings.kube_proxy_check_period)  # kube-proxy's rules on this node?
+    watch = KubeProxyWatch(  # kube-proxy's rules on this node? (and, if asked, its leftovers removed)
+        settings.netns,
+        settings.kube_proxy_check_period,
+        cleanup=settings.cleanup_kube_proxy,
+        service_proxy_name=settings.proxy.service_proxy_name,
+    )
     tasks.append(asyncio.create_task(watch.run(syncer, api, settings.node_name), name="kube-proxy-watch"))
     log.info(
         "nftproxy %s on node %s%s",
@@ -215,9 +256,16 @@ async def _main(
         f" (netns {settings.netns})" if settings.netns else "",
     )
     tasks += retried
+    if claim is not None and claim.sock is None:
+        tasks.append(asyncio.create_task(_claim_later(claim), name="claim"))
     if settings.config_file:  # as kube-proxy: a changed file stops the proxy, to start with it
         tasks.append(asyncio.create_task(config_watch.watch(settings.config_file), name="config-watch"))
+    daemonset = None  # our DaemonSet, watched: is a stop a departure from this node for good?
+    if settings.daemonset and settings.daemonset_namespace:
+        daemonset = DaemonSetWatch(api, settings.daemonset_namespace, settings.daemonset)
+        daemonset.start()
     undo = handlers.watch_from_our_lists(ctx)
+    stopped = False
     try:
         await kopf.operator(
             standalone=True,
@@ -226,6 +274,7 @@ async def _main(
             memo=handlers.memo_for(ctx),
             memories=handlers.NoMemories(),
         )
+        stopped = True  # (an error out of kopf is no departure: the rules stay)
     finally:
         undo()
         tasks += ctx.tasks  # started by the startup handler (the periodic list)
@@ -238,3 +287,7 @@ async def _main(
             await r.cleanup()
         await hc.close()
         await lh.close()
+    if daemonset is None or not stopped:
+        return None
+    daemonset.stop()
+    return await asyncio.get_running_loop().run_in_executor(None, ask, api, daemonset, settings.node_name)

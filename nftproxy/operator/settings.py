@@ -23,6 +23,11 @@ class Settings:
     log_level: str
     kopf_liveness: str | None = None  # e.g. http://0.0.0.0:8080/healthz: kopf's own probe endpoint
     kube_proxy_check_period: float = 30.0  # seconds between looks for kube-proxy's rules (0: never)
+    cleanup_kube_proxy: bool = False  # remove kube-proxy's leftovers (kubeproxy_watch.py)
+    # the DaemonSet running this proxy: a stop finding it gone or no longer for this node removes
+    # the tables (leaving.py); None: every stop keeps them
+    daemonset: str | None = None
+    daemonset_namespace: str | None = None
     # the node's conntrack sysctls kube-proxy sets (`run`'s flags default to kube-proxy's values;
     # None, as built by tests: nothing is touched)
     conntrack: ConntrackSysctls | None = None

@@ -1,4 +1,4 @@
-"""The one builder of Service / EndpointSlice / Node / ServiceCIDR objects, as the API serves them: used by
+"""The one builder of Service / EndpointSlice / Node / ServiceCIDR / DaemonSet objects, as the API serves them: used by
 tests/, testkit/, bench/ and the demos (the model objects are parsed from these: ``parsed``).
 
 Every optional field is left out unless given, so a builder call shows what the object sets."""
@@ -162,6 +162,29 @@ def service_cidr(name: str, *cidrs: str) -> Obj:
         "kind": "ServiceCIDR",
         "metadata": {"name": name},
         "spec": {"cidrs": list(cidrs)},
+    }
+
+
+def daemonset(
+    name: str,
+    namespace: str,
+    node_selector: Mapping[str, str] | None = None,
+    affinity: Obj | None = None,
+    image: str = "nftproxy",
+) -> Obj:
+    """A DaemonSet (apps/v1) of one container, placed by ``node_selector`` and ``affinity`` (the
+    pod spec's, as given): nftproxy's own, as the chart makes it, for what a stop decides."""
+    labels = {"app.kubernetes.io/name": name}
+    pod: Obj = {"containers": [{"name": name, "image": image}]}
+    if node_selector is not None:
+        pod["nodeSelector"] = dict(node_selector)
+    if affinity is not None:
+        pod["affinity"] = affinity
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"selector": {"matchLabels": labels}, "template": {"metadata": {"labels": labels}, "spec": pod}},
     }
 
 

@@ -156,6 +156,9 @@ def test_daemonset_defaults(helm: Helm) -> None:
 
     env = {e["name"]: e for e in c["env"]}
     assert env["NODE_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+    # its own DaemonSet (a stop with it gone or no longer for this node removes the tables)
+    assert env.pop("NFTPROXY_DAEMONSET")["value"] == ds["metadata"]["name"]
+    assert env["POD_NAMESPACE"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
     assert {k: v["value"] for k, v in env.items() if "value" in v} == {
         "NFTPROXY_MASQUERADE_ALL": "false",
         "NFTPROXY_MIN_SYNC_PERIOD": "1s",
@@ -280,6 +283,7 @@ def test_daemonset_values(helm: Helm) -> None:
             "metricsPort=20249",
             "metricsBindIP=::",
             "serviceProxyName=nftproxy",
+            "cleanupKubeProxy=true",
             "enableNetRaw=true",
             "tolerations[0].key=node-role.kubernetes.io/control-plane",
             "tolerations[0].operator=Exists",
@@ -322,6 +326,8 @@ def test_daemonset_values(helm: Helm) -> None:
     assert env["NFTPROXY_HEALTHZ_BIND_ADDRESS"] == "127.0.0.1:20256"
     assert env["NFTPROXY_METRICS_BIND_ADDRESS"] == "[::]:20249"
     assert env["NFTPROXY_SERVICE_PROXY_NAME"] == "nftproxy"
+    assert env["NFTPROXY_CLEANUP_KUBE_PROXY"] == "true"
+    assert env["NFTPROXY_DAEMONSET"] == "edge-nftproxy"
     assert {p["name"]: p["containerPort"] for p in c["ports"]} == {"healthz": 20256, "metrics": 20249}
     # Health bound to loopback: the kubelet (host network) probes loopback too.
     assert c["livenessProbe"]["httpGet"] == {"host": "127.0.0.1", "path": "/livez", "port": "healthz"}
@@ -360,17 +366,24 @@ def test_operator_understands_the_rendered_environment(
         "metricsBindIP=::",
         "metricsPort=20249",
         "serviceProxyName=nftproxy",
+        "cleanupKubeProxy=true",
     ]
-    env = _env_of(helm.template(values if custom else []))
+    objs = helm.template(values if custom else [])
+    env = _env_of(objs)
     unknown = set(env) - set(ENV.values()) - {"KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT"}
     assert unknown == set(), "the chart sets variables nftproxy does not read"
     for var in ENV.values():
         monkeypatch.delenv(var, raising=False)
-    for var, value in {**env, "NODE_NAME": "node-a"}.items():
+    for var, value in {**env, "NODE_NAME": "node-a", "POD_NAMESPACE": "kube-system"}.items():  # (downward API)
         monkeypatch.setenv(var, value)
     args = build_parser().parse_args(["run"])
     settings = settings_from_args(args)
     assert settings.node_name == "node-a"
+    assert (settings.daemonset_namespace, settings.daemonset) == (
+        "kube-system",
+        find(objs, "DaemonSet")["metadata"]["name"],
+    )
+    assert settings.cleanup_kube_proxy is custom
     if not custom:
         assert settings.proxy.cluster_cidrs == settings.proxy.nodeport_addresses == ()
         assert settings.proxy.masquerade_all is False
@@ -390,22 +403,26 @@ def test_operator_understands_the_rendered_environment(
 
 def test_cluster_role_is_least_privilege(helm: Helm) -> None:
     objs = helm.template()
-    role = find(objs, "ClusterRole")
-    # Which rules, exactly: tests/k8s/test_chart_audit.py (from the audit log of a real run).
-    assert not [o for o in objs if o["kind"] in ("Role", "RoleBinding")], "cluster-wide only"
-    for rule in role["rules"]:
-        assert "*" not in rule["verbs"] and "*" not in rule["resources"] and "*" not in rule["apiGroups"]
-        assert "resourceNames" not in rule and "nonResourceURLs" not in rule
-    binding = find(objs, "ClusterRoleBinding")
     sa = find(objs, "ServiceAccount")
-    assert binding["roleRef"] == {
-        "apiGroup": "rbac.authorization.k8s.io",
-        "kind": "ClusterRole",
-        "name": role["metadata"]["name"],
-    }
-    assert binding["subjects"] == [
-        {"kind": "ServiceAccount", "name": sa["metadata"]["name"], "namespace": sa["metadata"]["namespace"]}
-    ]
+    # Which rules, exactly: tests/k8s/test_chart_audit.py (from the audit log of a real run).
+    # Cluster-wide what a proxy reads and writes; in its own namespace only, its own DaemonSet.
+    for kind in ("ClusterRole", "Role"):
+        role = find(objs, kind)
+        for rule in role["rules"]:
+            assert "*" not in rule["verbs"] and "*" not in rule["resources"] and "*" not in rule["apiGroups"]
+            assert "resourceNames" not in rule and "nonResourceURLs" not in rule
+        binding = find(objs, f"{kind}Binding")
+        assert binding["roleRef"] == {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": kind,
+            "name": role["metadata"]["name"],
+        }
+        assert binding["subjects"] == [
+            {"kind": "ServiceAccount", "name": sa["metadata"]["name"], "namespace": sa["metadata"]["namespace"]}
+        ]
+    role = find(objs, "Role")
+    assert role["metadata"]["namespace"] == find(objs, "RoleBinding")["metadata"]["namespace"] == "kube-system"
+    assert _rules(role["rules"]) == {("apps", "daemonsets"): {"get", "list", "watch"}}
 
 
 # --------------------------------------------------------------------------- against the API server
@@ -594,10 +611,21 @@ def test_rbac_least_privilege_for_real(
         f"system:serviceaccount:{release.namespace}:{release.service_account}"
     )
 
+    # its own DaemonSet, in its own namespace only (the Role)
+    allowed_checks += [
+        _attrs(v, "daemonsets", group="apps", namespace=release.namespace) for v in ("get", "list", "watch")
+    ]
+    denied_checks = [
+        *DENIED,
+        _attrs("get", "daemonsets", group="apps", namespace="default"),
+        _attrs("list", "daemonsets", group="apps"),
+        _attrs("update", "daemonsets", group="apps", namespace=release.namespace),
+        _attrs("delete", "daemonsets", group="apps", namespace=release.namespace),
+    ]
     n = len(allowed_checks)
-    allowed = _access_reviews(cp, kc, allowed_checks + DENIED)
+    allowed = _access_reviews(cp, kc, allowed_checks + denied_checks)
     assert [a for a, ok in zip(allowed_checks, allowed[:n], strict=True) if not ok] == [], "should be allowed"
-    assert [d for d, ok in zip(DENIED, allowed[n:], strict=True) if ok] == [], "should be denied"
+    assert [d for d, ok in zip(denied_checks, allowed[n:], strict=True) if ok] == [], "should be denied"
 
     # The whole grant, as the API server computes it (SelfSubjectRulesReview): exactly the rendered
     # ClusterRole's rules plus what every authenticated identity has, i.e. what a ServiceAccount

@@ -1,13 +1,15 @@
-"""The chart's ClusterRole grants exactly what nftproxy calls, proven from the apiserver's audit log.
+"""The chart's ClusterRole and Role grant exactly what nftproxy calls, proven from the apiserver's
+audit log.
 
 A control plane of its own logs every request (audit policy: Metadata level). The chart is
 installed with helm; `nftproxy run` then lives a node's life with a token of the chart's
 ServiceAccount (start before its Node exists, first sync, the Node appearing, Service and
 EndpointSlice changes, a skipped object and kube-proxy's table on the node, so both kinds of
-Event, ProxyStatus writes, SIGTERM), and `nftproxy verify` and `nftproxy explain --kubeconfig` run
-with the same identity, as a user would inside the pod. The (apiGroup, resource, verb) set that
-identity used, read from the audit log, must equal the set the release's ClusterRole (and any
-Role) grants, read from `helm get manifest`: nothing granted that is never used, nothing used that
+Event, ProxyStatus writes, its release's DaemonSet watched, SIGTERM and that DaemonSet read
+again), and `nftproxy verify` and `nftproxy explain --kubeconfig` run with the same identity,
+as a user would inside the pod. The (apiGroup, resource, verb) set that identity used, read
+from the audit log, must equal the set the release's ClusterRole and Role grant, read from
+`helm get manifest`: nothing granted that is never used, nothing used that
 is refused (no 403). Non-resource requests (API discovery) must be what every authenticated
 identity may do anyway.
 """
@@ -130,9 +132,10 @@ def nft(node: Node, *args: str) -> None:
     subprocess.run(["ip", "netns", "exec", node.netns, "nft", *args], check=True, capture_output=True)
 
 
-def live_a_life(cl: LocalCluster, lab: NetLab, kubeconfig: Path) -> subprocess.CompletedProcess[str]:
-    """`nftproxy run` with KUBECONFIG's identity through what a node's proxy does, then verify and
-    explain with the same identity; explain's result (checked after the audit log's verdict)."""
+def live_a_life(cl: LocalCluster, lab: NetLab, kubeconfig: Path, release: Release) -> subprocess.CompletedProcess[str]:
+    """`nftproxy run` with KUBECONFIG's identity through what a node's proxy does (its release's
+    DaemonSet watched, and read at the stop, as the chart runs it), then verify and explain with
+    the same identity; explain's result (checked after the audit log's verdict)."""
     cp = cl.cp
     node = lab.add_node("audit-node", 1)  # its Node object comes later: the ProxyStatus gets its owner then
     pod = lab.add_pod(node, "p", tcp=(8080,))
@@ -146,7 +149,8 @@ def live_a_life(cl: LocalCluster, lab: NetLab, kubeconfig: Path) -> subprocess.C
     )
     # kube-proxy's table on the node: the proxy reports it (condition, and an Event on the Node)
     nft(node, "add", "table", "ip", "kube-proxy")
-    cl.start_proxy(node, "--min-sync-period", "0", "--status-period", "0.3s", kubeconfig=kubeconfig)
+    daemonset = ("--daemonset", release.fullname, "--daemonset-namespace", release.namespace)
+    cl.start_proxy(node, "--min-sync-period", "0", "--status-period", "0.3s", *daemonset, kubeconfig=kubeconfig)
 
     # First sync and the first ProxyStatus write (created without an owner: no Node yet)
     eventually(lambda: {r.pod for r in lab.probe(node, "tcp", "10.96.3.10", 80)} == {"p"}, what="web served")
@@ -202,7 +206,7 @@ def test_cluster_role_is_what_nftproxy_calls(audited: ControlPlane, release: Rel
     with NetLab("au") as lab:
         cl = LocalCluster(cp, lab, tmp_path)
         try:
-            explained = live_a_life(cl, lab, kubeconfig)
+            explained = live_a_life(cl, lab, kubeconfig, release)
         finally:
             cl.close()
 

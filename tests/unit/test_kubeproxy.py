@@ -10,7 +10,7 @@ from typing import Any, cast
 
 import pytest
 
-from nftproxy.migration import IptablesTable, Presence, parse_save, restore_script
+from nftproxy.migration import IptablesTable, Presence, Report, parse_save, restore_script
 from nftproxy.operator import kubeproxy_watch
 from nftproxy.operator.kubeproxy_watch import condition
 from nftproxy.operator.metrics import Metrics
@@ -100,3 +100,80 @@ def test_the_watch_reports_kube_proxys_rules_as_a_metric_while_they_are_there(mo
 
     run_in_virtual_time(go, monkeypatch)
     assert values == [1.0, 0.0]
+
+
+def _checks(
+    monkeypatch: pytest.MonkeyPatch,
+    found: list[Presence | None],
+    cleanup: bool = True,
+    synced: bool = True,
+    service_proxy_name: str | None = None,
+) -> tuple[list[dict[str, str]], list[str], list[tuple[str, str]]]:
+    """The watch through len(found) checks (30 s apart, virtual time), with --cleanup-kube-proxy:
+    (the condition after each check, what cleanup() ran, the Events posted as (type, reason))."""
+    conditions: list[dict[str, str]] = []
+    cleaned: list[str] = []
+    events: list[tuple[str, str]] = []
+    first_sync = asyncio.Event()
+    if synced:
+        first_sync.set()
+
+    def set_conditions(c: list[dict[str, str]]) -> bool:
+        conditions.append(c[0])
+        return True
+
+    syncer = SimpleNamespace(metrics=Metrics(), first_sync=first_sync, set_conditions=set_conditions)
+
+    def fake_cleanup(_: object) -> Report:
+        cleaned.append("cleanup")
+        found.insert(0, None)  # what the check right after it finds
+        return Report(removed=["nftables table ip kube-proxy", "nftables table ip6 kube-proxy"])
+
+    monkeypatch.setattr(kubeproxy_watch, "detect", lambda _: found.pop(0))
+    monkeypatch.setattr(kubeproxy_watch, "cleanup", fake_cleanup)
+    monkeypatch.setattr(
+        kubeproxy_watch, "post_node_event", lambda _a, _n, reason, _m, kind="Warning": events.append((kind, reason))
+    )
+    checks = len(found)
+
+    async def go() -> None:
+        watch = kubeproxy_watch.KubeProxyWatch(None, 30.0, cleanup=cleanup, service_proxy_name=service_proxy_name)
+        task = asyncio.create_task(watch.run(cast(Any, syncer), cast(Any, None), "n1"))
+        await asyncio.sleep(30 * checks - 15)
+        task.cancel()
+
+    run_in_virtual_time(go, monkeypatch)
+    return conditions, cleaned, events
+
+
+LEFT = Presence(("nftables table ip kube-proxy", "nftables table ip6 kube-proxy"), "d1")
+
+
+def test_cleanup_removes_leftovers_at_the_first_check_that_finds_them_unchanged(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    conditions, cleaned, events = _checks(monkeypatch, [LEFT, LEFT, None])
+    assert [c["reason"] for c in conditions] == ["KubeProxyRulesPresent", "KubeProxyLeftoversRemoved", "NotFound"]
+    assert cleaned == ["cleanup"]
+    removed = conditions[1]
+    assert removed["status"] == "False" and "nftables table ip6 kube-proxy" in removed["message"], removed
+    assert events == [("Warning", "KubeProxyRulesPresent"), ("Normal", "KubeProxyLeftoversRemoved")]
+
+
+def test_cleanup_never_touches_rules_that_change(monkeypatch: pytest.MonkeyPatch) -> None:
+    changing: list[Presence | None] = [Presence(LEFT.places, str(i)) for i in range(4)]
+    conditions, cleaned, _ = _checks(monkeypatch, changing)
+    assert [c["reason"] for c in conditions] == ["KubeProxyRulesPresent"] + ["KubeProxyActive"] * 3
+    assert cleaned == []
+
+
+def test_cleanup_waits_for_nftproxys_own_first_sync(monkeypatch: pytest.MonkeyPatch) -> None:
+    conditions, cleaned, _ = _checks(monkeypatch, [LEFT, LEFT, LEFT], synced=False)
+    assert [c["reason"] for c in conditions][-1] == "KubeProxyLeftovers" and cleaned == []
+
+
+def test_cleanup_is_off_with_a_service_proxy_name_or_unless_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    _, cleaned, _ = _checks(monkeypatch, [LEFT, LEFT, LEFT], service_proxy_name="nftproxy")
+    assert cleaned == []
+    _, cleaned, _ = _checks(monkeypatch, [LEFT, LEFT, LEFT], cleanup=False)
+    assert cleaned == []
