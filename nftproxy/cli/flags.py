@@ -318,7 +318,8 @@ def add_run_flags(p: argparse.ArgumentParser) -> None:
         "tables, KUBE-* iptables chains, IPVS), once nftproxy has synced and a check (--kube-proxy-check-period) finds "
         "them unchanged since the previous one: kube-proxy no longer runs here. Never while they change (kube-proxy "
         "still running) nor with --service-proxy-name (kube-proxy serves the other Services); logged, with an Event "
-        "on the Node (env NFTPROXY_CLEANUP_KUBE_PROXY)",
+        "on the Node. Keep kube-proxy off the node first: a running kube-proxy with nothing to change looks the same "
+        "as its leftovers (env NFTPROXY_CLEANUP_KUBE_PROXY)",
     )  # fmt: skip
     p.add_argument(
         "--daemonset", default=_env("daemonset") or None, metavar="NAME",

@@ -92,7 +92,7 @@ class KubeProxyWatch:
             # leftovers (unchanged since the previous check), and our own rules are in: remove them
             if self.cleanup and checked and cond["reason"] == LEFTOVERS and syncer.first_sync.is_set():
                 report, now = await self.remove_leftovers(api, node)
-                cond = condition(now, self.last, first)
+                cond = condition(now, now, False)  # what could not be removed: still leftovers
                 if now is None and report.removed:
                     cond = {**cond, "reason": REMOVED, "message": removed_message(report)}
             syncer.metrics.kube_proxy_rules.set(1 if cond["status"] == "True" else 0)

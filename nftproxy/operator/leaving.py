@@ -10,7 +10,8 @@ runs a pod on this node:
 
 then nftproxy is leaving this node for good: it waits (at most ``WAIT`` seconds) for another
 proxy's rules on the node (kube-proxy's, ``migration.detect``), so that Services are answered
-throughout, then deletes its own tables. Anything else (a rolling update, a restart, an
+throughout, then deletes its own tables, unless another nftproxy has started on the node
+meanwhile (a reinstall: it claims the tables, ``sockets.Claim``). Anything else (a rolling update, a restart, an
 eviction, a drain, an apiserver that does not answer, a Node that cannot be read) keeps them:
 the next nftproxy on this node adopts them.
 
@@ -29,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from nftproxy.operator import kube
+from nftproxy.operator.sockets import Claim
 
 log = logging.getLogger("nftproxy.leaving")
 
@@ -135,7 +137,8 @@ def decide(daemonset: Mapping[str, Any] | None, node: Mapping[str, Any] | None, 
 class DaemonSetWatch:
     """Our DaemonSet as the apiserver last showed it: list, then watch, again and again (a thread;
     errors are retried every RETRY seconds). ``deleted``: the watch saw it deleted or being
-    deleted; ``current``: the last object seen (None: none yet)."""
+    deleted (and not created again since); ``current``: the last object seen (None: none yet,
+    and then no stop removes anything: a DaemonSet never seen may be a wrong name)."""
 
     def __init__(self, api: kube.Client, namespace: str, name: str) -> None:
         self.api = api
@@ -143,6 +146,7 @@ class DaemonSetWatch:
         self.name = name
         self.current: dict[str, Any] | None = None
         self.deleted = False
+        self.missing = False  # not found at the first list (logged once)
         self.stopped = threading.Event()
 
     @property
@@ -156,10 +160,16 @@ class DaemonSetWatch:
         self.stopped.set()
 
     def _seen(self, obj: dict[str, Any] | None) -> None:
-        if obj is None or (obj.get("metadata") or {}).get("deletionTimestamp"):
-            if not self.deleted:
-                log.info("the DaemonSet %s is %s", self.what, "gone" if obj is None else "being deleted")
-            self.deleted = True
+        if obj is None and self.current is None:  # never seen: a wrong name tells nothing
+            if not self.missing:
+                log.warning("the DaemonSet %s is not found (check --daemonset): a stop keeps the rules", self.what)
+            self.missing = True
+            return
+        deleting = obj is None or bool((obj.get("metadata") or {}).get("deletionTimestamp"))
+        if deleting != self.deleted:
+            state = "being deleted" if obj is not None else "gone"
+            log.info("the DaemonSet %s is %s", self.what, state if deleting else "here again")
+        self.deleted = deleting  # one of the same name created again (a reinstall) is here again
         if obj is not None:
             self.current = obj
 
@@ -192,6 +202,8 @@ def ask(api: kube.Client, watch: DaemonSetWatch, node_name: str) -> Verdict:
     """At the stop: the DaemonSet (deleted as the watch saw it, else asked again) and the Node."""
     if watch.deleted:
         return Verdict(True, f"the DaemonSet {watch.what} was deleted")
+    if watch.current is None:
+        return Verdict(False, f"the DaemonSet {watch.what} was never found")
     try:
         ds = _read(api, watch)
     except Exception as e:
@@ -224,18 +236,24 @@ def _first_line(e: BaseException) -> str:
 def leave(
     other_proxy: Callable[[], object | None],
     remove: Callable[[], list[str]],
+    claim: Claim,
     wait: float = WAIT,
     poll: float = 0.5,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
-) -> None:
+) -> bool:
     """Wait up to ``wait`` seconds until ``other_proxy()`` finds another proxy's rules, then
-    ``remove()`` our tables (what it returns: what was removed), logging each step."""
+    ``remove()`` our tables (what it returns: what was removed), logging each step. Unless
+    another nftproxy claims the tables meanwhile (``claim``: released by the caller at the stop):
+    then they are its own and stay. True: removed."""
     deadline = clock() + wait
     found = other_proxy()
-    while found is None and clock() < deadline:
+    while found is None and clock() < deadline and not claim.taken_elsewhere():
         sleep(poll)
         found = other_proxy()
+    if not claim.take():
+        log.info("another nftproxy runs on this node now: the tables are its own and stay")
+        return False
     places = getattr(found, "places", None)
     if found is not None:
         log.info("another proxy's rules are on this node (%s): removing nftproxy's tables", ", ".join(places or ()))
@@ -247,3 +265,4 @@ def leave(
         )
     removed = remove()
     log.info("removed %s", ", ".join(removed) or "nothing (no nftproxy table was left)")
+    return True

@@ -30,7 +30,7 @@ from nftproxy.operator import boot, config_watch, logs
 from nftproxy.operator.early import Lists
 from nftproxy.operator.metrics import Metrics
 from nftproxy.operator.settings import Settings
-from nftproxy.operator.sockets import ListenError, listening_socket
+from nftproxy.operator.sockets import Claim, ListenError, listening_socket
 from nftproxy.operator.syncer import Status, Syncer
 
 if TYPE_CHECKING:
@@ -65,12 +65,14 @@ def run(
         if settings.conntrack is not None:  # as kube-proxy, at start (Settings built in tests: None)
             conntrack_sysctls.apply(settings.conntrack, settings.netns)
         conntrack = KernelConntrack(settings.netns)
+        claim = Claim(settings.proxy.table, settings.netns)  # the node's tables are this process's
         try:
-            verdict = asyncio.run(_main(settings, backend, api, prefetched or {}, lists, conntrack))
+            verdict = asyncio.run(_main(settings, backend, api, prefetched or {}, lists, conntrack, claim))
         finally:
             conntrack.close()
         if verdict is not None and verdict.leaving:  # no sync runs any more (the loop's threads are joined)
-            _leave(settings, backend, verdict)
+            claim.release()  # a new nftproxy on this node may claim them now: then they stay
+            _leave(settings, backend, verdict, claim)
             return 0
     finally:
         backend.close()
@@ -79,7 +81,7 @@ def run(
     return 0
 
 
-def _leave(settings: Settings, backend: KernelBackend, verdict: Verdict) -> None:
+def _leave(settings: Settings, backend: KernelBackend, verdict: Verdict, claim: Claim) -> None:
     """Leaving this node for good: another proxy awaited (bounded), then our tables removed."""
     from nftproxy.migration import detect  # noqa: PLC0415
     from nftproxy.operator.leaving import leave  # noqa: PLC0415
@@ -90,7 +92,10 @@ def _leave(settings: Settings, backend: KernelBackend, verdict: Verdict) -> None
     def remove() -> list[str]:
         return [f"table {f.value} {settings.proxy.table}" for f in dataplane.cleanup()]
 
-    leave(lambda: detect(settings.netns), remove)
+    try:
+        leave(lambda: detect(settings.netns), remove, claim)
+    except Exception as e:  # e.g. the kernel refused: what is left stays, as at any other stop
+        log.error("could not remove nftproxy's tables (they stay): %s", e)
 
 
 _STOPPED = boot.Loaded({}, None, synced=False)  # a signal came during the first sync
@@ -135,6 +140,12 @@ async def _serve_later(what: str, address: tuple[str, int], app: Any, settings: 
         return
 
 
+async def _claim_later(claim: Claim) -> None:
+    while not claim.take():
+        await asyncio.sleep(0.5)
+    log.info("the tables of this node are claimed by this nftproxy")
+
+
 async def _first_sync(syncer: Syncer, lists: Lists) -> boot.Loaded | None:
     """``boot.first_sync``, SIGTERM and SIGINT held until it is done (kopf handles them later):
     the first load is not cut half-way, and the process then stops without starting kopf."""
@@ -158,9 +169,13 @@ async def _main(
     prefetched: dict[str, Prefetch],
     lists: Lists | None = None,
     conntrack: Conntrack | None = None,
+    claim: Claim | None = None,
 ) -> Verdict | None:
-    """Runs until stopped; then, with --daemonset, whether this proxy is leaving its node for good."""
+    """Runs until stopped; then, with --daemonset, whether this proxy is leaving its node for good.
+    ``claim``: taken now, or as soon as a previous nftproxy leaving this node releases it."""
     metrics = Metrics()
+    if claim is not None and not claim.take():
+        log.info("another nftproxy on this node is stopping: its tables are adopted (claimed once it is gone)")
     if lists is not None:  # its lists run since the process started: counted from now on
         lists.api.on_request = metrics.api_request
     syncer = Syncer(Dataplane(backend, settings.proxy, conntrack), settings, metrics)
@@ -241,6 +256,8 @@ async def _main(
         f" (netns {settings.netns})" if settings.netns else "",
     )
     tasks += retried
+    if claim is not None and claim.sock is None:
+        tasks.append(asyncio.create_task(_claim_later(claim), name="claim"))
     if settings.config_file:  # as kube-proxy: a changed file stops the proxy, to start with it
         tasks.append(asyncio.create_task(config_watch.watch(settings.config_file), name="config-watch"))
     daemonset = None  # our DaemonSet, watched: is a stop a departure from this node for good?

@@ -3,6 +3,7 @@ at start, before the first sync: ``boot``)."""
 
 from __future__ import annotations
 
+import errno
 import socket
 
 from nftproxy.nft import netns as netns_mod
@@ -32,3 +33,51 @@ def listening_socket(host: str, port: int, netns: str | None, v6only: bool = Fal
         return s
 
     return netns_mod.call_in(netns, make, "netns-socket")
+
+
+class Claim:
+    """The node's tables claimed by one ``nftproxy run`` at a time: an abstract Unix socket bound
+    in the programmed network namespace (the kernel releases it when the process ends). A proxy
+    leaving its node for good (``leaving``) removes its tables only while nobody else claims
+    them: a new nftproxy that started meanwhile (a reinstall right after an uninstall) holds the
+    claim, and then the tables are its own."""
+
+    def __init__(self, table: str, netns: str | None) -> None:
+        self.address = f"\0nftproxy-tables-{table}"
+        self.netns = netns
+        self.sock: socket.socket | None = None
+
+    def _bind(self) -> socket.socket | None:
+        def make() -> socket.socket | None:
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+            try:
+                s.bind(self.address)
+            except OSError as e:
+                s.close()
+                if e.errno == errno.EADDRINUSE:
+                    return None
+                raise
+            return s
+
+        return netns_mod.call_in(self.netns, make, "netns-claim")
+
+    def take(self) -> bool:
+        """Claim the tables (True: ours now, or already)."""
+        if self.sock is None:
+            self.sock = self._bind()
+        return self.sock is not None
+
+    def release(self) -> None:
+        if self.sock is not None:
+            self.sock.close()
+            self.sock = None
+
+    def taken_elsewhere(self) -> bool:
+        """Does another process claim them? (Asked without keeping the claim.)"""
+        if self.sock is not None:
+            return False
+        s = self._bind()
+        if s is None:
+            return True
+        s.close()
+        return False

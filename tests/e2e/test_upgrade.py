@@ -23,8 +23,9 @@ A replacement in two transactions (delete, then load), or a table loaded anew in
 The new pod's log says its first sync was a full one.
 
 Shares the session's cluster with test_realcluster.py (which leaves it with its release
-uninstalled and node-2's table in place): its first fixture uninstalls whatever release is there
-and removes the tables (``nftproxy cleanup``), so it starts from the same state alone or after it.
+uninstalled, and with it every node's tables): its first fixture uninstalls whatever release is
+there and removes any table left (``nftproxy cleanup``), so it starts from the same state alone or
+after it.
 """
 
 from __future__ import annotations

@@ -333,6 +333,11 @@ class Prober:
         self.thread.join(timeout=30)
 
 
+def _fresh_log(env: Env) -> None:
+    """The node's proxy log emptied: what a test reads in it is its own proxy's."""
+    (env.cl.logdir / f"nftproxy-{NODE}.log").write_bytes(b"")
+
+
 def _kube_proxy_condition(env: Env, status: str | None = None) -> dict[str, str] | None:
     """The node's KubeProxyDetected condition (None: not written yet, or not of that ``status``)."""
     st = env.cl.proxy_status(env.node).get("status") or {}
@@ -350,6 +355,7 @@ def test_cleanup_kube_proxy_removes_a_stopped_kube_proxys_leftovers_after_the_fi
     env: Env, mode: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("NFTPROXY_KUBE_PROXY_CHECK_PERIOD", "1")  # inherited by `nftproxy run`
+    _fresh_log(env)
     _bystanders(env)
     kp = KubeProxy(env.node.netns, NODE, env.cl.cp.kubeconfig, env.workdir / f"left-{mode}", node_ip=env.node.ipv4,
                    mode=mode)  # fmt: skip
@@ -391,6 +397,7 @@ def test_cleanup_kube_proxy_never_removes_a_running_kube_proxys_rules(
     env: Env, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("NFTPROXY_KUBE_PROXY_CHECK_PERIOD", "1")
+    _fresh_log(env)
     kp = KubeProxy(env.node.netns, NODE, env.cl.cp.kubeconfig, env.workdir / "running", node_ip=env.node.ipv4,
                    mode="nftables", healthz_port=10356, metrics_port=10349)  # fmt: skip
     stop = threading.Event()
@@ -442,6 +449,11 @@ def _our_tables(env: Env) -> set[str]:
     return {line.removeprefix("table ") for line in out.splitlines() if "nftproxy" in line}
 
 
+def _saw_the_deletion(env: Env) -> bool:
+    log = env.cl.proxy_log(env.node)
+    return any(f"the DaemonSet {DS_NS}/nftproxy is {state}" in log for state in ("gone", "being deleted"))
+
+
 def _label(env: Env, value: str | None) -> None:
     env.cl.cp.kubectl("label", "node", NODE, f"{SWITCHED}={value}" if value else f"{SWITCHED}-", "--overwrite")
 
@@ -450,6 +462,7 @@ def _label(env: Env, value: str | None) -> None:
 def daemonset(env: Env) -> Iterator[Callable[[], None]]:
     """nftproxy's DaemonSet, placed on the nodes labelled nftproxy.io/proxy=nftproxy (this node
     is); it starts the proxy as that DaemonSet's pod (no kubelet here: the test plays its part)."""
+    _fresh_log(env)
     env.cl.namespace(DS_NS)
     env.cl.apply(k.daemonset("nftproxy", DS_NS, node_selector={"kubernetes.io/os": "linux", SWITCHED: "nftproxy"}))
     env.cl.cp.kubectl("label", "node", NODE, "kubernetes.io/os=linux", "--overwrite")
@@ -517,7 +530,7 @@ def test_the_daemonset_deleted_nftproxy_removes_its_tables_even_with_no_other_pr
     With no other proxy, the tables go after the bounded wait, and the log says so."""
     daemonset()
     env.cl.cp.kubectl("delete", "daemonset", "nftproxy", "-n", DS_NS)
-    eventually(lambda: "the DaemonSet proxy-system/nftproxy is gone" in env.cl.proxy_log(env.node), what="seen")
+    eventually(lambda: _saw_the_deletion(env), what="the deletion seen by the watch")
     started = time.monotonic()
     assert env.cl.stop_proxy(env.node) == 0
     took = time.monotonic() - started
@@ -525,3 +538,24 @@ def test_the_daemonset_deleted_nftproxy_removes_its_tables_even_with_no_other_pr
     assert 14 < took < 25, took  # the bounded wait for another proxy, then the removal
     log = env.cl.proxy_log(env.node)
     assert "no other proxy's rules on this node after 15s: removing nftproxy's tables anyway" in log, log[-2000:]
+
+
+def test_a_reinstall_while_the_old_proxy_waits_keeps_the_tables(env: Env, daemonset: Callable[[], None]) -> None:
+    """helm uninstall, then install at once: the old proxy, waiting for another proxy's rules,
+    sees the new one claim the node's tables, and leaves them to it. No connection fails."""
+    daemonset()
+    env.cl.cp.kubectl("delete", "daemonset", "nftproxy", "-n", DS_NS)
+    eventually(lambda: _saw_the_deletion(env), what="the deletion seen by the watch")
+    with Prober(env) as prober:
+        old = env.cl.proxies.pop(NODE)
+        old.send_signal(signal.SIGTERM)
+        eventually(lambda: "leaving this node for good" in env.cl.proxy_log(env.node), what="the old one leaving")
+        env.cl.apply(k.daemonset("nftproxy", DS_NS, node_selector={"kubernetes.io/os": "linux", SWITCHED: "nftproxy"}))
+        daemonset()  # the new release's proxy
+        assert old.wait(timeout=30) == 0
+        assert _our_tables(env) == {"ip nftproxy", "ip6 nftproxy"}
+        time.sleep(2)
+    assert prober.tries > 10 and prober.failures == [], (prober.tries, prober.failures)
+    log = env.cl.proxy_log(env.node)
+    assert "another nftproxy runs on this node now: the tables are its own and stay" in log, log[-3000:]
+    assert env.answers() == EXPECTED

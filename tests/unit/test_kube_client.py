@@ -22,9 +22,9 @@ from tests.support import kubeconfigs
 
 
 class _Api(BaseHTTPRequestHandler):
-    """HTTP/1.1 (keep-alive). GET /ok: an object; GET /missing: 404; POST /taken: 409; POST
-    /invalid: 422 (Status bodies as the apiserver's); /bye: answers, then closes the connection
-    without saying so. Every request's path, Authorization and connection are recorded."""
+    """HTTP/1.1 (keep-alive). GET /ok: an object; GET /watch: two watch events; GET /missing: 404;
+    POST /taken: 409; POST /invalid: 422 (Status bodies as the apiserver's); /bye: answers, then
+    closes the connection without saying so. Every request's path, Authorization and connection are recorded."""
 
     protocol_version = "HTTP/1.1"
 
@@ -50,6 +50,16 @@ class _Api(BaseHTTPRequestHandler):
             self._answer(200, {"metadata": {"name": "ok"}})
         elif path == "/bye":
             self._answer(200, {"metadata": {"name": "bye"}})
+            self.close_connection = True
+        elif path == "/watch":  # a watch's answer: chunked, one JSON event per line, split anyhow
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            events = b'{"type":"ADDED","object":{"metadata":{"name":"a"}}}\n{"type":"DELETED","object":'
+            for part in (events, b'{"metadata":{"name":"a"}}}\n'):
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(part), part))
+            self.wfile.write(b"0\r\n\r\n")
             self.close_connection = True
         elif path == "/taken":
             self._status(409, "AlreadyExists", 'services "a" already exists')
@@ -93,6 +103,16 @@ def test_an_error_status_is_one_error_type_and_a_404_reads_as_absent(server: Thr
     with pytest.raises(kube.ApiError) as invalid:
         api.read("/invalid")  # only a 404 is absent: any other error is raised
     assert invalid.value.status == 422 and "spec.ports: Required value" in invalid.value.message
+
+
+def test_a_watch_yields_each_event_of_the_stream_and_an_error_status_raises(server: ThreadingHTTPServer) -> None:
+    api = kube.Client(credentials.Credentials(_url(server)))
+    events = list(api.watch("/watch", {"fieldSelector": "metadata.name=a"}, timeout=5))
+    assert [(e["type"], e["object"]["metadata"]["name"]) for e in events] == [("ADDED", "a"), ("DELETED", "a")]
+    assert server.seen[-1][1] == "/watch?fieldSelector=metadata.name%3Da&watch=true"  # type: ignore[attr-defined]
+    with pytest.raises(kube.ApiError) as missing:
+        list(api.watch("/missing", {}, timeout=5))
+    assert missing.value.not_found
 
 
 def test_requests_share_a_kept_alive_connection_and_one_the_server_closed_is_replaced(

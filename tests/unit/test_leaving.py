@@ -5,12 +5,15 @@ kernel's tables): tests/k8s/test_kube_proxy_migration.py."""
 
 from __future__ import annotations
 
-from typing import Any
+import os
+import uuid
+from typing import Any, cast
 
 import pytest
 
 from nftproxy.operator import leaving
 from nftproxy.operator.leaving import Undecidable, decide, fits
+from nftproxy.operator.sockets import Claim
 
 LABELS = {"kubernetes.io/os": "linux", "nftproxy.io/proxy": "nftproxy", "zone": "a", "cores": "8"}
 
@@ -116,6 +119,11 @@ def test_any_doubt_keeps_the_rules() -> None:
     assert not v.leaving and "cannot be evaluated" in v.why
 
 
+def claim() -> Claim:
+    """A claim of tables no one else claims (a name of this test process's own)."""
+    return Claim(f"test-{os.getpid()}-{uuid.uuid4().hex[:6]}", None)
+
+
 class Clock:
     def __init__(self) -> None:
         self.now = 0.0
@@ -139,7 +147,7 @@ def test_leaving_waits_for_another_proxy_then_removes_the_tables(caplog: pytest.
         return ["table ip nftproxy", "table ip6 nftproxy"]
 
     caplog.set_level("INFO", "nftproxy.leaving")
-    leaving.leave(other, remove, wait=15, poll=0.5, clock=clock, sleep=clock.sleep)
+    assert leaving.leave(other, remove, claim(), wait=15, poll=0.5, clock=clock, sleep=clock.sleep)
     assert removed_at == [4.0]
     assert "another proxy's rules are on this node (nftables table ip kube-proxy)" in caplog.text
     assert "removed table ip nftproxy, table ip6 nftproxy" in caplog.text
@@ -154,6 +162,45 @@ def test_with_no_other_proxy_the_tables_go_after_the_wait_and_the_log_says_so(ca
         return ["table ip nftproxy"]
 
     caplog.set_level("INFO", "nftproxy.leaving")
-    leaving.leave(lambda: None, remove, wait=15, poll=0.5, clock=clock, sleep=clock.sleep)
+    assert leaving.leave(lambda: None, remove, claim(), wait=15, poll=0.5, clock=clock, sleep=clock.sleep)
     assert removed_at == [15.0]
     assert "no other proxy's rules on this node after 15s: removing nftproxy's tables anyway" in caplog.text
+
+
+def test_a_new_nftproxy_that_claimed_the_tables_meanwhile_keeps_them(caplog: pytest.LogCaptureFixture) -> None:
+    """An uninstall followed at once by an install: the new release's proxy claims the node's
+    tables while the old one waits for another proxy; the old one then leaves them alone."""
+    clock = Clock()
+    mine = claim()
+    newcomer = Claim(mine.address[1:].removeprefix("nftproxy-tables-"), None)
+
+    def sleep(seconds: float) -> None:
+        clock.sleep(seconds)
+        if clock.now >= 3:
+            assert newcomer.take()  # the new proxy starts 3 s into the wait
+
+    caplog.set_level("INFO", "nftproxy.leaving")
+    try:
+        removed = leaving.leave(lambda: None, lambda: ["table ip nftproxy"], mine, clock=clock, sleep=sleep)
+        assert not removed and clock.now == 3.0
+        assert "another nftproxy runs on this node now: the tables are its own and stay" in caplog.text
+    finally:
+        newcomer.release()
+        mine.release()
+
+
+def test_the_watch_counts_a_deletion_only_of_a_daemonset_it_saw_and_forgets_it_when_one_is_back() -> None:
+    watch = leaving.DaemonSetWatch(cast(Any, None), "kube-system", "nftproxy")
+    watch._seen(None)  # not found at the first list: a wrong name, maybe
+    assert not watch.deleted and watch.missing
+    assert not leaving.ask(cast(Any, None), watch, "n1").leaving
+    watch._seen(daemonset(SWITCHED))
+    assert not watch.deleted
+    watch._seen(daemonset(SWITCHED, deleting=True))  # helm uninstall --cascade foreground
+    assert watch.deleted
+    watch._seen(daemonset(SWITCHED))  # created again (a reinstall)
+    assert not watch.deleted
+    watch._seen(None)  # deleted (helm uninstall)
+    assert watch.deleted
+    v = leaving.ask(cast(Any, None), watch, "n1")  # no request needed: the watch saw it
+    assert v.leaving and v.why == "the DaemonSet kube-system/nftproxy was deleted"
