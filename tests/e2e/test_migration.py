@@ -10,8 +10,8 @@ b. Forward: nftproxy installed for the switched nodes only (`nodeSelector nftpro
    KubeProxyDetected False, and kube-proxy's rules gone from the node, looked at inside it with
    `nft list ruleset` and `iptables-save` of both back ends (iptables-nft, iptables-legacy; IPv4
    and IPv6).
-c. Back: node after node unlabelled: kube-proxy returns, nftproxy leaves the node for good and
-   removes its tables there; then `helm uninstall`.
+c. Back: `cleanupKubeProxy` turned off, then node after node unlabelled: kube-proxy returns,
+   nftproxy leaves the node for good and removes its tables there; then `helm uninstall`.
 d. Again from kube-proxy in nftables mode (its ConfigMap changed, its pods restarted), to the
    end: kube-proxy's DaemonSet deleted once every node runs nftproxy.
 e. `helm uninstall`: no nftproxy table on any node.
@@ -78,9 +78,7 @@ LABEL_NODE = f"kubectl label node $NODE {LABEL}=nftproxy"
 UNLABEL_NODE = f"kubectl label node $NODE {LABEL}-"
 GET_PROXYSTATUS = "kubectl get proxystatus $NODE"
 DELETE_KUBE_PROXY = "kubectl -n kube-system delete daemonset kube-proxy"
-SELECT_EVERY_NODE = (
-    "helm upgrade nftproxy charts/nftproxy -n kube-system --reuse-values --set 'nodeSelector.nftproxy\\.io/proxy=null'"
-)
+CLEANUP_OFF = "helm upgrade nftproxy charts/nftproxy -n kube-system --reuse-values --set cleanupKubeProxy=false"
 HELM_UNINSTALL = "helm uninstall nftproxy -n kube-system"
 # The chart values of HELM_INSTALL; and kube-proxy's rules looked for every second instead of every
 # 30 s (the cleanup comes at the second look that finds them unchanged).
@@ -92,8 +90,9 @@ VALUES: dict[str, str | bool] = {
     "extraEnv[0].value": "1s",
 }
 # kube-proxy's iptables mode keeps a copy of kubelet's KUBE-FIREWALL chain (the localnet DROP) and
-# never removes it, not even `kube-proxy --cleanup`; KUBE-KUBELET-CANARY is kubelet's own.
-KUBELET_CHAINS = {"KUBE-KUBELET-CANARY", "KUBE-FIREWALL"}
+# never removes it, not even `kube-proxy --cleanup`; KUBE-KUBELET-CANARY and KUBE-IPTABLES-HINT (the
+# hint of which iptables back end the node uses) are kubelet's own.
+KUBELET_CHAINS = {"KUBE-KUBELET-CANARY", "KUBE-IPTABLES-HINT", "KUBE-FIREWALL"}
 IPTABLES_SAVE = ("iptables-nft-save", "ip6tables-nft-save", "iptables-legacy-save", "ip6tables-legacy-save")
 DNS_POD = "migration-dns"
 DNS_NAME = "kubernetes.default.svc.cluster.local"
@@ -365,8 +364,18 @@ def forward(start: dict[str, Any], cluster: RealCluster) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def back(forward: dict[str, Any], cluster: RealCluster) -> dict[str, Any]:
-    """c: back to kube-proxy node by node, under traffic; then helm uninstall (no pod left)."""
+    """c: cleanupKubeProxy off (CLEANUP_OFF), then back to kube-proxy node by node, under traffic;
+    then helm uninstall (no pod left). With cleanupKubeProxy on, a leaving nftproxy pod kept
+    checking after its SIGTERM and removed the rules of the kube-proxy that had just arrived, then
+    its own tables: the node's NodePorts were refused until kube-proxy's next resync."""
     c = cluster
+    t0 = time.monotonic()
+    c.helm(
+        "upgrade", w.RELEASE, str(w.CHART), "-n", w.NAMESPACE, "--reuse-values", "--set", "cleanupKubeProxy=false",
+        "--wait", "--timeout", "180s",
+    )  # fmt: skip
+    c.kubectl("rollout", "status", "-n", w.NAMESPACE, "daemonset/nftproxy", "--timeout=180s")
+    log(f"    cleanupKubeProxy off, rolled out: {time.monotonic() - t0:.1f}s")
     out = under_traffic(
         c, "nftproxy -> kube-proxy (iptables)", lambda: {"nodes": {n.name: to_kube_proxy(c, n.name) for n in c.nodes}}
     )
@@ -400,15 +409,7 @@ def from_nftables_mode(back: dict[str, Any], cluster: RealCluster) -> dict[str, 
         install_nftproxy(c)  # 1 (the DaemonSet kept its affinity: 2)
         nodes = {n.name: to_nftproxy(c, n.name) for n in c.nodes}  # 3
         c.kubectl("delete", "daemonset", "kube-proxy", "-n", "kube-system", "--wait")  # 4
-        t0 = time.monotonic()
-        c.helm(
-            "upgrade", w.RELEASE, str(w.CHART), "-n", w.NAMESPACE, "--reuse-values",
-            "--set", "nodeSelector.nftproxy\\.io/proxy=null", "--wait", "--timeout", "180s",
-        )  # 5 # fmt: skip
-        c.kubectl("rollout", "status", "-n", w.NAMESPACE, "daemonset/nftproxy", "--timeout=180s")
-        log(f"    nftproxy's nodeSelector back to every node, rolled out: {time.monotonic() - t0:.1f}s")
-        ds = c.kubectl_json("get", "daemonset", "nftproxy", "-n", w.NAMESPACE)
-        return {"nodes": nodes, "node_selector": ds["spec"]["template"]["spec"].get("nodeSelector")}
+        return {"nodes": nodes}
 
     out = under_traffic(c, "kube-proxy (nftables) -> nftproxy", steps)
     out["kube_proxy_rules_before"] = rules
@@ -422,7 +423,7 @@ def test_the_chart_readme_gives_these_commands() -> None:
     text = re.sub(r"\\\n\s*", "", README.read_text())  # continued lines joined
     section = text.partition("### Switching node by node")[2].partition("\n### ")[0]
     assert section, "charts/nftproxy/README.md has no section 'Switching node by node'"
-    commands = (HELM_INSTALL, PATCH_KUBE_PROXY, LABEL_NODE, GET_PROXYSTATUS, DELETE_KUBE_PROXY, SELECT_EVERY_NODE)
+    commands = (HELM_INSTALL, PATCH_KUBE_PROXY, LABEL_NODE, GET_PROXYSTATUS, DELETE_KUBE_PROXY, CLEANUP_OFF)
     for command in (*commands, UNLABEL_NODE):
         assert " ".join(command.split()) in " ".join(section.split()), command
     assert HELM_UNINSTALL in text
@@ -456,7 +457,6 @@ def test_switching_from_nftables_mode_fails_no_request(from_nftables_mode: dict[
     for node, r in from_nftables_mode["nodes"].items():
         assert r["kube_proxy_rules"] == [], node
         assert r["nftproxy_tables"] == ["ip nftproxy", "ip6 nftproxy"], node
-    assert from_nftables_mode["node_selector"] == {"kubernetes.io/os": "linux"}
     assert_no_request_failed(from_nftables_mode)
 
 
