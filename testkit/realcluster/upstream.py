@@ -93,21 +93,28 @@ def skip_regex(selection: str, skips: Sequence[tuple[str, str]]) -> str:
 # ---------------------------------------------------------------------------------------------- the proxies
 
 
-def kube_proxy_manifests(cluster: RealCluster, image: str, *, localhost_nodeports: bool = False) -> str:
+def kube_proxy_manifests(
+    cluster: RealCluster, image: str, *, mode: str = "nftables", localhost_nodeports: bool = False
+) -> str:
     """kubeadm's kube-proxy addon: a ServiceAccount bound to system:node-proxier, the config and a
     kubeconfig (the ServiceAccount's token, the apiserver on the node's 127.0.0.1 forwarder, as
-    nftproxy's chart reaches it) in a ConfigMap, a hostNetwork privileged DaemonSet."""
+    nftproxy's chart reaches it) in a ConfigMap, a hostNetwork privileged DaemonSet. MODE:
+    kube-proxy's, ``nftables`` or ``iptables`` (kubeadm's default; its ``iptables`` section then
+    as kubeadm leaves it: localhostNodePorts unset, i.e. on)."""
     cfg = kube_proxy_config(
         node_name="",
         kubeconfig="/var/lib/kube-proxy/kubeconfig.conf",
         cluster_cidrs=list(CLUSTER_CIDRS),
         healthz_bind_address="0.0.0.0:10256",
         metrics_bind_address="127.0.0.1:10249",
+        mode=mode,
         min_sync_period="1s",  # kube-proxy's defaults
         sync_period="30s",
         nodeport_addresses=LOCALHOST_NODEPORTS if localhost_nodeports else None,
         extra={"featureGates": LOCALHOST_GATE} if localhost_nodeports else None,
     )
+    if mode == "iptables":
+        del cfg["iptables"]["localhostNodePorts"]
     sa = "/var/run/secrets/kubernetes.io/serviceaccount"
     kubeconfig = {
         "apiVersion": "v1",
@@ -194,9 +201,13 @@ def kube_proxy_image(log: Log) -> tuple[str, str]:
     return str(info["ref"]), str(info["archive"])
 
 
-def install_proxy(cluster: RealCluster, proxy: str, log: Log, *, localhost_nodeports: bool = False) -> None:
+def install_proxy(
+    cluster: RealCluster, proxy: str, log: Log, *, localhost_nodeports: bool = False, mode: str = "nftables"
+) -> None:
     """``localhost_nodeports``: both proxies with ``nodePortAddresses: [primary, localhost]`` and
-    the gate KubeProxyNFTablesLocalhostNodePorts on (its default from 1.38)."""
+    the gate KubeProxyNFTablesLocalhostNodePorts on (its default from 1.38). ``mode``: kube-proxy's
+    (nftables or iptables); applied over an installed kube-proxy, its ConfigMap changes (the
+    DaemonSet's pods take it when they restart) and what others added to the DaemonSet stays."""
     if proxy == "nftproxy":
         values: dict[str, str | bool] | None = None
         if localhost_nodeports:
@@ -206,7 +217,7 @@ def install_proxy(cluster: RealCluster, proxy: str, log: Log, *, localhost_nodep
         return
     ref, archive = kube_proxy_image(log)
     cluster.import_image(ref, archive)
-    manifests = kube_proxy_manifests(cluster, ref, localhost_nodeports=localhost_nodeports)
+    manifests = kube_proxy_manifests(cluster, ref, mode=mode, localhost_nodeports=localhost_nodeports)
     cluster.kubectl("apply", "-f", "-", input=manifests)
     cluster.kubectl("rollout", "status", "daemonset/kube-proxy", "-n", "kube-system", "--timeout=180s", timeout=210)
 
