@@ -8,11 +8,12 @@ targets and the chart's values.yaml; running them on a cluster is tests/e2e's jo
 from __future__ import annotations
 
 import argparse
+import json
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
-import yaml
 
 from nftproxy.cli import build_parser
 from tests.conformance.differences import COMPARED, INTENTIONAL, RELEASES
@@ -111,31 +112,33 @@ def test_every_make_target_in_the_readme_exists() -> None:
     assert named - targets == set()
 
 
-def value_exists(values: object, key: str) -> bool:
-    """`a.b.c` (Helm's --set path, `\\.` an escaped dot) is a value of values.yaml, or a key under a
-    map the chart takes as a whole (nodeSelector, a map that may be empty)."""
-    node = values
+def value_exists(schema: dict[str, Any], key: str) -> bool:
+    """`a.b.c` (Helm's --set path, `\\.` an escaped dot) is a value the chart's values.schema.json
+    names, or a key of a map it takes whole (nodeSelector, featureGates: additionalProperties)."""
+    node = schema
     for part in re.split(r"(?<!\\)\.", key):
-        if not isinstance(node, dict):
+        if part in node.get("properties", {}):
+            node = node["properties"][part]
+        elif isinstance(node.get("additionalProperties"), dict):
+            node = node["additionalProperties"]
+        else:
             return False
-        if part not in node:
-            return node == {} or all(isinstance(v, str) for v in node.values())
-        node = node[part]
     return True
 
 
 def test_every_chart_value_in_the_readme_exists() -> None:
-    """Each `--set KEY=...` and each value of the Configuration table's chart column."""
+    """Each `--set KEY=...`, each value of the Configuration table's chart column and each value the
+    Operating section names."""
     text = README.read_text()
-    values = yaml.safe_load((ROOT / "charts" / "nftproxy" / "values.yaml").read_text())
+    schema = json.loads((ROOT / "charts" / "nftproxy" / "values.schema.json").read_text())
     keys = set(re.findall(r"--set(?:-string)? '?([A-Za-z][\w.\\/-]*)=", text))
     for line in section(text, "Configuration").splitlines():
         if line.startswith("| `"):
             keys |= {k for k in re.findall(r"`([a-zA-Z][\w.]*)`", line.split("|")[3]) if k != "conntrack.*"}
     keys |= set(re.findall(r"`([a-z][A-Za-z]+(?:\.[a-zA-Z]+)*)`", section(text, "Operating it")))
     keys = {k for k in keys if not k.startswith(("nftproxy_", "rest_client"))}
-    assert {"cleanupKubeProxy", "kubeProxyConfig.fromConfigMap", "serviceProxyName"} <= keys
-    assert sorted(k for k in keys if not value_exists(values, k)) == []
+    assert {"cleanupKubeProxy", "kubeProxyConfig.fromConfigMap", "nodeSelector.nftproxy\\.io/proxy"} <= keys
+    assert sorted(k for k in keys if not value_exists(schema, k)) == []
 
 
 def slug(heading: str) -> str:
