@@ -230,13 +230,19 @@ class Presence:
 
     places: tuple[str, ...]  # "nftables table ip kube-proxy", "iptables-nft nat (25 chains)", …
     digest: str  # changes when kube-proxy reprograms them (counters excluded)
+    # kube-proxy's Services are programmed: its nftables table (written whole by its first sync),
+    # or Service chains (KUBE-SVC-…/KUBE-SEP-…) in a nat table, or IPVS' interface. iptables mode
+    # creates KUBE-PROXY-CANARY and the empty jump chains before its first sync: not yet serving.
+    serving: bool = False
 
 
 def detect(netns: str | None = None) -> Presence | None:
     places: list[str] = []
+    serving = False
     h = hashlib.sha256()
     for family, name in _nft_tables(netns):
         places.append(f"nftables table {family} {name}")
+        serving = True
         # the table's handle and contents: kube-proxy rewrites elements/chains on every change
         r = _run(netns, ["nft", "-a", "list", "table", family, name])
         h.update(re.sub(r"packets \d+ bytes \d+", "", r.stdout).encode())
@@ -246,14 +252,16 @@ def detect(netns: str | None = None) -> Presence | None:
         for t in read_iptables(netns, variant)[0]:
             if t.chains:
                 places.append(f"{variant} {t.table} ({len(t.chains)} KUBE-* chains)")
+                serving |= t.table == "nat" and any(c.startswith(("KUBE-SVC-", "KUBE-SEP-")) for c in t.chains)
                 r = _run(netns, [f"{variant}-save", "-t", t.table])
                 body = [ln for ln in r.stdout.splitlines() if not ln.startswith("#")]
                 h.update(re.sub(r"\[\d+:\d+\]", "", "\n".join(body)).encode())
     if _has_link(netns, IPVS_INTERFACE):
         places.append(f"interface {IPVS_INTERFACE}")
+        serving = True
     if not places:
         return None
-    return Presence(tuple(places), h.hexdigest())
+    return Presence(tuple(places), h.hexdigest(), serving)
 
 
 def in_netns_of(netns: str | None) -> str | None:

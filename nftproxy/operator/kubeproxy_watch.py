@@ -22,9 +22,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 
 from nftproxy.migration import Presence, Report, cleanup, detect
 from nftproxy.operator import kube
+from nftproxy.operator.leaving import Verdict
 from nftproxy.operator.syncer import Syncer
 
 log = logging.getLogger("nftproxy.kubeproxy")
@@ -63,11 +65,19 @@ def removed_message(report: Report) -> str:
 
 class KubeProxyWatch:
     def __init__(
-        self, netns: str | None, period: float, cleanup: bool = False, service_proxy_name: str | None = None
+        self,
+        netns: str | None,
+        period: float,
+        cleanup: bool = False,
+        service_proxy_name: str | None = None,
+        leaving: Callable[[], Verdict] | None = None,
     ) -> None:
+        """``leaving``: is this proxy leaving its node for good (``leaving.ask``)? Then kube-proxy's
+        rules are never removed: they are those of the kube-proxy taking the node back."""
         self.netns = netns
         self.period = period
         self.cleanup = cleanup and not service_proxy_name  # kube-proxy serves the other Services then
+        self.leaving = leaving
         self.last: Presence | None = None
         self.posted: set[str] = set()
         if cleanup and service_proxy_name:
@@ -90,7 +100,13 @@ class KubeProxyWatch:
                 now, checked = self.last, False
             cond = condition(now, self.last, first)
             # leftovers (unchanged since the previous check), and our own rules are in: remove them
-            if self.cleanup and checked and cond["reason"] == LEFTOVERS and syncer.first_sync.is_set():
+            if (
+                self.cleanup
+                and checked
+                and cond["reason"] == LEFTOVERS
+                and syncer.first_sync.is_set()
+                and await self.staying()
+            ):
                 report, now = await self.remove_leftovers(api, node)
                 cond = condition(now, now, False)  # what could not be removed: still leftovers
                 if now is None and report.removed:
@@ -107,6 +123,17 @@ class KubeProxyWatch:
                 except Exception as e:
                     log.warning("could not post the kube-proxy Event: %s", str(e).splitlines()[0] if str(e) else e)
             await asyncio.sleep(self.period)
+
+    async def staying(self) -> bool:
+        """Not leaving this node for good (no ``leaving`` check: staying). A node whose label was
+        just removed gets kube-proxy back while this proxy stops: its fresh rules, unchanged for
+        a check, must not be taken for leftovers."""
+        if self.leaving is None:
+            return True
+        verdict = await asyncio.get_running_loop().run_in_executor(None, self.leaving)
+        if verdict.leaving:
+            log.info("kube-proxy's rules are left in place: this proxy is leaving the node (%s)", verdict.why)
+        return not verdict.leaving
 
     async def remove_leftovers(self, api: kube.Client, node: str) -> tuple[Report, Presence | None]:
         """kube-proxy's leftovers removed (logged, an Event on the Node): what was done, and what

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import signal
@@ -83,7 +84,7 @@ def run(
 
 def _leave(settings: Settings, backend: KernelBackend, verdict: Verdict, claim: Claim) -> None:
     """Leaving this node for good: another proxy awaited (bounded), then our tables removed."""
-    from nftproxy.migration import detect  # noqa: PLC0415
+    from nftproxy.migration import Presence, detect  # noqa: PLC0415
     from nftproxy.operator.leaving import leave  # noqa: PLC0415
 
     log.info("stopping, and leaving this node for good: %s", verdict.why)
@@ -93,7 +94,12 @@ def _leave(settings: Settings, backend: KernelBackend, verdict: Verdict, claim: 
         return [f"table {f.value} {settings.proxy.table}" for f in dataplane.cleanup()]
 
     try:
-        leave(lambda: detect(settings.netns), remove, claim)
+
+        def serving() -> Presence | None:  # another proxy's Services are programmed here
+            found = detect(settings.netns)
+            return found if found is not None and found.serving else None
+
+        leave(serving, remove, claim)
     except Exception as e:  # e.g. the kernel refused: what is left stays, as at any other stop
         log.error("could not remove nftproxy's tables (they stay): %s", e)
 
@@ -242,11 +248,16 @@ async def _main(
             await hook(syncer.status)
     metrics.count_localhost_rejections(lambda: localhost_rejections(backend, syncer.dp.config))
     tasks = [asyncio.create_task(syncer.run(), name="syncer"), asyncio.create_task(writer.run(), name="status")]
+    daemonset = None  # our DaemonSet, watched: is a stop a departure from this node for good?
+    if settings.daemonset and settings.daemonset_namespace:
+        daemonset = DaemonSetWatch(api, settings.daemonset_namespace, settings.daemonset)
+        daemonset.start()
     watch = KubeProxyWatch(  # kube-proxy's rules on this node? (and, if asked, its leftovers removed)
         settings.netns,
         settings.kube_proxy_check_period,
         cleanup=settings.cleanup_kube_proxy,
         service_proxy_name=settings.proxy.service_proxy_name,
+        leaving=functools.partial(ask, api, daemonset, settings.node_name) if daemonset is not None else None,
     )
     tasks.append(asyncio.create_task(watch.run(syncer, api, settings.node_name), name="kube-proxy-watch"))
     log.info(
@@ -260,10 +271,6 @@ async def _main(
         tasks.append(asyncio.create_task(_claim_later(claim), name="claim"))
     if settings.config_file:  # as kube-proxy: a changed file stops the proxy, to start with it
         tasks.append(asyncio.create_task(config_watch.watch(settings.config_file), name="config-watch"))
-    daemonset = None  # our DaemonSet, watched: is a stop a departure from this node for good?
-    if settings.daemonset and settings.daemonset_namespace:
-        daemonset = DaemonSetWatch(api, settings.daemonset_namespace, settings.daemonset)
-        daemonset.start()
     undo = handlers.watch_from_our_lists(ctx)
     stopped = False
     try:

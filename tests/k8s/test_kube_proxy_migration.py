@@ -153,6 +153,7 @@ def test_migrate_from_kube_proxy(env: Env, mode: str) -> None:
         assert eventually(lambda: env.answers() == EXPECTED or None, timeout=30, what=f"kube-proxy ({mode}) serves")
     found = detect(env.node.netns)  # stopped: its rules stay, as on a real node
     assert found is not None, "kube-proxy left nothing?"
+    assert found.serving, found.places  # its Services programmed (what a leaving nftproxy waits for)
     if mode == "nftables":
         assert "nftables table ip kube-proxy" in found.places
     else:

@@ -10,9 +10,11 @@ from typing import Any, cast
 
 import pytest
 
+from nftproxy import migration
 from nftproxy.migration import IptablesTable, Presence, Report, parse_save, restore_script
 from nftproxy.operator import kubeproxy_watch
 from nftproxy.operator.kubeproxy_watch import condition
+from nftproxy.operator.leaving import Verdict
 from nftproxy.operator.metrics import Metrics
 from tests.support.clock import run_in_virtual_time
 
@@ -108,6 +110,7 @@ def _checks(
     cleanup: bool = True,
     synced: bool = True,
     service_proxy_name: str | None = None,
+    leaving: Verdict | None = None,
 ) -> tuple[list[dict[str, str]], list[str], list[tuple[str, str]]]:
     """The watch through len(found) checks (30 s apart, virtual time), with --cleanup-kube-proxy:
     (the condition after each check, what cleanup() ran, the Events posted as (type, reason))."""
@@ -137,7 +140,13 @@ def _checks(
     checks = len(found)
 
     async def go() -> None:
-        watch = kubeproxy_watch.KubeProxyWatch(None, 30.0, cleanup=cleanup, service_proxy_name=service_proxy_name)
+        watch = kubeproxy_watch.KubeProxyWatch(
+            None,
+            30.0,
+            cleanup=cleanup,
+            service_proxy_name=service_proxy_name,
+            leaving=(lambda: leaving) if leaving is not None else None,
+        )
         task = asyncio.create_task(watch.run(cast(Any, syncer), cast(Any, None), "n1"))
         await asyncio.sleep(30 * checks - 15)
         task.cancel()
@@ -177,3 +186,32 @@ def test_cleanup_is_off_with_a_service_proxy_name_or_unless_asked(monkeypatch: p
     assert cleaned == []
     _, cleaned, _ = _checks(monkeypatch, [LEFT, LEFT, LEFT], cleanup=False)
     assert cleaned == []
+
+
+def test_cleanup_leaves_the_rules_of_the_kube_proxy_taking_the_node_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The node's label removed: kube-proxy arrives while this proxy stops, and its fresh rules,
+    unchanged for a check, are not leftovers to remove."""
+    gone = Verdict(True, "the DaemonSet kube-system/nftproxy no longer selects this node")
+    conditions, cleaned, _ = _checks(monkeypatch, [LEFT, LEFT, LEFT], leaving=gone)
+    assert cleaned == [] and [c["reason"] for c in conditions][-1] == "KubeProxyLeftovers"
+    staying = Verdict(False, "the DaemonSet kube-system/nftproxy still runs a pod on this node")
+    _, cleaned, _ = _checks(monkeypatch, [LEFT, LEFT, None], leaving=staying)
+    assert cleaned == ["cleanup"]
+
+
+def test_kube_proxy_is_serving_only_once_its_service_chains_are_in(monkeypatch: pytest.MonkeyPatch) -> None:
+    """iptables mode creates its canary and the empty jump chains before its first sync: a
+    leaving nftproxy waits for the Service chains (or kube-proxy's nftables table)."""
+    before_sync = "*nat\n:KUBE-SERVICES - [0:0]\n:KUBE-PROXY-CANARY - [0:0]\n-A PREROUTING -j KUBE-SERVICES\nCOMMIT\n"
+    synced = before_sync.replace(":KUBE-PROXY-CANARY", ":KUBE-SVC-ABC - [0:0]\n:KUBE-PROXY-CANARY")
+    for text, serving in ((before_sync, False), (synced, True)):
+        monkeypatch.setattr(migration, "_nft_tables", lambda _: [])
+        monkeypatch.setattr(migration, "_has_link", lambda _n, _i: False)
+        monkeypatch.setattr(migration, "VARIANTS", ("iptables-nft",))
+        monkeypatch.setattr(migration, "TABLES", ("nat",))
+        monkeypatch.setattr("nftproxy.migration.shutil.which", lambda _: "/usr/sbin/x")
+        monkeypatch.setattr(
+            migration, "_run", lambda _n, _a, text=text: SimpleNamespace(returncode=0, stdout=text, stderr="")
+        )
+        found = migration.detect(None)
+        assert found is not None and found.serving is serving, (found, text)
