@@ -134,6 +134,19 @@ def without_counters(ruleset: str) -> str:
     return re.sub(r"counter packets \d+ bytes \d+", "counter", ruleset)
 
 
+def echo_container(**extra: Any) -> dict[str, Any]:
+    """The echo server's container (the image hack/images.sh builds), Ready once it answers on
+    port 8080 (named http); ``extra``: more fields of the container."""
+    return {
+        "name": "echo",
+        "image": "localhost/nftproxy-echo:1",
+        "imagePullPolicy": "Never",
+        "ports": [{"containerPort": 8080, "name": "http"}],
+        "readinessProbe": {"httpGet": {"path": "/", "port": 8080}, "periodSeconds": 1},
+        **extra,
+    }
+
+
 def web_manifests(replicas: int = 2, node: str = "node-1", roll: str = "1") -> str:
     """The echo Deployment (on NODE) behind a NodePort Service and an externalTrafficPolicy: Local
     one, and a client pod on the other node. Pods stop serving 3 s after they are told to stop
@@ -157,14 +170,7 @@ def web_manifests(replicas: int = 2, node: str = "node-1", roll: str = "1") -> s
                                 "nodeSelector": {"kubernetes.io/hostname": node},
                                 "terminationGracePeriodSeconds": 10,
                                 "containers": [
-                                    {
-                                        "name": "echo",
-                                        "image": "localhost/nftproxy-echo:1",
-                                        "imagePullPolicy": "Never",
-                                        "ports": [{"containerPort": 8080, "name": "http"}],
-                                        "readinessProbe": {"httpGet": {"path": "/", "port": 8080}, "periodSeconds": 1},
-                                        "lifecycle": {"preStop": {"exec": {"command": ["sleep", "3"]}}},
-                                    }
+                                    echo_container(lifecycle={"preStop": {"exec": {"command": ["sleep", "3"]}}})
                                 ],
                             },
                         },

@@ -187,15 +187,7 @@ def workload(pod: str | None = None) -> str:
             "spec": {
                 "nodeSelector": {"kubernetes.io/hostname": "node-1"},
                 "terminationGracePeriodSeconds": 0,
-                "containers": [
-                    {
-                        "name": "echo",
-                        "image": "localhost/nftproxy-echo:1",
-                        "imagePullPolicy": "Never",
-                        "ports": [{"containerPort": 8080, "name": "http"}],
-                        "readinessProbe": {"httpGet": {"path": "/", "port": 8080}, "periodSeconds": 1},
-                    }
-                ],
+                "containers": [w.echo_container()],
             },
         }
     )

@@ -16,7 +16,6 @@ from typing import Any
 import pytest
 import yaml
 
-from testkit.k8s.controlplane import ControlPlaneError, find_binary
 from tests.k8s.helmchart import Helm, find
 
 pytestmark = pytest.mark.monitoring
@@ -36,22 +35,6 @@ ALERTS = [
 ]
 
 Obj = dict[str, Any]
-
-
-@pytest.fixture(scope="module")
-def helm(tmp_path_factory: pytest.TempPathFactory) -> Helm:
-    try:
-        return Helm(tmp_path_factory.mktemp("helm"))
-    except ControlPlaneError as e:
-        pytest.fail(str(e), pytrace=False)
-
-
-@pytest.fixture(scope="module")
-def promtool() -> Path:
-    try:
-        return find_binary("promtool")
-    except ControlPlaneError as e:
-        pytest.fail(f"{e} (hack/prom-tools.sh builds it)", pytrace=False)
 
 
 def render(helm: Helm, **values: str) -> list[Obj]:

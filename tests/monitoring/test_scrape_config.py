@@ -14,29 +14,12 @@ from typing import Any
 import pytest
 import yaml
 
-from testkit.k8s.controlplane import ControlPlaneError, find_binary
 from testkit.prometheus import servicemonitor_scrape_configs
 from tests.k8s.helmchart import Helm, find
 
 pytestmark = pytest.mark.monitoring
 
 MONITORING = {"metricsService.enabled": "true", "serviceMonitor.enabled": "true"}
-
-
-@pytest.fixture(scope="module")
-def helm(tmp_path_factory: pytest.TempPathFactory) -> Helm:
-    try:
-        return Helm(tmp_path_factory.mktemp("helm"))
-    except ControlPlaneError as e:
-        pytest.fail(str(e), pytrace=False)
-
-
-@pytest.fixture(scope="module")
-def promtool() -> Path:
-    try:
-        return find_binary("promtool")
-    except ControlPlaneError as e:
-        pytest.fail(f"{e} (hack/prom-tools.sh builds it)", pytrace=False)
 
 
 def scrape_configs(sm: dict[str, Any], tmp_path: Path) -> list[dict[str, Any]]:
