@@ -19,10 +19,11 @@ Columns (text):
             does not tell them apart; `nftproxy explain --kubeconfig` does)
   FRONTEND  address:port/protocol (NodePorts: 0.0.0.0 / [::], the addresses listed below)
   POLICY    iTP=Local / eTP=Local (internal-/externalTrafficPolicy Local; Cluster not shown),
-            affinity=Ns (sessionAffinity ClientIP), lb=round-robin|source-hash (random not
-            shown; with one endpoint nothing is chosen), ranges=… (loadBalancerSourceRanges)
+            affinity=Ns (sessionAffinity ClientIP), lb=round-robin|source-hash|maglev (random
+            not shown; with one endpoint nothing is chosen), ranges=… (loadBalancerSourceRanges)
   BACKENDS  the endpoints new connections go to (under a Local policy: this node's), "(xN)"
-            for an endpoint in N slots; eTP Local: also those pods and the node itself reach;
+            for an endpoint in N slots (maglev: its share of the table's M); eTP Local: also
+            those pods and the node itself reach;
             "(no endpoints: rejected)", "(none on this node: dropped)"
 The table holds no endpoint conditions: ready, serving and terminating endpoints look alike.
 
@@ -31,7 +32,7 @@ JSON (-o json): {"tables": ["ip nftproxy", …], "nodeport_addresses": {"ip": [�
 address (null for a NodePort), port, protocol (TCP|UDP|SCTP), state (active | no-endpoints |
 no-local-endpoints), backends and short_circuit_backends ([{address, port, slots}]),
 traffic_policy (Cluster | Local | null: no endpoints), session_affinity_timeout (seconds |
-null), load_balancing (random | round-robin | source-hash | null), source_ranges ([…]).
+null), load_balancing (random | round-robin | source-hash | maglev | null), source_ranges ([…]).
 
 Exit 0; 1 when neither table exists (nothing programmed here); 2 for an unknown --netns."""
 

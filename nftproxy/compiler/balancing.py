@@ -1,4 +1,4 @@
-"""Load-balancing algorithms: ``nftproxy.io/load-balancing: random | round-robin | source-hash``.
+"""Load-balancing algorithms: ``nftproxy.io/load-balancing: random | round-robin | source-hash | maglev``.
 
 * random (the default, kube-proxy's): ``numgen random mod N`` picks the slot; the per-count
   objects (``endpoints-N``, ``load-balance-N``, …) are shared by every Service with N endpoints.
@@ -7,6 +7,12 @@
   per-count objects too, with an ``sh-`` infix (``endpoints-sh-N``, ``load-balance-sh-N``, …).
   (The maps are declared ``typeof … numgen random mod N``: the slot key has the same type, a
   32-bit integer, and nft 1.0.6 crashes listing a ``typeof … jhash`` map.)
+* maglev: ``jhash <ip> saddr mod M`` picks one of M slots (``nftproxy.io/maglev-table-size``, a
+  prime, default 251) of the Service port's Maglev table (maglev.py): a change of one endpoint
+  moves few clients of the others, where source-hash's ``mod N`` moves most. The objects of
+  source-hash with the ``mg`` infix, and M in place of N (``endpoints-mg-M``,
+  ``load-balance-mg-M``, …): shared by every maglev Service with an M-slot table, each frontend's
+  M elements in them. A Service port with one endpoint uses the plain objects (``endpoints-1``).
 * round-robin: ``numgen inc mod N``: a counter per rule. Shared per-count chains would share the
   counter between Services (two Services taking turns would each stay on one endpoint), so each
   round-robin Service port gets ONE map and ONE chain of its own, ``rr-<tag>-N`` (the chain: the
@@ -27,25 +33,51 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 
-from nftproxy.compiler.names import PORT_TAG, RR_LOCAL_NODEPORTS, RR_LOCAL_SERVICES, RR_NODEPORTS, RR_SERVICES, port_tag
-from nftproxy.model.balancing import ALGORITHMS, ANNOTATION, RANDOM, ROUND_ROBIN, SOURCE_HASH, from_annotations
+from nftproxy.compiler.names import (
+    MAGLEV_TAG,
+    PORT_TAG,
+    RR_LOCAL_NODEPORTS,
+    RR_LOCAL_SERVICES,
+    RR_NODEPORTS,
+    RR_SERVICES,
+    SOURCE_HASH_TAG,
+    port_tag,
+)  # fmt: skip
+from nftproxy.model.balancing import (
+    ALGORITHMS,
+    ANNOTATION,
+    MAGLEV,
+    RANDOM,
+    ROUND_ROBIN,
+    SOURCE_HASH,
+    TABLE_SIZE_ANNOTATION,
+    from_annotations,
+)  # fmt: skip
 from nftproxy.nft.objects import Chain, Family, Set
 
 __all__ = [
-    "ALGORITHMS", "ANNOTATION", "RANDOM", "ROUND_ROBIN", "RR_LOCAL_NODEPORTS", "RR_LOCAL_SERVICES", "RR_NODEPORTS",
-    "RR_SERVICES", "SOURCE_HASH", "from_annotations",
+    "ALGORITHMS", "ANNOTATION", "MAGLEV", "RANDOM", "ROUND_ROBIN", "RR_LOCAL_NODEPORTS", "RR_LOCAL_SERVICES",
+    "RR_NODEPORTS", "RR_SERVICES", "SOURCE_HASH", "TABLE_SIZE_ANNOTATION", "from_annotations",
 ]  # fmt: skip
 SEED = "0x6e667078"  # fixed: the same client maps to the same slot on every node and after restarts
+_HASHED = (SOURCE_HASH_TAG, MAGLEV_TAG)  # tags whose slot is a hash of the client address
 
 
 def tag(algorithm: str, service: str, port: str, proto: str, sticky: bool = False) -> str:
     """The name infix of an algorithm's objects ("" for random). A round-robin tag is per Service
     port; flag ``s``: the Service has sessionAffinity (its chain looks the client up first)."""
     if algorithm == SOURCE_HASH:
-        return "sh"
+        return SOURCE_HASH_TAG
+    if algorithm == MAGLEV:
+        return MAGLEV_TAG
     if algorithm == ROUND_ROBIN:
         return f"{port_tag(service, port, proto)}{'s' if sticky else ''}"
     return ""
+
+
+def algorithm_of(t: str) -> str:
+    """The algorithm of a per-count object's tag ("" random, ``sh``, ``mg``, else round-robin)."""
+    return {"": RANDOM, SOURCE_HASH_TAG: SOURCE_HASH, MAGLEV_TAG: MAGLEV}.get(t, ROUND_ROBIN)
 
 
 def split_kind(kind: str) -> tuple[str, str]:
@@ -64,7 +96,7 @@ def name(base: str, t: str, n: int) -> str:
 
 
 def slot_expression(t: str, ip: str, n: int) -> str:
-    if t == "sh":
+    if t in _HASHED:
         return f"jhash {ip} saddr mod {n} seed {SEED}"
     return f"numgen random mod {n}"
 
@@ -74,7 +106,8 @@ _NUMGEN = re.compile(r"numgen random mod (\d+)")
 
 def retag(sets: list[Set], chains: list[Chain], t: str, n: int, ip: str) -> tuple[list[Set], list[Chain]]:
     """The objects of a random kind, renamed for tag ``t`` and with its slot expression in the
-    DNAT rules (the maps' declared key type stays ``numgen random mod N``: see module doc)."""
+    DNAT rules (the maps' declared key type stays ``numgen random mod N``: see module doc; for
+    maglev ``n`` is the table's M)."""
     suffix = f"-{n}"
     names = [s.name for s in sets] + [c.name for c in chains]
     renames = {x: name(x[: -len(suffix)], t, n) for x in names if x.endswith(suffix)}
@@ -90,7 +123,7 @@ def retag(sets: list[Set], chains: list[Chain], t: str, n: int, ip: str) -> tupl
             text = _NUMGEN.sub(expr, text)
         return text
 
-    comment = {"sh": "source-hash", "": "random"}.get(t, "round-robin")
+    comment = algorithm_of(t)
     new_sets = [
         replace(s, name=renames.get(s.name, s.name), comment=f"{s.comment} ({comment})" if s.comment else comment)
         for s in sets

@@ -14,12 +14,13 @@ from dataclasses import dataclass
 from ipaddress import collapse_addresses, ip_network
 from typing import NamedTuple
 
-from nftproxy.compiler import balancing, names
+from nftproxy.compiler import balancing, maglev, names
 from nftproxy.compiler.balancing import name as tagged
 from nftproxy.compiler.balancing import with_tag
 from nftproxy.compiler.config import ProxyConfig
 from nftproxy.compiler.endpoints import Categorized, Target, categorize, targets
 from nftproxy.compiler.localhost import LocalhostNodePort
+from nftproxy.model.balancing import DEFAULT_TABLE_SIZE
 from nftproxy.model.types import EndpointSlice, IPAddress, IPNetwork, Service, ServicePort
 from nftproxy.nft.objects import Element, Family, Key, Slot, address, prefix
 
@@ -400,8 +401,9 @@ def _localhost(out: _Out, p: _Port, svc: Service, port: str, algorithm: str, cat
     elif p.proto == "tcp":
         cluster, local = (slot_values(cat.cluster), slot_values(cat.local)) if cat.any_usable else ((), ())
         affinity = svc.session_affinity_timeout or 0
+        size = (svc.maglev_table_size or DEFAULT_TABLE_SIZE) if algorithm == balancing.MAGLEV else 0
         out.localhost.append(
-            LocalhostNodePort(int(p.node_port[1]), svc.key, port, algorithm, affinity, etp_local, cluster, local)
+            LocalhostNodePort(int(p.node_port[1]), svc.key, port, algorithm, affinity, etp_local, cluster, local, size)
         )
 
 
@@ -439,11 +441,14 @@ def compile_fragment(
         if not cat.local:
             out.no_local += [p for p, on in (("internal", fe.itp_local), ("external", fe.etp_local)) if on]
         cluster, local = slot_values(cat.cluster), slot_values(cat.local)
+        if algorithm == balancing.MAGLEV:  # each list as its table of M slots (maglev.py)
+            cluster, local, warning = maglev.lookup_tables(cluster, local, svc.maglev_table_size)
+            warnings += (warning,) if warning and warning not in warnings else ()
         t = balancing.tag(algorithm, svc.key, port.name or str(port.port), p.proto, bool(affinity))
         if algorithm == balancing.ROUND_ROBIN and max(len(cluster), len(local)) > 1:
             _round_robin(out, p, fe, cluster, local, t)
         else:
-            out.tag = t if algorithm == balancing.SOURCE_HASH else ""
+            out.tag = t if algorithm in (balancing.SOURCE_HASH, balancing.MAGLEV) else ""
             _cluster_ip(out, p, fe, cluster, local)
             for k in p.externals:
                 _external(out, EXTERNAL_IP, k, p.comment, cluster, local, fe.etp_local)

@@ -18,11 +18,12 @@ class LocalhostNodePort(NamedTuple):
     node_port: int
     service: str  # namespace/name
     port: str  # the Service port's name, else its number
-    algorithm: str  # random | round-robin | source-hash: the annotation, else --load-balancing
+    algorithm: str  # random | round-robin | source-hash | maglev: the annotation, else --load-balancing
     affinity: int  # sessionAffinity ClientIP: its timeout in seconds; 0: none
     external_local: bool  # externalTrafficPolicy Local
     cluster: tuple[Slot, ...]  # (address, port): the endpoints the table uses for Cluster policy
     local: tuple[Slot, ...]  # this node's, for Local policy
+    table_size: int = 0  # maglev: the slots of its table (nftproxy.io/maglev-table-size)
 
     @property
     def endpoints(self) -> tuple[Slot, ...]:

@@ -148,10 +148,15 @@ FRONTEND_WIDTH = {
 }
 
 
+# the infixes of the load-balancing algorithms' per-count objects (balancing.py; random: none)
+SOURCE_HASH_TAG = "sh"  # endpoints-sh-N, load-balance-sh-N, …
+MAGLEV_TAG = "mg"  # endpoints-mg-M, load-balance-mg-M, … (M: the Maglev table's slots)
+
+
 class EndpointMap(NamedTuple):
     base: str  # endpoints | local-endpoints | nodeport-endpoints | nodeport-local-endpoints
-    tag: str  # the load-balancing algorithm's infix ("" random, "sh" source-hash)
-    n: int  # N: the map holds slots 0 … N-1
+    tag: str  # the load-balancing algorithm's infix ("" random, "sh" source-hash, "mg" maglev)
+    n: int  # N: the map holds slots 0 … N-1 (maglev: M, the table's size)
 
     @property
     def width(self) -> int:

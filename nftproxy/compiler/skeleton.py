@@ -498,6 +498,7 @@ def count_objects(
     ]
 
 
+HASHED_TAGS = (names.SOURCE_HASH_TAG, names.MAGLEV_TAG)
 KINDS = ("lb", "nodeport", "local", "nodeport-local", f"{names.AFFINITY_KIND}:0000000000")
 
 
@@ -517,7 +518,7 @@ def layout_comment(
     sizes = {"lb": (1,), "nodeport": (1,), "local": (0, 1), "nodeport-local": (0, 1), KINDS[4]: (1,)}
     parts = [count_objects(family, kind, n, masquerade, local) for kind in KINDS for n in sizes[kind]]
     # the other load-balancing algorithms' templates (a round-robin tag stands for all of them)
-    parts += [count_objects(family, f"{kind}@sh", 2, masquerade, local) for kind in KINDS[:4]]
+    parts += [count_objects(family, f"{kind}@{t}", 2, masquerade, local) for t in HASHED_TAGS for kind in KINDS[:4]]
     parts += [
         count_objects(family, kind, 2, masquerade, local)
         for kind in (balancing.RR_ENTRY, "rr:0000000000s", "rr:0000000000")

@@ -10,6 +10,7 @@ A rule this module does not know is shown verbatim, never hidden.
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -260,16 +261,23 @@ class _Describer:
             if el.key[:width] == self.fkey[:width] and len(el.key) == width + 1
         )
         children = []
-        for i, ep in slots:
+        em = names.endpoint_map(map_name)
+        if em is not None and em.tag == names.MAGLEV_TAG:  # M slots: one line per endpoint
+            algo = "maglev"
+            held = Counter(ep for _, ep in slots)
+            self.endpoints.update(held)
+            children = [Step("slot", f"{ep}: {c} of {n} slots") for ep, c in sorted(held.items())]
+        for i, ep in slots if algo != "maglev" else ():
             self.endpoints.add(ep)
             children.append(Step("slot", f"slot {i} -> {ep}"))
         how = {
             "random": f"random: one of {n} endpoints",
             "round-robin": f"round-robin: each new connection to the next of {n} endpoints",
             "source-hash": f"source-hash: one of {n} endpoints, chosen by the client address",
+            "maglev": f"maglev: one of {len(children)} endpoints by a table of {n} slots, chosen by the client address",
         }
         text = f"the only endpoint (map {map_name})" if n == "1" else f"{how.get(algo, algo)} (map {map_name})"
-        if (em := names.endpoint_map(map_name)) is not None and em.base.endswith(names.LOCAL_ENDPOINTS):
+        if em is not None and em.base.endswith(names.LOCAL_ENDPOINTS):
             text = "this node's endpoints only, client source kept: " + text
         if str(len(slots)) != n:
             text += f"; WARNING: {len(slots)} slots in the map for {n}"

@@ -65,7 +65,7 @@ class Row:
     # every frontend rejects whatever the policy)
     traffic_policy: str | None
     session_affinity_timeout: int | None  # sessionAffinity ClientIP's seconds (None: no affinity)
-    load_balancing: str | None  # random | round-robin | source-hash (None: at most one endpoint)
+    load_balancing: str | None  # random | round-robin | source-hash | maglev (None: at most one endpoint)
     source_ranges: tuple[str, ...]  # loadBalancerSourceRanges as the firewall holds them
 
     @property
@@ -119,7 +119,7 @@ class _Index:
         algorithm = None
         if any(n > 1 for _, _, _, n in entries):
             tag = next(t for _, _, t, n in entries if n > 1)
-            algorithm = {"": balancing.RANDOM, "sh": balancing.SOURCE_HASH}.get(tag, tag)
+            algorithm = balancing.algorithm_of(tag)
         return _backends(v for _, v, _, _ in entries), algorithm
 
     def rr(self, set_name: str, key: Key) -> tuple[str | None, tuple[Backend, ...]]:

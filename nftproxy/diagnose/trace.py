@@ -172,7 +172,7 @@ class Packet:
     service: str | None  # "ns/name:port" (the dispatch element's comment)
     frontend: str | None  # ClusterIP / NodePort / external … as the dispatch map says
     endpoint: str | None  # where it was DNATed to
-    algorithm: str | None  # random | round-robin | source-hash | affinity
+    algorithm: str | None  # random | round-robin | source-hash | maglev | affinity
     masqueraded: bool
     verdict: str  # forwarded | delivered | rejected | dropped | untouched
     reason: str
@@ -237,6 +237,8 @@ def interpret(events: list[Event], ours: str, view: TableView | None) -> Packet:
                 if "saddr map @affinity-" in rule
                 else "round-robin"
                 if "numgen inc" in rule
+                else "maglev"
+                if "jhash" in rule and f"-{names.MAGLEV_TAG}-" in rule  # its map: endpoints-mg-M …
                 else "source-hash"
                 if "jhash" in rule
                 else "random"

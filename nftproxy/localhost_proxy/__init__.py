@@ -14,7 +14,8 @@ updated after every successful sync with what the compiler chose (``Dataplane.lo
   ``--load-balancing``), where upstream always picks at random: random; round-robin (a turn per
   listener); source-hash (a CRC-32 of the client address: the table's ``jhash`` never sees
   loopback, so there is no kernel choice to agree with; on 127.0.0.1 every client is one address,
-  so all go to one endpoint while the list is unchanged). ``sessionAffinity: ClientIP``: a
+  so all go to one endpoint while the list is unchanged); maglev (the same CRC-32 into the
+  Service's Maglev table, compiler/maglev.py). ``sessionAffinity: ClientIP``: a
   client address keeps the endpoint that last served it while it reconnects within the timeout
   (a sliding window, as the table's ``update @affinity`` and upstream's pin);
 * **beyond upstream**: a connect to the chosen endpoint that fails (refused, unreachable, or no

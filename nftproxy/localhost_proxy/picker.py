@@ -8,8 +8,10 @@ import time
 import zlib
 from collections.abc import Callable, Iterator
 
-from nftproxy.compiler.balancing import ROUND_ROBIN, SOURCE_HASH
+from nftproxy.compiler import maglev
+from nftproxy.compiler.balancing import MAGLEV, ROUND_ROBIN, SOURCE_HASH
 from nftproxy.compiler.localhost import LocalhostNodePort
+from nftproxy.model.balancing import DEFAULT_TABLE_SIZE
 from nftproxy.nft.objects import Slot
 
 PINS = 4096  # affinity records kept before the expired ones are dropped
@@ -44,8 +46,9 @@ class Picker:
     def candidates(self, client: str) -> Iterator[Slot]:
         """The endpoints for one connection from ``client``, best first, each at most once:
         its live affinity record's endpoint, then the algorithm's pick, then the others in the
-        algorithm's order (round-robin and source-hash: the following slots; random: a random
-        order). Lazy: the retry order is only worked out when a retry happens."""
+        algorithm's order (round-robin and source-hash: the following slots; maglev: the
+        endpoints of the following slots of its table; random: a random order). Lazy: the retry
+        order is only worked out when a retry happens."""
         eps = self.spec.endpoints
         n = len(eps)
         if n == 0:
@@ -61,6 +64,10 @@ class Picker:
         elif algorithm == SOURCE_HASH:
             start = client_hash(client) % n
             order = (eps[(start + i) % n] for i in range(n))
+        elif algorithm == MAGLEV and n > 1:  # the table's pick, as the kernel's over the same table
+            slots = maglev.table(eps, self.spec.table_size or DEFAULT_TABLE_SIZE)
+            start = client_hash(client) % len(slots)
+            order = iter(dict.fromkeys(slots[(start + i) % len(slots)] for i in range(len(slots))))
         else:
             order = self._random(eps)
         for ep in order:

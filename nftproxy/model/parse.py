@@ -189,6 +189,9 @@ def _service(obj: Mapping[str, Any], ns: str, name: str, proxy_name: str | None)
     algorithm, warning = balancing.from_annotations(_map(meta.get("annotations"), "metadata.annotations"))
     if warning:
         warnings.append(warning)
+    table_size, warning = balancing.table_size_from_annotations(_map(meta.get("annotations"), "metadata.annotations"))
+    if warning:
+        warnings.append(warning)
     return Service(
         namespace=ns,
         name=name,
@@ -203,6 +206,7 @@ def _service(obj: Mapping[str, Any], ns: str, name: str, proxy_name: str | None)
         load_balancer_source_ranges=ranges,
         health_check_node_port=_port(hc, "spec.healthCheckNodePort") if hc else None,
         load_balancing=algorithm,
+        maglev_table_size=table_size,
         warnings=tuple(warnings),
         created=str(meta.get("creationTimestamp") or ""),
     )

@@ -34,6 +34,7 @@ class Service:
     load_balancer_source_ranges: tuple[IPNetwork, ...] = ()
     health_check_node_port: int | None = None
     load_balancing: str | None = None  # nftproxy.io/load-balancing annotation (None: the node's default)
+    maglev_table_size: int | None = None  # nftproxy.io/maglev-table-size (None: the default)
     warnings: tuple[str, ...] = ()  # reported, the Service still programmed (e.g. a bad annotation)
     created: str = ""  # metadata.creationTimestamp (RFC 3339, UTC): the older claim wins a contested frontend
 

@@ -96,7 +96,7 @@ def test_bad_value_is_reported_and_the_service_programmed_at_random() -> None:
     d = compile_tables([s], [slice_], replace(CFG, load_balancing="round-robin"))  # type: ignore[list-item]
     assert [str(x) for x in d.skipped] == [
         "Service default/web: annotation nftproxy.io/load-balancing: 'least-connection' is not one of random, "
-        "round-robin, source-hash: load-balanced at random (the Service is programmed)"
+        "round-robin, source-hash, maglev: load-balanced at random (the Service is programmed)"
     ]
     t = next(t for t in d.tables if t.family is Family.IP)
     assert t.elements["service-ips"][("10.96.0.10", "tcp", "80")].value == ("goto cluster-2",)
