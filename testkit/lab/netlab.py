@@ -69,6 +69,7 @@ CLUSTER6 = "fd00:10:244::/48"
 _HERE = Path(__file__).resolve().parent
 ECHO_SCRIPT = _HERE / "echo.py"
 PROBE_SCRIPT = _HERE / "probe.py"
+SWEEP_SCRIPT = _HERE / "sweep.py"
 # The helper scripts are standard-library only: -I -S skips site-packages (~20 ms instead of
 # ~120 ms per start), which matters because every probe() call starts one.
 PY = (sys.executable, "-I", "-S")
@@ -414,6 +415,18 @@ class NetLab:
         argv += ["--", host, str(port)]
         out = self.exec(netns, *argv, timeout=count * timeout + 30.0).stdout
         return [ProbeResult.from_json(r) for r in json.loads(out)]
+
+    def sweep(
+        self, netns: NetnsRef, sources_from: str, count: int, targets: Iterable[tuple[str, int]], source_port: int
+    ) -> dict[str, dict[str, str | None]]:
+        """One UDP datagram from each of ``count`` source addresses (from ``sources_from``, owned
+        by ``netns``) to each target, in one subprocess (testkit.lab.sweep): target "host:port"
+        -> source -> the pod that answered (None: no answer)."""
+        argv = [*PY, str(SWEEP_SCRIPT), "--sources-from", sources_from, "--count", str(count)]
+        argv += ["--source-port", str(source_port), *(x for host, port in targets for x in (host, str(port)))]
+        out = self.exec(netns, *argv, timeout=120.0 + count / 50).stdout
+        result: dict[str, dict[str, str | None]] = json.loads(out)
+        return result
 
     def ip(self, netns: NetnsRef, *lines: str) -> None:
         """Run ``ip`` commands (one per argument, without the leading ``ip``) in ``netns``."""
