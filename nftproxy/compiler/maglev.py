@@ -61,6 +61,11 @@ def _table(endpoints: tuple[Slot, ...], size: int) -> tuple[Slot, ...]:
                 return tuple(ordered[k] for k in entry)
 
 
+def clear_cache() -> None:
+    """Forget the tables computed (a benchmark measures the computation)."""
+    _table.cache_clear()
+
+
 def table(endpoints: Sequence[Slot], size: int = DEFAULT_TABLE_SIZE) -> tuple[Slot, ...]:
     """The lookup table: slot -> endpoint, ``size`` slots (a prime). The same for the same set
     of endpoints in any order. With more endpoints than slots, the endpoints whose turn never
