@@ -431,8 +431,8 @@ FIELDS: tuple[Field, ...] = (
     *_iptables_section(),
     *_section("ipvs", None, IPVS),
     _ignored(
-        "ipvs.scheduler", "str", "", f"{_IPVS_ONLY}; --load-balancing round-robin or source-hash balance as IPVS's "
-        "rr and sh schedulers (the default: random, as kube-proxy's iptables and nftables modes)",
+        "ipvs.scheduler", "str", "", f"{_IPVS_ONLY}; --load-balancing round-robin, source-hash or maglev balance as "
+        "IPVS's rr, sh and mh schedulers (the default: random, as kube-proxy's iptables and nftables modes)",
         warn_if=lambda v, mode: bool(v) or mode == "ipvs", warn_text="a warning when set, and in ipvs mode",
     ),
     _ignored("ipvs.excludeCIDRs", "list", None, _IPVS_ONLY, warn_if=lambda v, _m: bool(v)),
