@@ -251,6 +251,12 @@ def metadata(service_label: bool = False) -> st.SearchStrategy[Any]:
                             "endpoints.kubernetes.io/last-change-trigger-time": st.sampled_from(
                                 ["2026-01-01T00:00:00Z", "not a time"]
                             ),
+                            "nftproxy.io/load-balancing": st.sampled_from(
+                                ["maglev", "source-hash", "round-robin", "random", "bogus"]
+                            ),
+                            "nftproxy.io/maglev-table-size": st.one_of(
+                                st.sampled_from(["31", "37", "61", "250", "4099", "-31", ""]), garbage()
+                            ),
                         },
                     )
                 ),
