@@ -15,7 +15,6 @@ slots per frontend costs nftables. Run: ``python -m bench maglev`` (``--quick``:
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import random
 import resource
@@ -24,7 +23,6 @@ import subprocess
 import sys
 import time
 from dataclasses import replace
-from fractions import Fraction
 from ipaddress import ip_address, ip_network
 from typing import Any
 
@@ -37,6 +35,7 @@ from nftproxy.nft.conntrack import KernelConntrack
 from nftproxy.nft.fake import FakeBackend
 from nftproxy.nft.kernel import KernelBackend
 from nftproxy.nft.transaction import Transaction
+from testkit.disruption import slots_moved, source_hash_moved
 from testkit.lab.netlab import bare_netns
 
 CONFIG = ProxyConfig(
@@ -51,24 +50,6 @@ TABLE_SIZES = (251, 1021, 2039, 4093)
 # -- disruption ---------------------------------------------------------------------------------
 
 
-def _moved(a: tuple[tuple[str, str], ...], b: tuple[tuple[str, str], ...]) -> float:
-    return sum(x != y for x, y in zip(a, b, strict=True)) / len(a)
-
-
-def _source_hash_moved(before: list[str], after: list[str]) -> float:
-    """The share of the hash range whose endpoint changes: slot floor(h * N), endpoints in the
-    compiler's order (sorted)."""
-    before, after = sorted(before), sorted(after)
-    n, m = len(before), len(after)
-    cuts = sorted({Fraction(i, n) for i in range(n + 1)} | {Fraction(j, m) for j in range(m + 1)})
-    out = Fraction(0)
-    for lo, hi in itertools.pairwise(cuts):
-        mid = (lo + hi) / 2
-        if before[int(mid * n)] != after[int(mid * m)]:
-            out += hi - lo
-    return float(out)
-
-
 def disruption(ns: tuple[int, ...], trials: int) -> None:
     rng = random.Random(7)
     print(f"clients moved by one endpoint added to N / removed from N + 1 (mean and worst of {trials} endpoint sets)")
@@ -79,12 +60,12 @@ def disruption(ns: tuple[int, ...], trials: int) -> None:
             for _ in range(trials)
         ]
         rows: list[tuple[str, list[float], list[float]]] = []
-        adds = [_source_hash_moved([a for a, _ in e[:n]], [a for a, _ in e]) for e in sets]
-        rms = [_source_hash_moved([a for a, _ in e], [a for a, _ in e[1:]]) for e in sets]
+        adds = [source_hash_moved([a for a, _ in e[:n]], [a for a, _ in e]) for e in sets]
+        rms = [source_hash_moved([a for a, _ in e], [a for a, _ in e[1:]]) for e in sets]
         rows.append(("source-hash", adds, rms))
         for m in TABLE_SIZES:
-            adds = [_moved(maglev.table(e[:n], m), maglev.table(e, m)) for e in sets]
-            rms = [_moved(maglev.table(e, m), maglev.table(e[1:], m)) for e in sets]
+            adds = [slots_moved(maglev.table(e[:n], m), maglev.table(e, m)) for e in sets]
+            rms = [slots_moved(maglev.table(e, m), maglev.table(e[1:], m)) for e in sets]
             rows.append((f"maglev M={m}", adds, rms))
         for label, adds, rms in rows:
             for what, vals in (("add", adds), ("remove", rms)):

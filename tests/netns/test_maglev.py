@@ -18,15 +18,14 @@ on their slot, and source-hash moves fewer than the ``1 - 1/N`` a modulo would.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
-from fractions import Fraction
 from pathlib import Path
 
 import pytest
 
 from nftproxy.compiler import maglev
+from testkit.disruption import slots_moved, source_hash_moved
 from testkit.k8s import objects as k
 from testkit.lab.netlab import Client, NetLab, Node, Pod, cleanup_stale
 from tests.support.run import nftproxy_argv
@@ -97,24 +96,9 @@ def changed(before: dict[str, str], after: dict[str, str]) -> float:
 
 
 def predicted(pods_before: list[Pod], pods_after: list[Pod], size: int) -> float:
-    """The share of the table's slots whose endpoint changed (clients spread evenly over slots)."""
-    a = maglev.table([(p.ipv4, "5353") for p in pods_before], size)
-    b = maglev.table([(p.ipv4, "5353") for p in pods_after], size)
-    return sum(x != y for x, y in zip(a, b, strict=True)) / size
-
-
-def source_hash_predicted(pods_before: list[Pod], pods_after: list[Pod]) -> float:
-    """The share of the hash range whose endpoint changed: slot = floor(h * N) for h uniform in
-    [0, 1), slot i -> the i-th endpoint in the compiler's order (addresses sorted as text)."""
-    before, after = sorted(p.ipv4 for p in pods_before), sorted(p.ipv4 for p in pods_after)
-    n, m = len(before), len(after)
-    cuts = sorted({Fraction(i, n) for i in range(n + 1)} | {Fraction(j, m) for j in range(m + 1)})
-    moved = Fraction(0)
-    for lo, hi in itertools.pairwise(cuts):
-        mid = (lo + hi) / 2
-        if before[int(mid * n)] != after[int(mid * m)]:
-            moved += hi - lo
-    return float(moved)
+    """The share of the table's slots whose endpoint changed."""
+    before = maglev.table([(p.ipv4, "5353") for p in pods_before], size)
+    return slots_moved(before, maglev.table([(p.ipv4, "5353") for p in pods_after], size))
 
 
 def test_maglev_moves_about_one_nth_of_the_clients_source_hash_most(lab: Lab) -> None:
@@ -138,7 +122,10 @@ def test_maglev_moves_about_one_nth_of_the_clients_source_hash_most(lab: Lab) ->
         if size:
             want = (predicted(ten, eleven, size), predicted(eleven, fewer, size))
         else:
-            want = (source_hash_predicted(ten, eleven), source_hash_predicted(eleven, fewer))
+            want = (
+                source_hash_moved([p.ipv4 for p in ten], [p.ipv4 for p in eleven]),
+                source_hash_moved([p.ipv4 for p in eleven], [p.ipv4 for p in fewer]),
+            )
         print(f"  {name:<8} add one: {add:.3f} ({add * N:.2f}/N)  remove one: {rem:.3f} ({rem * N:.2f}/N)"
               f"  (predicted {want[0]:.3f} / {want[1]:.3f})")  # fmt: skip
         predictions[name] = want

@@ -28,6 +28,7 @@ from nftproxy.model.types import Service
 from nftproxy.nft.fake import FakeBackend
 from nftproxy.nft.objects import Family, Slot
 from nftproxy.nft.transaction import Transaction
+from testkit.disruption import slots_moved, source_hash_moved
 from testkit.k8s import objects as k
 from tests.support.builders import CFG, eps, expected_dump, svc
 
@@ -279,3 +280,19 @@ def test_list_shows_lb_maglev_and_each_endpoints_share() -> None:
     assert row.load_balancing == "maglev"
     assert sorted(b.slots for b in row.backends) == [10, 10, 11]
     assert "lb=maglev" in render_text(result)
+
+
+def test_the_source_hash_prediction_is_the_kernels_reciprocal_scale() -> None:
+    """testkit.disruption's model of ``jhash … mod N`` (``hash * N >> 32``, endpoints sorted as
+    text), checked by sampling hashes; the moved share is far below a modulo's 1 - 1/N."""
+    before = [f"10.244.1.{i}" for i in range(2, 12)]
+    after = [*before, "10.244.1.12"]
+    rng = random.Random(9)
+    hashes = [rng.getrandbits(32) for _ in range(50_000)]
+    old, new = sorted(before), sorted(after)
+    sampled = sum(old[h * 10 >> 32] != new[h * 11 >> 32] for h in hashes) / len(hashes)
+    assert abs(source_hash_moved(before, after) - sampled) < 0.01
+    assert source_hash_moved(before, before) == 0
+    assert (
+        slots_moved(maglev.table([(a, "80") for a in before], 31), maglev.table([(a, "80") for a in after], 31)) < 0.3
+    )
