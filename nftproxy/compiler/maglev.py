@@ -90,7 +90,7 @@ def lookup_tables(
     if most > m:
         warning = (
             f"annotation {TABLE_SIZE_ANNOTATION}: {most} endpoints for a Maglev table of {m} slots: "
-            f"{most - m} of them get no new connections (a larger prime, ~100 x the endpoints, balances them)"
+            f"{most - m} of them get no new connections (a larger prime gives each its share)"
         )
     return (
         table(cluster, m) if len(cluster) > 1 else cluster,
