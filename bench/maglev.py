@@ -29,11 +29,14 @@ from typing import Any
 from bench.figures import figure
 from bench.workload import endpoint_slice, service
 from nftproxy.compiler import ProxyConfig, maglev
+from nftproxy.compiler.assembly import Assembly
+from nftproxy.compiler.fragment import compile_fragment
 from nftproxy.dataplane.sync import Dataplane
 from nftproxy.model.types import EndpointSlice, Service
 from nftproxy.nft.conntrack import KernelConntrack
 from nftproxy.nft.fake import FakeBackend
 from nftproxy.nft.kernel import KernelBackend
+from nftproxy.nft.objects import Family
 from nftproxy.nft.transaction import Transaction
 from testkit.disruption import slots_moved, source_hash_moved
 from testkit.lab.netlab import bare_netns
@@ -137,6 +140,38 @@ def cost(services: int, endpoints: int, algorithm: str, rounds: int) -> dict[str
     return out
 
 
+def elements(services: int, endpoints: int, rounds: int) -> None:
+    """The compiler alone (no kernel): elements of the whole table, compile time, and elements a
+    one-Service sync sends (one endpoint out, one in), source-hash against maglev."""
+    print(f"compiled alone (no kernel), {services} Services x {endpoints} endpoints, 20% NodePorts")
+    print(f"{'algorithm':<22}{'elements':>10}{'compile s':>11}{'1-Svc sync elements (median, max)':>36}")
+    for algorithm in ("source-hash", "maglev"):
+        svcs, slices = _cluster(services, endpoints, algorithm)
+        a = Assembly(Family.IP, CONFIG)
+        a.tracking = False
+        maglev.clear_cache()
+        start = time.perf_counter()
+        for s, sl in zip(svcs, slices, strict=True):
+            a.put(s.key, compile_fragment(s, [sl], Family.IP, CONFIG))
+        compiled = time.perf_counter() - start
+        count = a.element_count()
+        a.commit()
+        a.tracking = True
+        sent = []
+        for r in range(rounds):
+            i = (r * 7919) % services
+            a.put(
+                svcs[i].key, compile_fragment(svcs[i], [endpoint_slice(i, endpoints, generation=1)], Family.IP, CONFIG)
+            )
+            sent.append(a.delta().element_changes())
+            a.commit()
+        label = "maglev (M=251)" if algorithm == "maglev" else algorithm
+        figure("elements", count, "elements", algorithm=label, services=services)
+        figure("compile alone", compiled, "s", algorithm=label, services=services)
+        figure("one-Service sync elements", statistics.median(sent), "elements", algorithm=label, services=services)
+        print(f"{label:<22}{count:>10}{compiled:>11.2f}{statistics.median(sent):>26.0f}, {max(sent)}", flush=True)
+
+
 def run_child(services: int, endpoints: int, algorithm: str, rounds: int) -> dict[str, Any]:
     cmd = [sys.executable, "-m", "bench.maglev", "--one", str(services), str(endpoints), algorithm, str(rounds)]
     cmd += ["--netns-prefix", NETNS_PREFIX[0]]
@@ -151,14 +186,18 @@ def main() -> int:
     p.add_argument("--services", type=int, help="Services of the cost rows (default 10000)")
     p.add_argument("--rounds", type=int, default=30, help="one-Service syncs per row (default 30)")
     p.add_argument("--netns-prefix", default="mgb")
+    p.add_argument("--elements", action="store_true", help="only: the compiler's figures at --services (no kernel)")
     args = p.parse_args()
     NETNS_PREFIX[0] = args.netns_prefix
     if args.one:
         s, e, algorithm, r = args.one
         print(json.dumps(cost(int(s), int(e), algorithm, int(r))))
         return 0
-    disruption((3, 10, 30), 10 if args.quick else 30)
     n = args.services or (1000 if args.quick else 10000)
+    if args.elements:
+        elements(n, 10, args.rounds)
+        return 0
+    disruption((3, 10, 30), 10 if args.quick else 30)
     print(f"\ncost at {n} Services x 10 endpoints, 20% NodePorts, every Service the same algorithm")
     print(f"{'algorithm':<22}{'elements':>10}{'compile s':>11}{'full sync s':>13}{'peak RSS MB':>13}"
           f"{'1-Svc sync ms':>15}{'p99 ms':>8}{'elements':>10}")  # fmt: skip
