@@ -14,6 +14,8 @@ slots that changed (compiler/maglev.py); source-hash, the share of the hash rang
 changed. The kernel's ``jhash … mod N`` is not ``hash % N`` but ``hash * N >> 32`` (nft_jhash's
 reciprocal_scale): N ranges of the hash, so going from N to N + 1 keeps about half the clients
 on their slot, and source-hash moves fewer than the ``1 - 1/N`` a modulo would.
+
+IPv6 (``jhash ip6 saddr``): 40 client addresses, each kept on one endpoint, spread over them.
 """
 
 from __future__ import annotations
@@ -42,6 +44,8 @@ SERVICES = {  # name -> (ClusterIP, annotations)
     "mg1021": ("10.96.7.30", {"nftproxy.io/load-balancing": "maglev", "nftproxy.io/maglev-table-size": "1021"}),
     "mg2039": ("10.96.7.40", {"nftproxy.io/load-balancing": "maglev", "nftproxy.io/maglev-table-size": "2039"}),
 }
+VIP6 = "fd00:10:96::720"  # maglev over IPv6: jhash ip6 saddr
+SOURCES6 = [f"fd00:64::{i:x}" for i in range(1, 41)]  # in fd00:64::/112, owned by the client namespace
 SIZES = {"mg": 251, "mg1021": 1021, "mg2039": 2039}
 GOAL = 1.2 / N
 
@@ -59,9 +63,13 @@ class Lab:
         for name, (ip, notes) in SERVICES.items():
             objs.append(k.service(name, [ip], [k.port(53, "dns", "UDP")], annotations=notes))
             objs.append(k.endpoint_slice(f"{name}-1", name, [k.endpoint(p.ipv4, node="node1") for p in pods], DNS))
+        objs.append(k.service("mg6", [VIP6], [k.port(53, "dns", "UDP")], annotations=SERVICES["mg"][1]))
+        objs.append(k.endpoint_slice("mg6-1", "mg6", [k.endpoint(p.ipv6, node="node1") for p in pods], DNS,
+                                     address_type="IPv6"))  # fmt: skip
         manifest = k.write(self.tmp / "objects.yaml", objs)
         r = self.lab.exec(self.node, *nftproxy_argv(), "apply", "-f", str(manifest), "--node-name", "node1",
-                          "--node-ip", self.node.ipv4, "--cluster-cidr", "10.244.0.0/16", check=False)  # fmt: skip
+                          "--node-ip", f"{self.node.ipv4},{self.node.ipv6}",
+                          "--cluster-cidr", "10.244.0.0/16,fd00:10:244::/48", check=False)  # fmt: skip
         assert r.returncode == 0, r.stderr
         self.lab.exec(self.node, "conntrack", "-F", check=False)  # fresh flows for the next sweep
 
@@ -86,7 +94,10 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
         pods = [nl.add_pod(node, f"p{i}", tcp=(), udp=(5353,)) for i in range(N + 1)]
         client = nl.add_client("clients", 100, via=node)
         nl.ip(client, "route add local 100.64.0.0/18 dev lo", f"route add 10.96.0.0/16 via {node.ipv4} dev eth0")
-        nl.ip(node, f"route add 100.64.0.0/18 via {client.ipv4} dev eth0")
+        nl.exec(client, "sysctl", "-qw", "net.ipv6.ip_nonlocal_bind=1")  # IPv6 binds need it, local route or not
+        nl.ip(client, "route add local fd00:64::/112 dev lo", f"route add fd00:10:96::/112 via {node.ipv6} dev eth0")
+        nl.ip(node, f"route add 100.64.0.0/18 via {client.ipv4} dev eth0",
+              f"route add fd00:64::/112 via {client.ipv6} dev eth0")  # fmt: skip
         yield Lab(nl, node, pods, client, Path(tmp_path_factory.mktemp("maglev")))
 
 
@@ -139,3 +150,17 @@ def test_maglev_moves_about_one_nth_of_the_clients_source_hash_most(lab: Lab) ->
         assert "p3" not in set(removed[name].values())  # no client goes to the removed endpoint
     # source-hash moves at least twice the clients maglev with 2039 slots moves
     assert sh_add > 2 * shares["mg2039"][0] and sh_remove > 2 * shares["mg2039"][1], shares
+
+
+def test_maglev_over_ipv6_keeps_each_client_on_its_endpoint(lab: Lab) -> None:
+    """``jhash ip6 saddr mod M``: each of 40 client addresses gets one endpoint, the one its slot
+    holds, again and again; the clients spread over the endpoints."""
+    lab.apply(lab.pods[:N])
+    chosen = {}
+    for source in SOURCES6:
+        results = lab.lab.probe(lab.client, "udp", VIP6, 53, count=3, timeout=1.0, source=source)
+        assert all(r.ok for r in results), results
+        got = {str(r.pod) for r in results}
+        assert len(got) == 1, f"{source} reached {got}"
+        chosen[source] = got.pop()
+    assert len(set(chosen.values())) >= 5, chosen  # 40 clients over 10 endpoints
