@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from nftproxy.compiler import names
 from nftproxy.nft.backend import Backend
 from nftproxy.nft.listing import CountedElement
-from nftproxy.nft.objects import Family, Set
+from nftproxy.nft.objects import Family, Key, Set
 
 CLUSTER_IP, NODE_PORT, EXTERNAL = "ClusterIP", "NodePort", "External"  # the kind of a frontend
 REJECT, DROP = "reject", "drop"  # what a frontend without endpoints does to a packet
@@ -107,9 +107,39 @@ def read(backend: Backend, family: Family, table: str) -> dict[PortKey, PortCoun
     return tally(backend.counted_elements(family, table, LISTED))
 
 
+def per_frontend(listed: Mapping[str, Iterable[CountedElement]]) -> dict[Key, PortCounts]:
+    """The counts of each frontend (Service IP . proto . port, proto . NodePort) apart."""
+    out: dict[Key, PortCounts] = {}
+    for set_name in (names.SERVICE_TRAFFIC, names.NODEPORT_TRAFFIC):
+        for el in listed.get(set_name, ()):
+            c = out.setdefault(el.key, PortCounts())
+            c.packets, c.bytes = el.packets, el.bytes
+    for set_name in (names.SERVICE_CONNECTIONS, names.NODEPORT_CONNECTIONS):
+        for el in listed.get(set_name, ()):
+            out.setdefault(el.key, PortCounts()).connections = el.packets
+    for set_name in names.COUNTED_MAPS:
+        for el in listed.get(set_name, ()):
+            c = out.setdefault(el.key, PortCounts())
+            if el.value == ("drop",):
+                c.dropped, c.refusing = el.packets, DROP
+            else:
+                c.rejected, c.refusing = el.packets, REJECT
+    return out
+
+
+def counting(listed: Mapping[str, Iterable[CountedElement]]) -> bool:
+    """Does the table count (--service-counters)? Its traffic sets are there."""
+    return names.SERVICE_TRAFFIC in listed
+
+
 def read_families(backend: Backend, table: str) -> dict[str, dict[PortKey, PortCounts]]:
     """Both families' counts, by the ip_family label's value (IPv4, IPv6)."""
     return {f"IPv{f.version}": read(backend, f, table) for f in Family}
+
+
+def as_json(c: PortCounts) -> dict[str, int]:
+    return {"connections": c.connections, "packets": c.packets, "bytes": c.bytes,
+            "rejected": c.rejected, "dropped": c.dropped}  # fmt: skip
 
 
 def describe(c: PortCounts) -> str:

@@ -10,6 +10,7 @@ the client ext sits on the node network.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,6 +46,11 @@ class Lab:
         argv = nftproxy_argv("apply", "-f", str(self.manifest), *flow_flags(self.node), *extra)
         r = self.lab.exec(self.node, *argv, check=False)
         assert r.returncode == 0, r.stderr
+
+    def nftproxy(self, *args: str) -> str:
+        r = self.lab.exec(self.node, *nftproxy_argv(*args), check=False)
+        assert r.returncode == 0, r.stderr
+        return r.stdout
 
     def scrape(self) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
         """The nftproxy_service_* samples as `nftproxy run`'s /metrics serves them."""
@@ -127,6 +133,18 @@ def test_real_connections_are_counted_per_service_port_and_frontend(lab: Lab) ->
     empty = labels("empty", "ClusterIP")
     assert grew("connections", empty) == 0 and grew("packets", empty) == 0  # never DNATed
     assert grew("connections", labels("empty", "NodePort")) == 0
+
+    # explain and list read the same counts (no traffic since the scrape)
+    explained = json.loads(lab.nftproxy("explain", "default/web", "-o", "json"))["counters"]
+    by_kind = {r["kind"]: r for r in explained if r["family"] == "ip"}
+    for kind in ("ClusterIP", "NodePort"):
+        for metric in ("packets", "bytes", "connections"):
+            assert by_kind[kind][metric] == after[(f"nftproxy_service_{metric}_total", labels("web", kind))]
+    rows = json.loads(lab.nftproxy("list", "-o", "json"))["frontends"]
+    empty_cluster = next(r for r in rows if r["service"] == "default/empty" and r["type"] == "ClusterIP")
+    assert empty_cluster["counters"]["rejected"] == after[rejected]
+    text = lab.nftproxy("explain", "default/web")
+    assert f"ClusterIP [ip]: {int(by_kind['ClusterIP']['connections'])} connections" in text
 
 
 def test_a_service_gone_leaves_no_series_and_counters_off_none(lab: Lab) -> None:
