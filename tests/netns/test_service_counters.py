@@ -29,7 +29,7 @@ from tests.support.run import nftproxy_argv
 
 pytestmark = pytest.mark.netns
 
-N_CLUSTER, M_NODEPORT, K_REFUSED = 5, 4, 3
+N_CLUSTER, M_NODEPORT, K_REFUSED, N_IPV6 = 5, 4, 3, 2
 HTTP = [k.port(8080, "http")]
 
 
@@ -70,9 +70,9 @@ class Lab:
         }
 
 
-def labels(service: str, kind: str, port: str = "http", **extra: str) -> tuple[tuple[str, str], ...]:
-    base = {"namespace": "default", "service": service, "port": port, "protocol": "TCP", "kind": kind}
-    return tuple(sorted({**base, "ip_family": "IPv4", **extra}.items()))
+def labels(service: str, kind: str, family: str = "IPv4", **extra: str) -> tuple[tuple[str, str], ...]:
+    base = {"namespace": "default", "service": service, "port": "http", "protocol": "TCP", "kind": kind}
+    return tuple(sorted({**base, "ip_family": family, **extra}.items()))
 
 
 @pytest.fixture(scope="module")
@@ -84,9 +84,10 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
         cli = nl.add_pod(node, "cli", tcp=(), udp=())
         ext = nl.add_client("ext", 100, via=node)
         objs = [
-            k.service("web", ["10.96.0.10"], [k.port(80, "http", node_port=30080)], type="NodePort"),
+            k.service("web", ["10.96.0.10", "fd00:10:96::10"], [k.port(80, "http", node_port=30080)], type="NodePort"),
+            k.endpoint_slice("web-1", "web", [k.endpoint(p.ipv4, node="node1") for p in (a, b)], HTTP),
             k.endpoint_slice(
-                "web-1", "web", [k.endpoint(p.ipv4, node="node1") for p in (a, b)], [k.port(8080, "http")]
+                "web-2", "web", [k.endpoint(p.ipv6, node="node1") for p in (a, b)], HTTP, address_type="IPv6"
             ),
             k.service("empty", ["10.96.0.20"], [k.port(80, "http", node_port=30090)], type="NodePort"),
         ]
@@ -112,7 +113,8 @@ def test_real_connections_are_counted_per_service_port_and_frontend(lab: Lab) ->
     to_cluster = lab.lab.probe(lab.cli, "tcp", "10.96.0.10", 80, count=N_CLUSTER)
     to_nodeport = lab.lab.probe(lab.ext, "tcp", lab.node.ipv4, 30080, count=M_NODEPORT)
     refused = lab.lab.probe(lab.cli, "tcp", "10.96.0.20", 80, count=K_REFUSED, timeout=2.0)
-    assert all(r.ok for r in to_cluster + to_nodeport), (to_cluster, to_nodeport)
+    to_ipv6 = lab.lab.probe(lab.cli, "tcp", "fd00:10:96::10", 80, count=N_IPV6)
+    assert all(r.ok for r in to_cluster + to_nodeport + to_ipv6), (to_cluster, to_nodeport, to_ipv6)
     assert [r.error for r in refused] == ["refused"] * K_REFUSED
     after = lab.scrape()
 
@@ -128,6 +130,8 @@ def test_real_connections_are_counted_per_service_port_and_frontend(lab: Lab) ->
         packets = grew("packets", web)
         assert 7 * n <= packets <= 14 * n, (kind, packets)
         assert 52 * packets <= grew("bytes", web) <= 200 * packets, (kind, packets, grew("bytes", web))
+    assert grew("connections", labels("web", "ClusterIP", "IPv6")) == N_IPV6  # the ip6 table's own
+    assert 7 * N_IPV6 <= grew("packets", labels("web", "ClusterIP", "IPv6")) <= 14 * N_IPV6
     rejected = ("nftproxy_service_no_endpoint_packets_total", labels("empty", "ClusterIP", verdict="reject"))
     assert after[rejected] - before[rejected] == K_REFUSED  # one SYN each, answered with a RST
     empty = labels("empty", "ClusterIP")
