@@ -40,7 +40,7 @@ from bench.runners import METRICS, NODE, KubeProxyRunner, NftproxyRunner, Runner
 from nftproxy.operator import kube
 from testkit.k8s import objects
 from testkit.k8s.controlplane import ControlPlane
-from testkit.k8s.kubeproxy import wait_synced
+from testkit.k8s.kubeproxy import http_get_in, parse_metrics, wait_synced
 from testkit.lab.netlab import bare_netns
 from testkit.process import cpu_user_system
 
@@ -113,16 +113,33 @@ def measure(make: Callable[[str], Runner], connections: int, timeout: float, pre
             res = run_client(node, connections)
             server_sys = sys_seconds(server.pid) - server_sys
             runner.pid()  # still running
+            counted = counted_connections(node)
         finally:
             runner.stop()
     if res["ok"] != connections:
         raise RuntimeError(f"{connections - res['ok']} of {connections} connections failed")
     lat = sorted(res["latencies"])
+    if counted is not None and counted < connections:  # --service-counters: its own /metrics
+        raise RuntimeError(f"nftproxy_service_connections_total counted {counted} of {connections} connections")
     return {
         "p50_us": statistics.median(lat) * 1e6,
         "p99_us": lat[int(len(lat) * 0.99) - 1] * 1e6,
         "sys_us_per_conn": (res["sys_seconds"] + server_sys) / connections * 1e6,
     }
+
+
+def counted_connections(node: str) -> float | None:
+    """The probed ClusterIP's new connections as the proxy's /metrics counts them (None: not counted,
+    the proxy runs without --service-counters)."""
+    _, body = http_get_in(node, *METRICS, "/metrics")
+    for name, value in parse_metrics(body).items():
+        probed = 'service="probed"' in name and 'kind="ClusterIP"' in name
+        if name.startswith("nftproxy_service_connections_total{") and probed:
+            return value
+    return None
+
+
+COUNTERS = "nftproxy-counters"  # --proxies: nftproxy run --service-counters
 
 
 def main() -> int:
@@ -165,6 +182,8 @@ def main() -> int:
                 def make(netns: str, name: str = name, wd: Path = wd) -> Runner:
                     if name == "nftproxy":
                         return NftproxyRunner(netns, cp, wd)
+                    if name == COUNTERS:
+                        return NftproxyRunner(netns, cp, wd, ("--service-counters",))
                     return KubeProxyRunner(netns, cp, wd, name.rsplit("-", 1)[1])
 
                 r = rows[(n, name)] = measure(make, args.connections, args.timeout, args.netns_prefix)
@@ -179,12 +198,18 @@ def main() -> int:
         print(f"  nftproxy p50 at {hi} / at {lo} Services: {ratio:.3f}")
     for n in sizes:
         for other in proxies:
-            if other != "nftproxy" and "nftproxy" in proxies:
+            if other not in ("nftproxy", COUNTERS) and "nftproxy" in proxies:
                 a, b = rows[(n, other)], rows[(n, "nftproxy")]
                 print(
                     f"  {n} Services: {other} / nftproxy: p50 {a['p50_us'] / b['p50_us']:.2f}x, "
                     f"sys per connection {a['sys_us_per_conn'] / b['sys_us_per_conn']:.2f}x"
                 )
+        if COUNTERS in proxies and "nftproxy" in proxies:
+            a, b = rows[(n, COUNTERS)], rows[(n, "nftproxy")]
+            print(
+                f"  {n} Services: with --service-counters / without: p50 {a['p50_us'] / b['p50_us']:.3f}x, "
+                f"sys per connection {a['sys_us_per_conn'] / b['sys_us_per_conn']:.3f}x"
+            )
     return 0
 
 

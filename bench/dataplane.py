@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 from contextlib import AbstractContextManager
+from dataclasses import replace
 from ipaddress import ip_address, ip_network
 from typing import Any
 
@@ -50,14 +51,16 @@ def fresh_netns() -> AbstractContextManager[str]:
     return bare_netns(NETNS_PREFIX[0])
 
 
-def full_sync(services: int, endpoints: int, nodeports: int, mix: bool = False, lb: bool = False) -> dict[str, float]:
+def full_sync(
+    services: int, endpoints: int, nodeports: int, mix: bool = False, lb: bool = False, config: ProxyConfig = CONFIG
+) -> dict[str, float]:
     """Compile + commit of the whole table into an empty namespace (what a first start does).
 
     ``total``: from the inputs to the table committed (a big first load compiles in chunks while
     the kernel loads the previous one). ``compile``: the same compile alone, no kernel (for the
     breakdown; not part of ``total``)."""
     svcs, slices = cluster(services, endpoints, nodeports=nodeports, mix=mix, lb=lb)
-    alone = Dataplane(FakeBackend(), CONFIG)
+    alone = Dataplane(FakeBackend(), config)
     start = time.perf_counter()
     feed(alone, svcs, slices)
     alone.compile()
@@ -67,7 +70,7 @@ def full_sync(services: int, endpoints: int, nodeports: int, mix: bool = False, 
         backend, ct = KernelBackend(ns), KernelConntrack(ns)
         backend.run("list tables")  # open the netlink socket outside the timing
         start = time.perf_counter()
-        dp = Dataplane(backend, CONFIG, ct)
+        dp = Dataplane(backend, config, ct)
         feed(dp, svcs, slices)
         dp.sync()
         done = time.perf_counter()
@@ -100,9 +103,10 @@ def incremental(services: int, endpoints: int, rounds: int) -> list[float]:
 def one(kind: str, services: int, endpoints: int, repeat: int) -> dict[str, Any]:
     """Run one measurement in this process and report it with this process's peak RSS."""
     out: dict[str, Any] = {"kind": kind, "services": services, "endpoints": endpoints}
-    if kind in ("full", "mix", "lb"):
+    if kind in ("full", "mix", "lb", "counters"):
+        config = replace(CONFIG, service_counters=kind == "counters")
         runs = [
-            full_sync(services, endpoints, nodeports=services // 5, mix=kind == "mix", lb=kind == "lb")
+            full_sync(services, endpoints, nodeports=services // 5, mix=kind == "mix", lb=kind == "lb", config=config)
             for _ in range(repeat)
         ]
         out["total"] = statistics.median(r["total"] for r in runs)
@@ -139,6 +143,7 @@ def main() -> int:
         "--sizes", help="Services, comma-separated: full and one-Service syncs at these sizes only (no policy mix)"
     )
     p.add_argument("--repeat", type=int, help="full syncs per size (default 5, 3 from 30k on)")
+    p.add_argument("--counters", action="store_true", help="only: without vs with --service-counters")
     p.add_argument("--rounds", type=int, default=50, help="one-Service syncs per size (default 50)")
     p.add_argument("--netns-prefix", default="ntb", help="name the network namespaces PREFIX-<random> (default ntb)")
     args = p.parse_args()
@@ -149,6 +154,8 @@ def main() -> int:
         return 0
     if args.balancing:
         return balancing(3000 if args.quick else 10000, 1 if args.quick else 5)
+    if args.counters:
+        return service_counters(3000 if args.quick else 10000, args.repeat or (1 if args.quick else 5))
     sizes = [1000, 3000] if args.quick else [1000, 10000, 30000, 50000]
     inc_sizes = [3000] if args.quick else [10000, 50000]
     if args.sizes:
@@ -189,6 +196,29 @@ def main() -> int:
         print(f"  nftproxy 50k / 10k: {full[50000] / full[10000]:.1f}x (linear would be 5x)")
     if 10000 in full and 100000 in full:
         print(f"  nftproxy 100k / 10k: {full[100000] / full[10000]:.1f}x (linear would be 10x)")
+    return 0
+
+
+def service_counters(n: int, repeat: int) -> int:
+    """Full sync at n Services without and with --service-counters: one sync per process,
+    the two alternating (this host is noisy), medians."""
+    print(f"--service-counters at {n} Services x 10 endpoints, 20% NodePorts (medians of {repeat}, alternating)")
+    print(f"{'layout':<34}{'Services':>9}{'compile s':>11}{'total s':>10}{'peak RSS MB':>13}")
+    runs: dict[str, list[dict[str, Any]]] = {"full": [], "counters": []}
+    for _ in range(repeat):
+        for kind, done in runs.items():
+            done.append(run_child(kind, n, 10, 1))
+    med = {
+        kind: {what: statistics.median(r[what] for r in rs) for what in ("compile", "total", "peak_rss_mb")}
+        for kind, rs in runs.items()
+    }
+    row("nftproxy full sync", n, med["full"])
+    row("with --service-counters", n, med["counters"])
+    off, on = med["full"], med["counters"]
+    print(
+        f"  with / without counters at {n} Services: total {on['total'] / off['total']:.3f}x, "
+        f"compile {on['compile'] / off['compile']:.3f}x, peak RSS {on['peak_rss_mb'] / off['peak_rss_mb']:.3f}x"
+    )
     return 0
 
 

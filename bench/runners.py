@@ -61,8 +61,9 @@ class KubeProxyRunner(Runner):
 class NftproxyRunner(Runner):
     prefix = "kubeproxy"  # nftproxy exports kube-proxy's sync metrics under their names
 
-    def __init__(self, netns: str, cp: ControlPlane, workdir: Path) -> None:
+    def __init__(self, netns: str, cp: ControlPlane, workdir: Path, extra: tuple[str, ...] = ()) -> None:
         self.netns, self.cp, self.log = netns, cp, workdir / "nftproxy.log"
+        self.extra = extra  # more flags (e.g. --service-counters)
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
@@ -71,7 +72,7 @@ class NftproxyRunner(Runner):
         argv += ["--metrics-bind-address", f"{METRICS[0]}:{METRICS[1]}", "--status-period", "10s"]
         with self.log.open("ab") as log:
             self.proc = subprocess.Popen(
-                [*argv, "--log-level", "warning"], stdout=log, stderr=log, start_new_session=True
+                [*argv, *self.extra, "--log-level", "warning"], stdout=log, stderr=log, start_new_session=True
             )
 
     def pid(self) -> int:

@@ -17,6 +17,7 @@ from nftproxy.nft.objects import Family
 if TYPE_CHECKING:  # imported when the command runs: every command builds this parser (`run` too)
     from nftproxy.diagnose.explain import Explanation, Frontend
     from nftproxy.diagnose.tableview import TableView
+    from nftproxy.nft.listing import CountedElement
     from nftproxy.operator.kube import Client
 
 
@@ -56,6 +57,41 @@ def read_views(netns: str | None, table: str) -> list[TableView | None]:
         backend.close()
 
 
+def read_counted(netns: str | None, table: str) -> dict[Family, dict[str, list[CountedElement]]]:
+    """Each family's counting sets with their counters (--service-counters); a family whose
+    table does not count is left out."""
+    from nftproxy.diagnose import counters  # noqa: PLC0415
+
+    backend = KernelBackend(netns)
+    try:
+        listed = {f: backend.counted_elements(f, table, counters.LISTED) for f in Family}
+    finally:
+        backend.close()
+    return {f: els for f, els in listed.items() if counters.counting(els)}
+
+
+def counter_rows(netns: str | None, table: str, service: str, port: str | None) -> list[dict[str, Any]]:
+    """The Service's counts per port, protocol and kind of frontend, per family ([]: not counted)."""
+    from nftproxy.diagnose import counters  # noqa: PLC0415
+
+    ns, _, name = service.partition("/")
+    rows = []
+    for family, listed in read_counted(netns, table).items():
+        for k, c in sorted(counters.tally(listed).items()):
+            if (k.namespace, k.service) == (ns, name) and port in (None, k.port):
+                rows.append({"family": family.value, "port_name": k.port, "protocol": k.protocol, "kind": k.kind,
+                             **counters.as_json(c), "text": counters.describe(c)})  # fmt: skip
+    return rows
+
+
+def counters_text(rows: list[dict[str, Any]]) -> str:
+    lines = ["", "Counters (--service-counters; externalIPs and LoadBalancer IPs summed as External):"]
+    for r in rows:
+        port = r["port_name"] or "(unnamed)"
+        lines.append(f"  port {port} {r['protocol']}, {r['kind']} [{r['family']}]: {r['text']}")
+    return "\n".join(lines) + "\n"
+
+
 def run(args: argparse.Namespace) -> int:
     from nftproxy.diagnose.api_check import compare  # noqa: PLC0415
     from nftproxy.diagnose.explain import explain, render_text  # noqa: PLC0415
@@ -76,11 +112,15 @@ def run(args: argparse.Namespace) -> int:
             api.close()
         check = compare([v for v in views if v is not None], args.service, svc, slices, node, status, config)
         result = replace(result, api=check, frontends=tuple(relabel(f, svc) for f in result.frontends))
+    counted = counter_rows(args.netns, args.table, args.service, args.port)
     if args.output == "json":
-        json.dump(dataclasses.asdict(result), sys.stdout, indent=2)
+        doc = dataclasses.asdict(result)
+        if counted:  # --service-counters
+            doc["counters"] = [{k: v for k, v in r.items() if k != "text"} for r in counted]
+        json.dump(doc, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
-        sys.stdout.write(render_text(result))
+        sys.stdout.write(render_text(result) + (counters_text(counted) if counted else ""))
     return 0
 
 

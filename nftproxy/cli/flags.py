@@ -41,6 +41,7 @@ ENV = {
     "pod_interface_name_prefix": "NFTPROXY_POD_INTERFACE_NAME_PREFIX",
     "nodeport_addresses": "NFTPROXY_NODEPORT_ADDRESSES",
     "masquerade_all": "NFTPROXY_MASQUERADE_ALL",
+    "service_counters": "NFTPROXY_SERVICE_COUNTERS",
     "min_sync_period": "NFTPROXY_MIN_SYNC_PERIOD",
     "sync_period": "NFTPROXY_SYNC_PERIOD",
     "healthz_bind_address": "NFTPROXY_HEALTHZ_BIND_ADDRESS",
@@ -240,6 +241,13 @@ def add_proxy_flags(p: argparse.ArgumentParser) -> None:
         help="SNAT all traffic to Service IPs",
     )  # fmt: skip
     p.add_argument(
+        "--service-counters", type=boolean, nargs="?", const=True,
+        default=boolean(_env("service_counters") or ""),
+        help="count each Service port's packets, bytes, new connections and packets refused for lack of "
+        "endpoints, per frontend (ClusterIP, NodePort, external), in nftables set elements; `run` exports them "
+        "as nftproxy_service_* metrics",
+    )  # fmt: skip
+    p.add_argument(
         "--service-proxy-name", default=_env("service_proxy_name") or None,
         help="handle only Services with this service-proxy-name label",
     )  # fmt: skip
@@ -388,6 +396,7 @@ def config_from_args(args: argparse.Namespace) -> ProxyConfig:
         pod_interface_name_prefix=_interface(args, INTERFACE_NAME_PREFIX, "pod_interface_name_prefix"),
         nodeport_addresses=tuple(a for v in _split(args.nodeport_addresses) for a in _nodeport_address(v)),
         masquerade_all=args.masquerade_all,
+        service_counters=args.service_counters,
         service_proxy_name=args.service_proxy_name,
         load_balancing=args.load_balancing,
         masquerade_bit=args.masquerade_bit,

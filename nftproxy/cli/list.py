@@ -45,18 +45,43 @@ def add_flags(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     # imported when the command runs: every command builds this parser (`run` too)
-    from nftproxy.cli.explain import read_views  # noqa: PLC0415
-    from nftproxy.diagnose.services import listing, render_text  # noqa: PLC0415
+    from nftproxy.cli.explain import read_counted, read_views  # noqa: PLC0415
+    from nftproxy.diagnose import counters  # noqa: PLC0415
+    from nftproxy.diagnose.counters import PortCounts  # noqa: PLC0415
+    from nftproxy.diagnose.services import Row, listing, render_text  # noqa: PLC0415
 
     if args.netns and not os.path.exists(f"/run/netns/{args.netns}"):
         print(f"nftproxy list: no network namespace {args.netns!r}", file=sys.stderr)
         return 2
     result = listing(read_views(args.netns, args.table))
+    counted = {  # --service-counters: (family, frontend) -> its counts
+        (f.value, key): c
+        for f, listed in read_counted(args.netns, args.table).items()
+        for key, c in counters.per_frontend(listed).items()
+    }
+
+    def counts(r: Row) -> PortCounts | None:
+        port = str(r.port)
+        key = (r.protocol.lower(), port) if r.address is None else (r.address, r.protocol.lower(), port)
+        return counted.get((r.family, key))
+
     if args.output == "json":
-        json.dump(dataclasses.asdict(result), sys.stdout, indent=2)
+        doc = dataclasses.asdict(result)
+        if counted:
+            for row, r in zip(doc["frontends"], result.frontends, strict=True):
+                c = counts(r)
+                row["counters"] = counters.as_json(c) if c else None
+        json.dump(doc, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
         sys.stdout.write(render_text(result))
+        if counted:
+            sys.stdout.write("Counters (--service-counters):\n")
+            for r in result.frontends:
+                c = counts(r)
+                if c is not None:
+                    name = f"{r.service}:{r.port_name}" if r.port_name else r.service
+                    sys.stdout.write(f"  {name} {r.frontend}: {counters.describe(c)}\n")
     if not result.tables:
         print(f"nftproxy list: neither table ip {args.table} nor ip6 {args.table} exists", file=sys.stderr)
         return 1

@@ -96,6 +96,7 @@ class ProxyConfig:
     masquerade_bit: int = 14  # --masquerade-bit: the packet mark's bit that asks for masquerading
     service_cidrs: tuple[IPNetwork, ...] = ()  # the cluster's ServiceCIDR objects (networking.k8s.io/v1)
     table: str = "nftproxy"
+    service_counters: bool = False  # --service-counters: per-Service traffic counters (compiler/counters.py)
     # kube-proxy's feature gates that are on (compiler/features.py: the cluster version's
     # defaults, --feature-gates over them); none without a cluster to ask (render, apply)
     enabled_gates: frozenset[str] = frozenset()

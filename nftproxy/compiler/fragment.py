@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from ipaddress import collapse_addresses, ip_network
 from typing import NamedTuple
 
-from nftproxy.compiler import balancing, maglev, names
+from nftproxy.compiler import balancing, counters, maglev, names
 from nftproxy.compiler.balancing import name as tagged
 from nftproxy.compiler.balancing import with_tag
 from nftproxy.compiler.config import ProxyConfig
@@ -427,6 +427,8 @@ def compile_fragment(
         p = _port_keys(svc, fe, port)
         out.claims += [p.cluster, *p.externals, *([p.node_port] if p.node_port else [])]
         out.shared.update(p.externals)
+        if config.service_counters:  # its frontends' counters, with endpoints or without
+            out.elements += counters.elements(p.cluster, p.externals, p.node_port, p.comment)
         found = targets(port, mine, config.node_name)
         if p.proto == "udp":
             _udp_serving(out, p, found, fe.itp_local, fe.etp_local)

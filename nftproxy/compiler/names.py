@@ -62,6 +62,25 @@ def localhost_nodeport_rejected_counter(proto: str) -> str:
     return f"localhost-nodeport-rejected-{proto}"
 
 
+# -- per-Service traffic counters (--service-counters; compiler/counters.py): sets whose elements
+# carry their own counter (declared with ``counter``), keyed by a frontend; the dispatch and
+# no-endpoint maps get the flag too. Read with one listing of these sets (diagnose/counters.py).
+SERVICE_TRAFFIC = "service-traffic"  # Service IP . proto . port: packets, bytes both ways
+NODEPORT_TRAFFIC = "nodeport-traffic"  # proto . NodePort
+SERVICE_CONNECTIONS = "service-connections"  # Service IP . proto . port: new connections
+NODEPORT_CONNECTIONS = "nodeport-connections"  # proto . NodePort
+TRAFFIC_SETS = (SERVICE_TRAFFIC, NODEPORT_TRAFFIC, SERVICE_CONNECTIONS, NODEPORT_CONNECTIONS)
+COUNTED_MAPS = (NO_ENDPOINT_SERVICES, NO_ENDPOINT_NODEPORTS)  # the no-endpoint maps: their rejects, drops
+COUNT_PREROUTING, COUNT_OUTPUT = "count-prerouting", "count-output"  # base chains, after DNAT
+SERVICE_COUNTERS = "service-counters"  # jumped to for DNATed packets: -> count-<proto>
+COUNT_CHAIN = "count-"  # + protocol
+
+
+def count_chain(proto: str) -> str:
+    """``count-tcp``: the counting rules of one protocol (nft needs it known for ``proto-dst``)."""
+    return COUNT_CHAIN + proto
+
+
 # -- sessionAffinity ClientIP: per Service port and endpoint list, as kube-proxy's per-endpoint
 # sets, one record per client shared by every frontend of the port (ClusterIP, NodePort,
 # externalIPs, LoadBalancer IPs) that uses the same endpoint list. <tag>: a digest of the
@@ -145,6 +164,10 @@ FRONTEND_WIDTH = {
     RR_LOCAL_SERVICES: IP_FRONTEND,
     RR_NODEPORTS: NODEPORT_FRONTEND,
     RR_LOCAL_NODEPORTS: NODEPORT_FRONTEND,
+    SERVICE_TRAFFIC: IP_FRONTEND,
+    NODEPORT_TRAFFIC: NODEPORT_FRONTEND,
+    SERVICE_CONNECTIONS: IP_FRONTEND,
+    NODEPORT_CONNECTIONS: NODEPORT_FRONTEND,
 }
 
 

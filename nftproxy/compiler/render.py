@@ -7,7 +7,7 @@ import contextlib
 from collections.abc import Iterator
 from ipaddress import collapse_addresses
 
-from nftproxy.compiler import names, skeleton
+from nftproxy.compiler import counters, names, skeleton
 from nftproxy.compiler.changelog import ChangeLog, Obj
 from nftproxy.compiler.config import ProxyConfig
 from nftproxy.compiler.fragment import spread_elements
@@ -40,6 +40,11 @@ class Renderer:
         self.mark = skeleton.masquerade_mark(config.masquerade_bit)
         self.base_chains = {c.name: c for c in skeleton.base_chains(f, self.rejected, self.mark)}
         self.counters = {c.name: c for c in skeleton.base_counters(self.rejected)}
+        self.service_counters = config.service_counters  # counters.py: its sets and chains
+        if self.service_counters:
+            self.base_sets = {n: counters.counted(s) for n, s in self.base_sets.items()}
+            self.base_sets.update((s.name, s) for s in counters.sets(f))
+            self.base_chains.update((c.name, c) for c in counters.chains(f))
         self._parts: dict[Obj, tuple[list[Set], list[Chain]]] = {}
         self._set_owner: dict[str, Obj] = {}  # map name -> the object declaring it (memo)
         self.static: dict[str, dict[Key, Element]] = {n: {} for n in names.CONFIG_SETS if n in self.base_sets}
@@ -66,8 +71,9 @@ class Renderer:
         return parts
 
     def comment(self) -> str:
+        extra = counters.digest_part(self.family) if self.service_counters else None
         return skeleton.layout_comment(
-            self.family, self.masquerade, self.local, self.rejected, self.nodeport_hosts, self.pod_set, self.mark
+            self.family, self.masquerade, self.local, self.rejected, self.nodeport_hosts, self.pod_set, self.mark, extra
         )
 
     def chain_names(self, store: ElementStore) -> set[str]:

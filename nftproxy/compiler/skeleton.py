@@ -510,6 +510,7 @@ def layout_comment(
     nodeport_hosts: bool = True,
     pod_set: str | None = names.CLUSTER_CIDRS,
     mark: str = masquerade_mark(),
+    extra: object = None,
 ) -> str:
     """The table comment: layout version and a digest of every rule template this config yields.
 
@@ -526,6 +527,8 @@ def layout_comment(
     fixed: list[object] = [base_chains(family, rejected, mark), base_sets(family, rejected, nodeport_hosts, pod_set)]
     if rejected:  # (without, the digest is the one tables already hold)
         fixed.append(base_counters(rejected))
+    if extra is not None:  # an option's own objects (service counters: counters.digest_part)
+        fixed.append(extra)
     text = repr((*fixed, parts))
     digest = hashlib.sha256(text.encode()).hexdigest()[:12]
     return f"nftproxy layout {LAYOUT} rules {digest}: managed by nftproxy, do not edit"

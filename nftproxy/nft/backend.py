@@ -9,7 +9,8 @@ from collections.abc import Iterable
 from typing import Protocol
 
 from nftproxy.nft.bulk import LoadStep
-from nftproxy.nft.objects import DynamicElement, Family, Table
+from nftproxy.nft.listing import CountedElement
+from nftproxy.nft.objects import DynamicElement, Family, Set, Table
 from nftproxy.nft.transaction import Transaction
 
 
@@ -76,6 +77,9 @@ class Backend(Protocol):
 
     def counter_packets(self, family: Family, table: str) -> dict[str, int]:
         """The packets each named counter of the table counted ({} without the table)."""
+
+    def counted_elements(self, family: Family, table: str, sets: Iterable[Set]) -> dict[str, list[CountedElement]]:
+        """The elements of these sets with their counters, in one listing ({} without the table)."""
 
     def chain_rules(self, family: Family, table: str) -> dict[str, tuple[str, ...]] | None:
         """Each chain's rules, as nft lists them (in order); None if the table is absent."""

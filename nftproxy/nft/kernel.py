@@ -18,6 +18,7 @@ from nftproxy.nft import bulk, listing, located, netlink
 from nftproxy.nft import netns as netns_mod
 from nftproxy.nft.backend import NftError, invalid, is_not_found
 from nftproxy.nft.bulk import LoadStep
+from nftproxy.nft.listing import CountedElement
 from nftproxy.nft.netlink import FAMILIES, Batch, Layout
 from nftproxy.nft.objects import DynamicElement, Element, Family, Set, Table
 from nftproxy.nft.transaction import AddElements, DeleteElements, Transaction
@@ -256,6 +257,18 @@ class KernelBackend:
                 return {}
             raise
         return listing.counter_packets(doc, table)
+
+    def counted_elements(self, family: Family, table: str, sets: Iterable[Set]) -> dict[str, list[CountedElement]]:
+        items: list[Any] = []
+        for s in sets:  # one listing each (nft 1.0.6 refuses a second `list` in one call)
+            try:
+                doc = json.loads(self.run(f"list {s.keyword} {family.value} {table} {s.name}", json_output=True))
+            except NftError as e:
+                if is_not_found(e):
+                    continue
+                raise
+            items += doc.get("nftables", [])
+        return listing.counted_elements({"nftables": items})
 
     def load(self, steps: Iterable[LoadStep]) -> int:
         """Each step's transactions by nft, its element loads as one packed nfnetlink batch (nft's

@@ -5,7 +5,7 @@ rules of a terse text listing (`nft -t list table`)."""
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, NamedTuple
 
 from nftproxy.nft.objects import Chain, Counter, DynamicElement, Element, Family, Key, Set, Table
 
@@ -160,3 +160,35 @@ def _atom(x: Any) -> str:
             if verdict in x:
                 return verdict
     raise ValueError(f"unexpected element part in nft JSON: {x!r}")
+
+
+class CountedElement(NamedTuple):
+    """A set or map element read back with its counter (a set declared with ``counter``)."""
+
+    key: Key
+    packets: int
+    bytes: int
+    comment: str | None = None
+    value: tuple[str, ...] | None = None
+
+
+def counted_elements(doc: dict[str, Any]) -> dict[str, list[CountedElement]]:
+    """Set name -> its elements with their counters, from `nft -j list set|map …` (several
+    listings' items alike); an element without a counter counts 0."""
+    out: dict[str, list[CountedElement]] = {}
+    for item in doc.get("nftables", []):
+        is_map = "map" in item
+        obj = item.get("map") or item.get("set")
+        if not obj:
+            continue
+        protos = _proto_fields(obj.get("type"))
+        els = out.setdefault(obj["name"], [])
+        for raw in obj.get("elem", []):
+            key_raw, val_raw = (raw[0], raw[1]) if is_map else (raw, None)
+            elem = key_raw["elem"] if isinstance(key_raw, dict) and "elem" in key_raw else {"val": key_raw}
+            counter = elem.get("counter") or {}
+            key = _proto_names(_parts(elem["val"]), protos) if protos else _parts(elem["val"])
+            value = None if val_raw is None else _parts(val_raw)
+            packets, size = int(counter.get("packets", 0)), int(counter.get("bytes", 0))
+            els.append(CountedElement(key, packets, size, elem.get("comment"), value))
+    return out

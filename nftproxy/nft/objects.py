@@ -58,6 +58,9 @@ class Set:
     timeout: str | None = None
     comment: str | None = None
     dynamic: bool = False  # elements are written by the packet path (affinity): never diffed
+    # each element carries a counter (``counter;``). Out of repr: the table comment's digest of
+    # the declarations (compiler/skeleton.py) stays what tables without counters already hold.
+    counter: bool = field(default=False, repr=False)
 
     @property
     def is_map(self) -> bool:
@@ -83,6 +86,8 @@ class Set:
             parts.append(f"flags {','.join(self.flags)};")
         if self.timeout:
             parts.append(f"timeout {self.timeout};")
+        if self.counter:
+            parts.append("counter;")
         if self.comment:
             parts.append(f"comment {quote(self.comment)};")
         return " ".join(parts)

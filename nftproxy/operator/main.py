@@ -25,6 +25,7 @@ from nftproxy import __version__
 from nftproxy.compiler import features
 from nftproxy.dataplane import conntrack_sysctls, requirements
 from nftproxy.dataplane.sync import Dataplane
+from nftproxy.diagnose import counters
 from nftproxy.nft.conntrack import Conntrack, KernelConntrack
 from nftproxy.nft.kernel import KernelBackend
 from nftproxy.operator import boot, config_watch, logs
@@ -247,6 +248,8 @@ async def _main(
         for hook in syncer.on_synced:
             await hook(syncer.status)
     metrics.count_localhost_rejections(lambda: localhost_rejections(backend, syncer.dp.config))
+    if settings.proxy.service_counters:  # --service-counters: nftproxy_service_*_total
+        metrics.count_service_traffic(lambda: counters.read_families(backend, syncer.dp.config.table))
     tasks = [asyncio.create_task(syncer.run(), name="syncer"), asyncio.create_task(writer.run(), name="status")]
     daemonset = None  # our DaemonSet, watched: is a stop a departure from this node for good?
     if settings.daemonset and settings.daemonset_namespace:

@@ -17,6 +17,7 @@ from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from nftproxy import __version__
+from nftproxy.diagnose.counters import DROP, REJECT, PortCounts, PortKey
 
 log = logging.getLogger("nftproxy.metrics")
 
@@ -211,6 +212,12 @@ class Metrics:
         read at each scrape by ``read`` (the table's named counters, as kube-proxy v1.37's)."""
         self.registry.register(_Rejections(read))
 
+    def count_service_traffic(self, read: Callable[[], dict[str, dict[PortKey, PortCounts]]]) -> None:
+        """``nftproxy_service_*_total`` (--service-counters), read at each scrape by ``read``:
+        ip_family -> each Service port's counts (diagnose/counters.py). A Service port's series
+        exist while it is in the table."""
+        self.registry.register(_ServiceTraffic(read))
+
 
 class _Rejections(Collector):
     def __init__(self, read: Callable[[], dict[tuple[str, str], int]]) -> None:
@@ -230,3 +237,42 @@ class _Rejections(Collector):
         for (ip_family, protocol), packets in sorted(values.items()):
             family.add_metric([ip_family, protocol], packets)
         yield family
+
+
+SERVICE_LABELS = ["namespace", "service", "port", "protocol", "kind", "ip_family"]
+
+
+class _ServiceTraffic(Collector):
+    """Each Service port's counters, per kind of frontend (ClusterIP, NodePort, External: its
+    externalIPs and LoadBalancer IPs), as the table's counting sets hold them at the scrape."""
+
+    def __init__(self, read: Callable[[], dict[str, dict[PortKey, PortCounts]]]) -> None:
+        self.read = read
+
+    def collect(self) -> Iterator[Metric]:
+        def family(name: str, what: str, extra: tuple[str, ...] = ()) -> CounterMetricFamily:
+            return CounterMetricFamily(name, what, labels=[*SERVICE_LABELS, *extra])
+
+        packets = family("nftproxy_service_packets_total", "Packets of connections to a Service port, both ways")
+        size = family("nftproxy_service_bytes_total", "Bytes of connections to a Service port, both ways")
+        new = family("nftproxy_service_connections_total", "New connections to a Service port")
+        refused = family(
+            "nftproxy_service_no_endpoint_packets_total",
+            "Packets to a Service port rejected (no endpoints) or dropped (no endpoints on this node, Local policy)",
+            ("verdict",),
+        )
+        try:
+            values = self.read()
+        except Exception as e:  # a scrape never fails for it
+            log.warning("reading the Service counters: %s", e)
+            values = {}
+        for ip_family, ports in sorted(values.items()):
+            for k, c in sorted(ports.items()):
+                labels = [k.namespace, k.service, k.port, k.protocol, k.kind, ip_family]
+                packets.add_metric(labels, c.packets)
+                size.add_metric(labels, c.bytes)
+                new.add_metric(labels, c.connections)
+                for verdict, n in ((REJECT, c.rejected), (DROP, c.dropped)):
+                    if n or c.refusing == verdict:  # counted, or refusing now (from 0)
+                        refused.add_metric([*labels, verdict], n)
+        yield from (packets, size, new, refused)
