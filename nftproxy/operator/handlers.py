@@ -14,14 +14,13 @@ from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-import kopf
 import tenacity
-from kopf._core.reactor import inventory  # private (kopf is pinned): see NoMemories
 
 from nftproxy import heap
 from nftproxy.operator import kube, restclient
 from nftproxy.operator.changes import object_key
 from nftproxy.operator.credentials import Credentials
+from nftproxy.operator.kopf_import import inventory, kopf
 from nftproxy.operator.kube import Prefetch
 from nftproxy.operator.settings import Settings
 from nftproxy.operator.status import StatusWriter

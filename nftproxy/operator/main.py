@@ -194,11 +194,10 @@ async def _main(
         log.info("stopped during the first sync (SIGTERM or SIGINT)")
         return None
 
-    # -- the first sync is in (or was tried): now kopf, aiohttp and the Kubernetes client ------
-    import kopf  # noqa: PLC0415
-
+    # -- the first sync is in (or was tried): now kopf and aiohttp (not the Kubernetes client) --
     from nftproxy.localhost_proxy import LocalhostNodePorts, localhost_rejections, raise_fd_limit  # noqa: PLC0415
     from nftproxy.operator import handlers, health, kube  # noqa: PLC0415
+    from nftproxy.operator.kopf_import import kopf  # noqa: PLC0415
     from nftproxy.operator.kubeproxy_watch import KubeProxyWatch  # noqa: PLC0415
     from nftproxy.operator.leaving import DaemonSetWatch, ask  # noqa: PLC0415
     from nftproxy.operator.status import StatusWriter  # noqa: PLC0415

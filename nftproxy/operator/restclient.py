@@ -18,8 +18,8 @@ from types import SimpleNamespace
 from urllib.parse import urlsplit
 
 import aiohttp
-import kopf
 
+from nftproxy.operator.kopf_import import kopf
 from nftproxy.operator.kube import RequestObserver
 
 
