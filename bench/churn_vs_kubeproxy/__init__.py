@@ -49,9 +49,10 @@ its CPU went by category (JSON decode, kopf + aiohttp, parse, compile, netlink, 
 Network namespaces are named ``<--netns-prefix>-<random>`` and deleted after.
 """
 
-# The modules: stream (the writes, pure), api (sending them; the slices put back; sizes),
-# forwarder (counting the proxy's bytes from the apiserver), watch (when an address shows in the
-# kernel), measure (one run), results (its figures and the report), profile (py-spy's stacks).
+# The modules: bench.slicechurn's stream (the writes, pure), api (sending them; the slices put
+# back; sizes) and forwarder (counting the proxy's bytes from the apiserver); here, watch (when an
+# address shows in the kernel), measure (one run), results (its figures and the report), profile
+# (py-spy's stacks).
 
 from __future__ import annotations
 
@@ -66,13 +67,13 @@ from pathlib import Path
 
 import nftproxy
 from bench.apiserver import import_many, prepare
-from bench.churn_vs_kubeproxy.api import object_sizes, reset_slices
 from bench.churn_vs_kubeproxy.measure import measure
 from bench.churn_vs_kubeproxy.profile import print_profile
 from bench.churn_vs_kubeproxy.results import Run, or_dash, pct, ratios, report
-from bench.churn_vs_kubeproxy.stream import ENDPOINTS, stream, touched
 from bench.figures import figure
 from bench.runners import NODE, kube_proxy_version
+from bench.slicechurn.api import object_sizes, reset_slices
+from bench.slicechurn.stream import ENDPOINTS, stream, touched
 from testkit.k8s.controlplane import ControlPlane
 
 

@@ -11,12 +11,12 @@ from typing import cast
 from urllib.parse import urlsplit
 
 from bench.apiserver import cluster_ip
-from bench.churn_vs_kubeproxy.api import Writer
-from bench.churn_vs_kubeproxy.forwarder import CountingForwarder, kubeconfig_via
 from bench.churn_vs_kubeproxy.results import Run, metric_sum
-from bench.churn_vs_kubeproxy.stream import stream
 from bench.churn_vs_kubeproxy.watch import AddressWatch
 from bench.runners import METRICS, KubeProxyRunner, NftproxyRunner, Runner
+from bench.slicechurn.api import Writer
+from bench.slicechurn.forwarder import CountingForwarder, kubeconfig_via
+from bench.slicechurn.stream import stream
 from testkit.k8s.controlplane import ControlPlane
 from testkit.k8s.kubeproxy import http_get_in, parse_metrics, wait_synced
 from testkit.lab.netlab import bare_netns

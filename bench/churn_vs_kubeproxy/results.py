@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
-from bench.churn_vs_kubeproxy.stream import ENDPOINTS
+from bench.figures import ratio
+from bench.slicechurn.stream import ENDPOINTS
 
 
 @dataclass
@@ -67,11 +67,6 @@ def or_dash(x: float | None, fmt: str = ".1f") -> str:
 
 
 RSS_FLAT = 5.0  # %: the RSS at the churn's end within this of its start
-
-
-def ratio(x: float, y: float) -> float | None:
-    """x / y, None when y is 0 (or either is NaN)."""
-    return x / y if y and not math.isnan(x) and not math.isnan(y) else None
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ import pytest
 
 from bench.churn_vs_kubeproxy.profile import categorize, inclusive_table, profile_table
 from bench.churn_vs_kubeproxy.results import Run, metric_sum, pct, ratios, report
-from bench.churn_vs_kubeproxy.stream import ENDPOINTS, TRIGGER, initial_pods, rfc3339, stream
+from bench.slicechurn.stream import ENDPOINTS, TRIGGER, initial_pods, rfc3339, stream
 
 
 def _conditions(body: dict) -> dict[str, tuple[bool, bool, bool]]:  # type: ignore[type-arg]
