@@ -1,13 +1,13 @@
 """The README's cost table, made from the benchmarks' results committed in ``docs/results/``.
 
     .venv/bin/python -m bench.cost_table           # print it
-    .venv/bin/python -m bench.cost_table --write   # put it into README.md, between its markers
+    .venv/bin/python -m bench.cost_table --write   # put it into README.md in place of the one there
 
 ``docs/results/`` holds the JSON files ``python -m bench`` wrote for churn_vs_kubeproxy and
 controlplane_vs_kubeproxy (copied from ``bench/results/``, one per benchmark and size:
 ``<bench>-<services>.json``); of several runs of one benchmark at one size, the latest that exited
-0 counts. Each size gives a column; each cell is nftproxy / kube-proxy and their ratio. Below the
-table, each run's command (without ``--netns-prefix`` and ``--forward-port``, which only name its
+0 counts. Each size gives a column; each cell is nftproxy / kube-proxy and their ratio; the last
+row, the runs' commands (without ``--netns-prefix`` and ``--forward-port``, which only name their
 namespaces and ports). tests/unit/test_cost_table.py checks that README.md holds what this makes
 of the committed files.
 """
@@ -27,8 +27,7 @@ from bench.figures import ratio
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "results"
 README = ROOT / "README.md"
-BEGIN = "<!-- the cost table: made by python -m bench.cost_table from docs/results/, do not edit -->"
-END = "<!-- end of the cost table -->"
+HEADER = "| per node: nftproxy / kube-proxy"  # how the table starts (its first cell)
 BENCHES = ("churn_vs_kubeproxy", "controlplane_vs_kubeproxy")
 TIMES, MISSING = "\N{MULTIPLICATION SIGN}", "\N{EN DASH}"  # a ratio (2.00 times), a cell without a run
 NAMING = ("--netns-prefix", "--forward-port")  # flags that only name a run's namespaces and ports
@@ -147,7 +146,7 @@ def _rates_text(runs: Iterable[dict[str, Any]]) -> str:
 
 
 def table(results: list[dict[str, Any]]) -> str:
-    """The block between BEGIN and END: the table, a blank line, the commands."""
+    """The table, its last row the commands."""
     runs = latest(results)
     sizes = sorted({services for _, services in runs})
     if not sizes:
@@ -167,9 +166,7 @@ def table(results: list[dict[str, Any]]) -> str:
     ]
     versions = sorted({str(f["kube_proxy"]) for r in runs.values() for f in r["figures"] if "kube_proxy" in f})
     lines = [
-        f"| per node: nftproxy / kube-proxy {', '.join(versions)} (ratio) | "
-        + " | ".join(f"{s:,} Services" for s in sizes)
-        + " |",
+        f"{HEADER} {', '.join(versions)} (ratio) | " + " | ".join(f"{s:,} Services" for s in sizes) + " |",
         "|---" * (len(sizes) + 1) + "|",
         *(f"| {row} | " + " | ".join(cells[s][i] for s in sizes) + " |" for i, row in enumerate(rows)),
     ]
@@ -178,20 +175,34 @@ def table(results: list[dict[str, Any]]) -> str:
             f"| Control plane, {proxies} nodes at {plane_rate:g} writes/s: kube-apiserver CPU per minute; "
             "bytes it sends each node per minute | " + " | ".join(_control_plane_cell(plane[s]) for s in sizes) + " |"
         )
-    used = [r for s in sizes for r in (churn[s], plane[s]) if r is not None]
-    lines += ["", "Made by " + ", ".join(f"`{command(r)}`" for r in used) + "."]
+    lines.append("| Commands | " + " | ".join(_commands(churn[s], plane[s]) for s in sizes) + " |")
     return "\n".join(lines)
 
 
+def _commands(*runs: dict[str, Any] | None) -> str:
+    return ", ".join(f"`{command(r)}`" for r in runs if r is not None) or MISSING
+
+
+def _span(readme: str) -> tuple[int, int]:
+    """Where the table is in ``readme``: from its header line (HEADER) through its last row."""
+    start = end = readme.index("\n" + HEADER) + 1
+    for line in readme[start:].splitlines(keepends=True):
+        if not line.startswith("|"):
+            break
+        end += len(line)
+    return start, end
+
+
 def with_table(readme: str, block: str) -> str:
-    """``readme`` with what lies between its BEGIN and END lines replaced by ``block``."""
-    start, end = readme.index(BEGIN + "\n") + len(BEGIN) + 1, readme.index("\n" + END)
-    return readme[:start] + block + readme[end:]
+    """``readme`` with its cost table replaced by ``block``."""
+    start, end = _span(readme)
+    return readme[:start] + block + "\n" + readme[end:]
 
 
 def in_readme(readme: str) -> str:
-    """What lies between the README's BEGIN and END lines."""
-    return readme[readme.index(BEGIN + "\n") + len(BEGIN) + 1 : readme.index("\n" + END)]
+    """The README's cost table."""
+    start, end = _span(readme)
+    return readme[start:end].removesuffix("\n")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -66,9 +66,9 @@ def test_each_size_is_a_column_of_its_latest_run_nftproxy_against_kube_proxy() -
     ]
     assert [c.strip() for c in plane] == ["15.00 / 20.00 s (0.75x); 60 / 30 KB (2.00x)", cost_table.MISSING]
     assert lines[-1] == (
-        "Made by `python -m bench churn_vs_kubeproxy --services 1000 --duration 90`, "
-        "`python -m bench controlplane_vs_kubeproxy --proxies 10 --duration 60`, "
-        "`python -m bench churn_vs_kubeproxy --services 10000`."
+        "| Commands | `python -m bench churn_vs_kubeproxy --services 1000 --duration 90`, "
+        "`python -m bench controlplane_vs_kubeproxy --proxies 10 --duration 60` | "
+        "`python -m bench churn_vs_kubeproxy --services 10000` |"
     )
 
 
@@ -81,8 +81,8 @@ def test_a_run_that_failed_or_of_another_benchmark_is_not_read(tmp_path: Path) -
     assert cost_table.load(tmp_path) == [good]
 
 
-def test_writing_replaces_only_what_lies_between_the_markers() -> None:
-    readme = f"# x\n\nbefore\n{cost_table.BEGIN}\nold table\n\nold commands\n{cost_table.END}\nafter\n"
-    out = cost_table.with_table(readme, "| new |")
-    assert out == f"# x\n\nbefore\n{cost_table.BEGIN}\n| new |\n{cost_table.END}\nafter\n"
-    assert cost_table.in_readme(out) == "| new |"
+def test_writing_replaces_only_the_table() -> None:
+    readme = f"# x\n\nbefore\n\n{cost_table.HEADER} v1 | 1 |\n|---|---|\n| a | b |\n\nafter\n"
+    out = cost_table.with_table(readme, f"{cost_table.HEADER} v2 | 2 |\n|---|---|")
+    assert out == f"# x\n\nbefore\n\n{cost_table.HEADER} v2 | 2 |\n|---|---|\n\nafter\n"
+    assert cost_table.in_readme(out) == f"{cost_table.HEADER} v2 | 2 |\n|---|---|"
