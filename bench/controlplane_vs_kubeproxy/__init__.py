@@ -19,10 +19,11 @@ Measured, per run:
 
 * the CPU seconds (user + system, testkit.process.cpu_user_system) of the kube-apiserver process
   and, apart, of etcd: over ``--idle`` s before the starts (nothing running but the control plane
-  and the bench), over the starts (from the first start to the last proxy synced: the P initial
-  lists and first syncs), and per minute of churn (from its first write to its last; it includes
-  serving the writes themselves, which the ``none`` run measures alone: the table also gives the
-  apiserver's CPU above it, per proxy);
+  and the bench), over the starts (from the first start to the last proxy synced, all waited for
+  at once: the P initial lists and first syncs; also less the idle rate over as long), and per
+  minute of churn (from its first write to its last; it includes serving the writes themselves,
+  which the ``none`` run measures alone: the table also gives the apiserver's CPU above it, per
+  proxy);
 * the bytes the apiserver sent to each proxy (its forwarder's count from the apiserver: TLS
   records, HTTP/2 frames for kube-proxy, HTTP/1.1 chunks for nftproxy): from its start to the
   last proxy synced, and per minute of churn; summed and per proxy;
@@ -121,6 +122,7 @@ def main() -> int:
         figure("apiserver CPU per minute of churn above the writes alone, per proxy", above.get((r.rate, r.kind)),
                "s", **labels)  # fmt: skip
         figure("apiserver CPU for the starts", r.start_apiserver_s, "s", **labels)
+        figure("apiserver CPU for the starts above idle", r.start_above_idle(), "s", **labels)
         figure("etcd CPU for the starts", r.start_etcd_s, "s", **labels)
         figure("seconds to all synced", r.start_seconds, "s", **labels)
         figure("bytes to the proxies per minute of churn", r.per_min(sum(r.churn_bytes)), "B", **labels)

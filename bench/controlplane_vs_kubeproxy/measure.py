@@ -7,6 +7,7 @@ import contextlib
 import os
 import subprocess
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import cast
 from urllib.parse import urlsplit
@@ -74,8 +75,13 @@ def measure(cp: ControlPlane, kind: str, rate: float, args: argparse.Namespace, 
         t0, wall0 = time.perf_counter(), time.time()
         for _, runner in runners:
             runner.start()
-        for netns, runner in runners:
-            wait_synced(netns, *METRICS, runner.prefix, since=wall0, timeout=args.timeout, quiet=3.0)
+        with ThreadPoolExecutor(max(1, len(runners))) as pool:  # together: the window ends with the last one
+            waits = [
+                pool.submit(wait_synced, netns, *METRICS, runner.prefix, since=wall0, timeout=args.timeout, quiet=3.0)
+                for netns, runner in runners
+            ]
+            for w in waits:
+                w.result()
         a2, e2 = control_plane_cpu(cp)
         run.start_seconds = time.perf_counter() - t0
         run.start_apiserver_s, run.start_etcd_s = a2 - a1, e2 - e1

@@ -39,6 +39,10 @@ class Run:
     def idle_per_min(self) -> float:
         return self.idle_apiserver_s / self.idle_seconds * 60 if self.idle_seconds else float("nan")
 
+    def start_above_idle(self) -> float:
+        """The apiserver's CPU s for the starts less what it spends idle in as long."""
+        return self.start_apiserver_s - self.idle_per_min() / 60 * self.start_seconds
+
     def bytes_per_min_per_proxy(self) -> float:
         return self.per_min(sum(self.churn_bytes)) / self.proxies if self.proxies else float("nan")
 
@@ -122,7 +126,8 @@ def report(runs: list[Run], services: int, version: str) -> None:
     for r in runs:
         print(
             f"  {r.kind} at {r.rate:g}/s: {r.writes} writes in {r.seconds:.1f} s ({r.failures} failed, "
-            f"{r.late} dispatched late); bytes per proxy over the churn "
+            f"{r.late} dispatched late); the apiserver's CPU for the starts above idle {r.start_above_idle():.2f} s; "
+            f"bytes per proxy over the churn "
             f"{', '.join(f'{b:,}' for b in r.churn_bytes) or '-'}; for the start "
             f"{', '.join(f'{b:,}' for b in r.start_bytes) or '-'}"
         )
