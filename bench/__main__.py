@@ -8,7 +8,7 @@ written, with the command, the time and the exit status, as one JSON file in ``b
 quotes these runs; docs/performance.md names the benchmark that guards each speed trick.
 
 The benchmarks share builders and runners (``listed``, ``apiserver``, ``runners``, ``workload``,
-``figures``);
+``figures``, ``slicechurn``);
 no benchmark imports another. Heavy ones take the machine's lock themselves when asked to
 (``flock /tmp/nftproxy-heavy.lock python -m bench NAME``).
 """
@@ -28,8 +28,8 @@ from typing import TextIO
 from bench.figures import FIGURES
 
 BENCHES = (
-    "apply", "churn", "churn_vs_kubeproxy", "datapath", "dataplane", "fuzz", "localhost_proxy", "maglev", "operator",
-    "realcluster", "startup", "udp_rollout",
+    "apply", "churn", "churn_vs_kubeproxy", "controlplane_vs_kubeproxy", "datapath", "dataplane", "fuzz",
+    "localhost_proxy", "maglev", "operator", "realcluster", "startup", "udp_rollout",
     "vs_kubeproxy",
 )  # fmt: skip
 RESULTS = Path(os.environ.get("NFTPROXY_BENCH_RESULTS") or Path(__file__).with_name("results"))

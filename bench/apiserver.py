@@ -29,14 +29,15 @@ PROBE_ENDPOINTS = 3
 CRD = Path(__file__).resolve().parents[1] / "charts" / "nftproxy" / "crds" / "proxystatus.yaml"
 
 
-def prepare(cp: ControlPlane, node: str) -> None:
+def prepare(cp: ControlPlane, *nodes: str) -> None:
     """What every bench's control plane holds first: the ProxyStatus CRD, the namespace, and the
-    proxies' Node (its InternalIP 198.18.0.1)."""
+    proxies' Nodes (InternalIP 198.18.0.1 for the first, .2 for the next...)."""
     cp.kubectl("apply", "-f", str(CRD))
     cp.kubectl("create", "namespace", NS)
-    obj = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node},
-           "status": {"addresses": [{"type": "InternalIP", "address": "198.18.0.1"}]}}  # fmt: skip
-    cp.kubectl("apply", "-f", "-", input=json.dumps(obj))
+    items = [{"apiVersion": "v1", "kind": "Node", "metadata": {"name": node},
+              "status": {"addresses": [{"type": "InternalIP", "address": str(IPv4Address("198.18.0.1") + k)}]}}
+             for k, node in enumerate(nodes)]  # fmt: skip
+    cp.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
 
 
 PROBE_BASE = 1_000_000  # indexes of probed Services

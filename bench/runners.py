@@ -40,9 +40,9 @@ class Runner:
 class KubeProxyRunner(Runner):
     prefix = "kubeproxy"
 
-    def __init__(self, netns: str, cp: ControlPlane, workdir: Path, mode: str = "nftables") -> None:
+    def __init__(self, netns: str, cp: ControlPlane, workdir: Path, mode: str = "nftables", node: str = NODE) -> None:
         self.kp = KubeProxy(
-            netns, NODE, cp.kubeconfig, workdir, node_ip=METRICS[0], mode=mode, min_sync_period="1s", verbosity=0
+            netns, node, cp.kubeconfig, workdir, node_ip=METRICS[0], mode=mode, min_sync_period="1s", verbosity=0
         )
 
     def start(self) -> None:
@@ -61,15 +61,25 @@ class KubeProxyRunner(Runner):
 class NftproxyRunner(Runner):
     prefix = "kubeproxy"  # nftproxy exports kube-proxy's sync metrics under their names
 
-    def __init__(self, netns: str, cp: ControlPlane, workdir: Path, extra: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self,
+        netns: str,
+        cp: ControlPlane,
+        workdir: Path,
+        extra: tuple[str, ...] = (),
+        node: str = NODE,
+        status_period: str = "10s",
+    ) -> None:
         self.netns, self.cp, self.log = netns, cp, workdir / "nftproxy.log"
         self.extra = extra  # more flags (e.g. --service-counters)
+        self.node, self.status_period = node, status_period
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
-        argv = [sys.executable, "-m", "nftproxy", "run", "--node-name", NODE, "--kubeconfig", str(self.cp.kubeconfig)]
-        argv += ["--netns", self.netns, "--healthz-bind-address", "127.0.0.1:10256"]
-        argv += ["--metrics-bind-address", f"{METRICS[0]}:{METRICS[1]}", "--status-period", "10s"]
+        argv = [sys.executable, "-m", "nftproxy", "run", "--node-name", self.node]
+        argv += ["--kubeconfig", str(self.cp.kubeconfig), "--netns", self.netns]
+        argv += ["--healthz-bind-address", "127.0.0.1:10256", "--metrics-bind-address", f"{METRICS[0]}:{METRICS[1]}"]
+        argv += ["--status-period", self.status_period]
         with self.log.open("ab") as log:
             self.proc = subprocess.Popen(
                 [*argv, *self.extra, "--log-level", "warning"], stdout=log, stderr=log, start_new_session=True

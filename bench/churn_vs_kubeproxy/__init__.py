@@ -37,15 +37,22 @@ Measured over the churn (from its first write to its last):
   counting TCP forwarder on 127.0.0.1:``--forward-port`` in this namespace (bytes as they leave
   the apiserver: TLS records, HTTP/2 frames for kube-proxy, HTTP/1.1 chunks for nftproxy).
 
+Measured from the proxy's start: its first sync (the last Service's element in the kernel) and
+the bytes from the apiserver from its start to the churn's end, its initial lists included (the
+headline bytes figure; the bytes before the churn apart). The report gives nftproxy's ratio to
+kube-proxy's at the same rate for CPU (user + system per minute of churn), those bytes and the
+peak RSS, and the RSS change over the churn (end against start, %).
+
 ``--profile-seconds S`` adds one more nftproxy run at the highest rate for S seconds with
 ``py-spy record`` (``$PY_SPY`` or ``py-spy`` on PATH) attached, not measured, and prints where
 its CPU went by category (JSON decode, kopf + aiohttp, parse, compile, netlink, ...).
 Network namespaces are named ``<--netns-prefix>-<random>`` and deleted after.
 """
 
-# The modules: stream (the writes, pure), api (sending them; the slices put back; sizes),
-# forwarder (counting the proxy's bytes from the apiserver), watch (when an address shows in the
-# kernel), measure (one run), results (its figures and the report), profile (py-spy's stacks).
+# The modules: bench.slicechurn's stream (the writes, pure), api (sending them; the slices put
+# back; sizes) and forwarder (counting the proxy's bytes from the apiserver); here, watch (when an
+# address shows in the kernel), measure (one run), results (its figures and the report), profile
+# (py-spy's stacks).
 
 from __future__ import annotations
 
@@ -60,13 +67,13 @@ from pathlib import Path
 
 import nftproxy
 from bench.apiserver import import_many, prepare
-from bench.churn_vs_kubeproxy.api import object_sizes, reset_slices
 from bench.churn_vs_kubeproxy.measure import measure
 from bench.churn_vs_kubeproxy.profile import print_profile
-from bench.churn_vs_kubeproxy.results import Run, or_dash, pct, report
-from bench.churn_vs_kubeproxy.stream import ENDPOINTS, stream, touched
+from bench.churn_vs_kubeproxy.results import Run, or_dash, pct, ratios, report
 from bench.figures import figure
 from bench.runners import NODE, kube_proxy_version
+from bench.slicechurn.api import object_sizes, reset_slices
+from bench.slicechurn.stream import ENDPOINTS, stream, touched
 from testkit.k8s.controlplane import ControlPlane
 
 
@@ -122,7 +129,8 @@ def main() -> int:
                 print(f"  {proxy} at {rate:g}/s: CPU user {r.per_min(r.user_s):.2f} + system "
                       f"{r.per_min(r.system_s):.2f} s/min, RSS {r.rss_start:.0f} -> {r.rss_end:.0f} MB, p50/p99 "
                       f"{or_dash(pct(r.latencies, .5))}/{or_dash(pct(r.latencies, .99))} s, {r.syncs:.0f} syncs, "
-                      f"{r.per_min(r.bytes_down) / 1e6:.2f} MB/min in; load {r.load[0]:.2f}/{r.load[1]:.2f}",
+                      f"{r.per_min(r.bytes_down) / 1e6:.2f} MB/min in ({r.bytes_total / 1e6:.2f} MB from its start); "
+                      f"load {r.load[0]:.2f}/{r.load[1]:.2f}",
                       flush=True)  # fmt: skip
     finally:
         if not args.keep:
@@ -137,9 +145,19 @@ def main() -> int:
         figure("RSS start", r.rss_start, "MB", **labels)
         figure("RSS end", r.rss_end, "MB", **labels)
         figure("RSS peak", r.rss_peak, "MB", **labels)
+        figure("RSS change over the churn", r.rss_change, "%", **labels)
         figure("latency p50", pct(r.latencies, 0.5), "s", **labels)
         figure("latency p99", pct(r.latencies, 0.99), "s", **labels)
         figure("syncs", r.syncs, "", **labels)
         figure("bytes from apiserver per minute", r.per_min(r.bytes_down), "B", **labels)
+        figure("bytes from apiserver, start to churn end", r.bytes_total, "B", **labels)
+        figure("bytes from apiserver before the churn", r.bytes_start, "B", **labels)
+        figure("first sync", r.first_sync, "s", **labels)
+        figure("churn seconds", r.seconds, "s", **labels)
         figure("writes per second achieved", r.writes / r.seconds, "1/s", **labels)
+    for (rate, proxy), x in ratios(runs).items():
+        labels = {"services": args.services, "rate": rate, "proxy": proxy, "kube_proxy": version}
+        figure("CPU ratio to kube-proxy", x.cpu, "", **labels)
+        figure("bytes ratio to kube-proxy", x.bytes, "", **labels)
+        figure("RSS peak ratio to kube-proxy", x.rss, "", **labels)
     return 0

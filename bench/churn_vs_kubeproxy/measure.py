@@ -11,12 +11,12 @@ from typing import cast
 from urllib.parse import urlsplit
 
 from bench.apiserver import cluster_ip
-from bench.churn_vs_kubeproxy.api import Writer
-from bench.churn_vs_kubeproxy.forwarder import CountingForwarder, kubeconfig_via
 from bench.churn_vs_kubeproxy.results import Run, metric_sum
-from bench.churn_vs_kubeproxy.stream import stream
 from bench.churn_vs_kubeproxy.watch import AddressWatch
 from bench.runners import METRICS, KubeProxyRunner, NftproxyRunner, Runner
+from bench.slicechurn.api import Writer
+from bench.slicechurn.forwarder import CountingForwarder, kubeconfig_via
+from bench.slicechurn.stream import stream
 from testkit.k8s.controlplane import ControlPlane
 from testkit.k8s.kubeproxy import http_get_in, parse_metrics, wait_synced
 from testkit.lab.netlab import bare_netns
@@ -106,6 +106,7 @@ def measure(
                 run.writes, run.failures, run.late = writer.writes, writer.failures, writer.late
                 run.user_s, run.system_s = u1 - u0, s1 - s0
                 run.bytes_down, run.bytes_up = b1[0] - b0[0], b1[1] - b0[1]
+                run.bytes_start, run.bytes_total = b0[0], b1[0]  # the forwarder counts from the proxy's start
                 name = "kubeproxy_sync_proxy_rules_duration_seconds"
                 run.syncs = metric_sum(m1, name + "_count", "IPv4") - metric_sum(m0, name + "_count", "IPv4")
                 run.syncs_all = metric_sum(m1, name + "_count") - metric_sum(m0, name + "_count")

@@ -1,14 +1,16 @@
-"""The pure parts of bench.churn_vs_kubeproxy: the rolling-Deployment stream, the percentile and the
-profile's categories."""
+"""The pure parts of bench.churn_vs_kubeproxy: the rolling-Deployment stream, the percentile, the
+ratios to kube-proxy and the report, and the profile's categories."""
 
 from __future__ import annotations
 
 import itertools
 from datetime import datetime
 
+import pytest
+
 from bench.churn_vs_kubeproxy.profile import categorize, inclusive_table, profile_table
-from bench.churn_vs_kubeproxy.results import metric_sum, pct
-from bench.churn_vs_kubeproxy.stream import ENDPOINTS, TRIGGER, initial_pods, rfc3339, stream
+from bench.churn_vs_kubeproxy.results import Run, metric_sum, pct, ratios, report
+from bench.slicechurn.stream import ENDPOINTS, TRIGGER, initial_pods, rfc3339, stream
 
 
 def _conditions(body: dict) -> dict[str, tuple[bool, bool, bool]]:  # type: ignore[type-arg]
@@ -103,3 +105,37 @@ def test_inclusive_shares_count_a_sample_in_each_layer_it_passes() -> None:
     assert shares["kopf (its watch stream, queues, workers, and our handlers below it)"] == 0.5
     assert shares["parse (nftproxy/model)"] == 0.5 and shares["  compile (nftproxy/compiler)"] == 0.25
     assert shares["epoll (the event loop waiting or polling)"] == 0.25
+
+
+def _run(proxy: str, rate: float, cpu: float, total_bytes: int, rss: tuple[float, float, float]) -> Run:
+    r = Run(proxy, rate, seconds=60.0, writes=int(rate * 60), user_s=cpu * 0.75, system_s=cpu * 0.25)
+    r.rss_start, r.rss_end, r.rss_peak = rss
+    r.bytes_start, r.bytes_down, r.bytes_total = total_bytes // 2, total_bytes // 2, total_bytes
+    return r
+
+
+def test_ratios_compare_each_proxy_with_kube_proxy_at_its_rate_bytes_from_the_start() -> None:
+    runs = [
+        _run("kube-proxy", 20, 4.0, 1000, (80, 80, 82)),
+        _run("nftproxy", 20, 1.0, 1500, (40, 42, 41)),
+        _run("kube-proxy", 100, 8.0, 4000, (80, 80, 80)),
+        _run("nftproxy", 100, 6.0, 2000, (40, 40, 60)),
+        _run("nftproxy@0s", 100, 2.0, 4000, (40, 40, 40)),
+    ]
+    x = ratios(runs)
+    assert set(x) == {(20, "nftproxy"), (100, "nftproxy"), (100, "nftproxy@0s")}
+    assert (x[20, "nftproxy"].cpu, x[20, "nftproxy"].bytes, x[20, "nftproxy"].rss) == (0.25, 1.5, 0.5)  # RSS: peaks
+    assert (x[100, "nftproxy"].cpu, x[100, "nftproxy"].bytes, x[100, "nftproxy"].rss) == (0.75, 0.5, 0.75)
+    assert ratios([_run("nftproxy", 20, 1.0, 1, (1, 1, 1))]) == {}  # no kube-proxy run: no ratio
+
+
+def test_the_report_gives_the_ratios_and_the_goals(capsys: pytest.CaptureFixture[str]) -> None:
+    runs = [_run("kube-proxy", 20, 4.0, 1000, (80, 80, 82)), _run("nftproxy", 20, 1.0, 1500, (40, 42, 41))]
+    report(runs, 1000, "v1.37.2")
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if line.startswith("| 20 (20.0) | nftproxy |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[5] == "0.25x" and cells[7] == "0.50x" and cells[11] == "0.00 (0.00)" and cells[12] == "1.50x"
+    goals = next(line for line in out.splitlines() if "goals, nftproxy at 20/s" in line)
+    assert "CPU ≤ 0.5x kube-proxy's 0.25x met" in goals and "bytes ≤ 1.0x 1.50x NOT met" in goals
+    assert "RSS ≤ 0.75x 0.50x met" in goals and "RSS flat within ±5 % +5.0 % met" in goals

@@ -12,20 +12,27 @@ import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from ipaddress import IPv4Address
+from typing import Protocol
 from urllib.parse import urlsplit
 
 from bench.apiserver import NS, stored
-from bench.churn_vs_kubeproxy.stream import ENDPOINTS, TRIGGER, Write, rfc3339
-from bench.churn_vs_kubeproxy.watch import AddressWatch
+from bench.slicechurn.stream import ENDPOINTS, TRIGGER, Write, rfc3339
 from testkit.k8s.controlplane import ControlPlane
+
+
+class Awaits(Protocol):
+    """What waits for the addresses the writes make ready (churn_vs_kubeproxy's AddressWatch)."""
+
+    def expect(self, needle: bytes) -> None: ...
 
 
 class Writer:
     """Sends the stream's writes at RATE per second through WORKERS keep-alive HTTPS connections
     (one Service's writes always through the same one, so in order), each PUT of the whole slice
-    with its trigger time set just before it is sent."""
+    with its trigger time set just before it is sent; ``watch`` (if any) is told each address a
+    write makes ready, and ``sent`` holds when each was sent."""
 
-    def __init__(self, cp: ControlPlane, rate: float, watch: AddressWatch, workers: int = 6) -> None:
+    def __init__(self, cp: ControlPlane, rate: float, watch: Awaits | None = None, workers: int = 6) -> None:
         self.cp, self.rate, self.watch = cp, rate, watch
         self.ctx = cp.ssl_context()
         self.url = urlsplit(cp.server)
@@ -48,7 +55,7 @@ class Writer:
                     conn = http.client.HTTPSConnection(self.url.hostname or "", self.url.port, context=self.ctx)
                 wall, perf = time.time(), time.perf_counter()
                 w.body["metadata"]["annotations"][TRIGGER] = rfc3339(wall)
-                if w.ready is not None:
+                if w.ready is not None and self.watch is not None:
                     needle = IPv4Address(w.ready).packed
                     self.watch.expect(needle)
                     with self.lock:
