@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from ipaddress import collapse_addresses, ip_network
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from nftproxy.compiler import balancing, names
 from nftproxy.compiler.balancing import name as tagged
@@ -28,6 +28,7 @@ DROP = ("drop",)
 
 
 MapSpread = tuple[str, Key, tuple[Slot, ...]]  # (endpoint map name, *Spread)
+Lists = tuple[tuple[Slot, ...], tuple[Slot, ...]]  # a port's endpoints for Cluster and for Local policies
 
 
 class Fragment(NamedTuple):
@@ -39,7 +40,7 @@ class Fragment(NamedTuple):
     spreads: tuple[MapSpread, ...]  # endpoint map entries, keyed by a frontend the Service claims
     claims: tuple[Key, ...]  # Service IP . proto . port and proto . NodePort keys it wants (claims.py)
     objects: frozenset[tuple[str, int]]  # (kind, N) per-count maps/chains it needs
-    endpoints: frozenset[tuple[str, int]]  # endpoint address:port pairs in use
+    endpoints: tuple[Slot, ...]  # the distinct endpoints in use (address, port): the slots' own tuples
     local_endpoints: frozenset[str] = frozenset()  # this node's READY endpoint addresses (health check)
     health_check_port: int | None = None  # healthCheckNodePort (LoadBalancer, eTP Local)
     # UDP frontends -> IPs of their serving endpoints: conntrack entries of a frontend DNATed to
@@ -97,6 +98,64 @@ class _PortText(dict[int, str]):
 _PORTS = _PortText()  # port number -> its text, shared by every element
 
 
+# What every Service of a shape shares, made once (docs/performance.md, "Shared per-count names
+# and values"): a fragment is mostly references to these, not objects of its own. 10^5 Services
+# built a "goto cluster-10" string, a value tuple and a per-count name each; and the frozensets
+# of a fragment, mostly empty or alike. The keys are the per-count objects of the shared
+# algorithms (random, source-hash: their tag is "" or "sh"), so the caches stay small; a
+# round-robin port's own chains (balancing.py) do not go through them.
+_CACHE_MAX = 4096  # entries; cleared past it (only the sharing is lost)
+_GOTO: dict[tuple[str, str, int], tuple[str]] = {}
+_SPREAD: dict[tuple[str, str, str, int], tuple[tuple[str, int], str]] = {}
+_SETS: dict[frozenset[tuple[str, int]], frozenset[tuple[str, int]]] = {}
+_EMPTY: frozenset[Any] = frozenset()
+
+
+def _goto(base: str, t: str, n: int) -> tuple[str]:
+    """``("goto <base>[-t]-N",)``, one tuple per chain."""
+    k = (base, t, n)
+    v = _GOTO.get(k)
+    if v is None:
+        if len(_GOTO) >= _CACHE_MAX:
+            _GOTO.clear()
+        v = _GOTO[k] = (f"goto {tagged(base, t, n)}",)
+    return v
+
+
+def _spread_names(kind: str, map_name: str, t: str, n: int) -> tuple[tuple[str, int], str]:
+    """The per-count object an endpoint map of N slots belongs to, and the map's name."""
+    k = (kind, map_name, t, n)
+    v = _SPREAD.get(k)
+    if v is None:
+        if len(_SPREAD) >= _CACHE_MAX:
+            _SPREAD.clear()
+        v = _SPREAD[k] = ((with_tag(kind, t), n), tagged(map_name, t, n))
+    return v
+
+
+def _objects(objs: set[tuple[str, int]]) -> frozenset[tuple[str, int]]:
+    """A fragment's per-count objects, one frozenset per distinct set of them."""
+    key = frozenset(objs)
+    v = _SETS.get(key)
+    if v is None:
+        if len(_SETS) >= _CACHE_MAX:
+            _SETS.clear()
+        v = _SETS[key] = key
+    return v
+
+
+def _frozen(items: set[Any]) -> frozenset[Any]:
+    """An empty set as THE empty frozenset (each ``frozenset()`` of an empty set is 216 bytes)."""
+    return frozenset(items) if items else _EMPTY
+
+
+def _distinct(lists: list[tuple[Slot, ...]]) -> tuple[Slot, ...]:
+    """The endpoints of a Service's ports, each once; one port: its own list (already distinct)."""
+    if len(lists) == 1:
+        return lists[0]
+    return tuple(dict.fromkeys(slot for slots in lists for slot in slots))
+
+
 def slot_values(chosen: Sequence[Target]) -> tuple[Slot, ...]:
     """An endpoint list as the values of its N slots."""
     ports = _PORTS
@@ -112,7 +171,7 @@ class _Out:
         self.objects: set[tuple[str, int]] = set()
         self.claims: list[Key] = []
         self.shared: set[Key] = set()
-        self.used: set[tuple[str, int]] = set()
+        self.used: list[tuple[Slot, ...]] = []  # per port: its endpoint lists (slot tuples)
         self.local: set[str] = set()
         self.udp_serving: list[tuple[Key, frozenset[str]]] = []
         self.affinity: list[tuple[str, frozenset[Slot]]] = []
@@ -126,13 +185,14 @@ class _Out:
     def spread(self, kind: str, map_name: str, key: Key, values: tuple[Slot, ...]) -> None:
         """Slot i of ``key`` in map ``map_name-N`` -> the i-th endpoint; needs object (kind, N)."""
         n = len(values)
-        t = self.tag if n > 1 else ""
-        self.objects.add((with_tag(kind, t), n))
-        self.spreads.append((tagged(map_name, t, n), key, values))
+        obj, name = _spread_names(kind, map_name, self.tag if n > 1 else "", n)
+        self.objects.add(obj)
+        self.spreads.append((name, key, values))
 
-    def name(self, base: str, n: int) -> str:
-        """A per-count chain of this port's algorithm (N <= 1: the plain one, nothing to choose)."""
-        return tagged(base, self.tag if n > 1 else "", n)
+    def goto(self, base: str, n: int) -> tuple[str]:
+        """``goto`` a per-count chain of this port's algorithm (N <= 1: the plain one, nothing to
+        choose), as a map element's value."""
+        return _goto(base, self.tag if n > 1 else "", n)
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,10 +303,10 @@ def _no_endpoints(out: _Out, p: _Port) -> None:
 def _cluster_ip(out: _Out, p: _Port, fe: _Frontends, cluster: tuple[Slot, ...], local: tuple[Slot, ...]) -> None:
     """The ClusterIP under internalTrafficPolicy (Local with none here: dropped)."""
     if not fe.itp_local:
-        out.add(names.SERVICE_IPS, p.cluster, (f"goto {out.name('cluster', len(cluster))}",), p.comment)
+        out.add(names.SERVICE_IPS, p.cluster, out.goto("cluster", len(cluster)), p.comment)
         out.spread("lb", names.ENDPOINTS, p.cluster, cluster)
     elif local:
-        out.add(names.SERVICE_IPS, p.cluster, (f"goto {out.name('cluster-local', len(local))}",), p.comment)
+        out.add(names.SERVICE_IPS, p.cluster, out.goto("cluster-local", len(local)), p.comment)
         out.spread("local", names.LOCAL_ENDPOINTS, p.cluster, local)
     else:
         out.add(names.NO_ENDPOINT_SERVICES, p.cluster, DROP, p.comment)  # endpoints exist, none here
@@ -259,15 +319,15 @@ def _external(
     externalTrafficPolicy: Cluster masquerades to all endpoints; Local keeps the source and uses
     this node's endpoints (none: dropped), except for pod and node traffic (short-circuit)."""
     if not etp_local:
-        out.add(n.dispatch, key, (f"goto {out.name(n.cluster_chain, len(cluster))}",), comment)
+        out.add(n.dispatch, key, out.goto(n.cluster_chain, len(cluster)), comment)
         out.spread(n.kind, n.endpoints, key, cluster)
         return
-    out.add(n.dispatch, key, (f"goto {out.name(n.local_chain, len(local))}",), comment)
+    out.add(n.dispatch, key, out.goto(n.local_chain, len(local)), comment)
     if local:
         out.spread(n.local_kind, n.local_endpoints, key, local)
     else:
         out.objects.add((n.local_kind, 0))  # that chain drops
-    out.add(n.short_circuit, key, (f"goto {out.name(n.balance_chain, len(cluster))}",), comment)
+    out.add(n.short_circuit, key, out.goto(n.balance_chain, len(cluster)), comment)
     out.spread(n.kind, n.endpoints, key, cluster)
 
 
@@ -344,15 +404,52 @@ def _source_ranges(out: _Out, p: _Port, fe: _Frontends) -> None:
             out.add(names.FIREWALL_ALLOW, (*k, r))
 
 
-def _hairpin(out: _Out, cat: Categorized, node: str | None, proto: str) -> None:
+def _hairpin(out: _Out, cat: Categorized, slots: Lists, node: str | None, proto: str) -> None:
     """A pod reaching itself through the Service is masqueraded: only endpoints whose slice says
     this node (kube-proxy v1.36+, its hairpin-connections set); all of them if we have no name."""
+    out.used += [s for s in slots if s]
     both = cat.cluster + cat.local if cat.local else cat.cluster
-    out.used.update([(t.address, t.port) for t in both])
+    ports = _PORTS
     for t in both:
         if node is None or t.endpoint.node_name == node:  # keyed by port too, as kube-proxy's set
-            out.add(names.HAIRPIN_ENDPOINTS, (t.address, t.address, proto, str(t.port)))
+            out.add(names.HAIRPIN_ENDPOINTS, (t.address, t.address, proto, ports[t.port]))
     out.local.update([t.address for t in cat.local if t.endpoint.ready])  # health check: ready ones only
+
+
+def _plain(port: ServicePort, mine: list[EndpointSlice], node: str | None) -> Lists | None:
+    """The common case's endpoint lists in one pass, or None for the general path (targets,
+    categorize): one slice, every endpoint ready, no address twice, no topology hint. Then every
+    endpoint serves traffic under a Cluster policy (sorted by address, as ``targets``), and this
+    node's (all of them without a node name: none) under a Local one; both as slots."""
+    if len(mine) != 1:
+        return None
+    s = mine[0]
+    number = next((p.port for p in s.ports if p.name == port.name and p.protocol == port.protocol), None)
+    eps = s.endpoints
+    if number is None or not eps:
+        return None
+    for ep in eps:
+        if not ep.ready or ep.hint_nodes or ep.hint_zones:
+            return None
+    by_address = {ep.address: ep for ep in eps}
+    if len(by_address) != len(eps):
+        return None
+    text = _PORTS[number]
+    cluster = tuple([(a, text) for a in sorted(by_address)])
+    if node is None:
+        return cluster, ()
+    return cluster, tuple([slot for slot in cluster if by_address[slot[0]].node_name == node])
+
+
+def _plain_hairpin(out: _Out, cluster: tuple[Slot, ...], local: tuple[Slot, ...], node: str | None,
+                   proto: str) -> None:  # fmt: skip
+    """``_hairpin`` of a ``_plain`` port: this node's endpoints are ``local`` (a subset of
+    ``cluster``), all of them without a node name; every one is ready."""
+    out.used.append(cluster)
+    for ip, port in cluster if node is None else local:
+        out.add(names.HAIRPIN_ENDPOINTS, (ip, ip, proto, port))
+    if local:
+        out.local.update([ip for ip, _ in local])
 
 
 def _served(found: list[Target]) -> frozenset[str]:
@@ -425,20 +522,28 @@ def compile_fragment(
         p = _port_keys(svc, fe, port)
         out.claims += [p.cluster, *p.externals, *([p.node_port] if p.node_port else [])]
         out.shared.update(p.externals)
-        found = targets(port, mine, config.node_name)
-        if p.proto == "udp":
-            _udp_serving(out, p, found, fe.itp_local, fe.etp_local)
-        cat = categorize(found, config.node_name, config.node_zone)
-        if rejected and p.node_port:
-            _localhost(out, p, svc, port.name or str(port.port), algorithm, cat, fe.etp_local, rejected)
-        if fe.ranges:
-            _source_ranges(out, p, fe)
-        if not cat.any_usable:
-            _no_endpoints(out, p)
-            continue
-        if not cat.local:
+        # UDP (conntrack) and localhost NodePorts read each endpoint's conditions: the general path
+        plain = None if p.proto == "udp" or (rejected and p.node_port) else _plain(port, mine, config.node_name)
+        if plain is None:
+            found = targets(port, mine, config.node_name)
+            if p.proto == "udp":
+                _udp_serving(out, p, found, fe.itp_local, fe.etp_local)
+            cat = categorize(found, config.node_name, config.node_zone)
+            if rejected and p.node_port:
+                _localhost(out, p, svc, port.name or str(port.port), algorithm, cat, fe.etp_local, rejected)
+            if fe.ranges:
+                _source_ranges(out, p, fe)
+            if not cat.any_usable:
+                _no_endpoints(out, p)
+                continue
+            cluster, local = slot_values(cat.cluster), slot_values(cat.local)
+        else:
+            cat = None
+            cluster, local = plain
+            if fe.ranges:
+                _source_ranges(out, p, fe)
+        if not local:
             out.no_local += [p for p, on in (("internal", fe.itp_local), ("external", fe.etp_local)) if on]
-        cluster, local = slot_values(cat.cluster), slot_values(cat.local)
         t = balancing.tag(algorithm, svc.key, port.name or str(port.port), p.proto, bool(affinity))
         if algorithm == balancing.ROUND_ROBIN and max(len(cluster), len(local)) > 1:
             _round_robin(out, p, fe, cluster, local, t)
@@ -451,21 +556,24 @@ def compile_fragment(
                 _external(out, NODEPORT, p.node_port, p.comment, cluster, local, fe.etp_local)
         if affinity:
             _affinity(out, p, fe, svc.key, port.name or str(port.port), affinity, (cluster, local))
-        _hairpin(out, cat, config.node_name, p.proto)
+        if cat is None:
+            _plain_hairpin(out, cluster, local, config.node_name, p.proto)
+        else:
+            _hairpin(out, cat, (cluster, local), config.node_name, p.proto)
     return Fragment(
         svc.key,
         tuple(out.elements),
         tuple(out.spreads),
         tuple(out.claims),
-        frozenset(out.objects),
-        frozenset(out.used),
-        frozenset(out.local),
+        _objects(out.objects),
+        _distinct(out.used) if out.used else (),
+        _frozen(out.local),
         svc.health_check_node_port if svc.type == "LoadBalancer" and fe.etp_local else None,
         tuple(out.udp_serving),
         warnings,
         tuple(out.affinity),
         tuple(out.no_local),
         tuple(out.localhost),
-        frozenset(out.shared),
+        _frozen(out.shared),
         svc.created,
     )
