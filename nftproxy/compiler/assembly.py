@@ -42,6 +42,8 @@ class Assembly:
         frontend: each Service whose holdings the change moved is programmed again, trimmed."""
         claims, store = self.claims, self.store
         old = claims.whole(key)
+        if old is None and fragment is None:  # not in this family, before or now
+            return
         store.remove(key)
         moved = claims.release(old) if old is not None else set()
         if fragment is not None:

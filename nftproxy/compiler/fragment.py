@@ -254,23 +254,25 @@ def _allowed_sources(svc: Service, version: int, node_ip: IPAddress) -> tuple[st
     return tuple(prefix(r) for r in collapse_addresses(mine))  # type: ignore[type-var]
 
 
-def _frontends(svc: Service, family: Family, node_ip: IPAddress) -> _Frontends | None:
-    version = family.version
-    cluster_ips = [ip for ip in svc.cluster_ips if ip.version == version]
-    if not cluster_ips:
-        return None
-    cluster_ip = str(cluster_ips[0])
+def _frontends(svc: Service, version: int, config: ProxyConfig) -> _Frontends | None:
+    ips = svc.cluster_ips
+    cluster_ip: IPAddress | None = ips[0] if ips and ips[0].version == version else None  # primary family
+    if cluster_ip is None:
+        cluster_ip = next((ip for ip in ips if ip.version == version), None)
+        if cluster_ip is None:
+            return None
+    text = str(cluster_ip)
     lb_ips: tuple[str, ...] = ()
     externals: tuple[str, ...] = ()
     ranges: tuple[str, ...] = ()
     if svc.external_ips or svc.load_balancer_ips:  # most Services have neither
         lb_ips = tuple(address(ip) for ip in svc.load_balancer_ips if ip.version == version)
         both = dict.fromkeys((*svc.external_ips, *svc.load_balancer_ips))
-        externals = tuple(s for s in (address(ip) for ip in both if ip.version == version) if s != cluster_ip)
+        externals = tuple(s for s in (address(ip) for ip in both if ip.version == version) if s != text)
     if svc.load_balancer_source_ranges:
-        ranges = _allowed_sources(svc, version, node_ip)
+        ranges = _allowed_sources(svc, version, config.node_ip(version))
     return _Frontends(
-        cluster_ip,
+        text,
         externals,
         lb_ips,
         ranges,
@@ -279,14 +281,14 @@ def _frontends(svc: Service, family: Family, node_ip: IPAddress) -> _Frontends |
     )
 
 
-def _port_keys(svc: Service, fe: _Frontends, port: ServicePort) -> _Port:
+def _port_keys(key: str, fe: _Frontends, port: ServicePort) -> _Port:
     proto = port.protocol.lower()
     number = _PORTS[port.port]
     return _Port(
         (fe.cluster_ip, proto, number),
         tuple((ip, proto, number) for ip in fe.externals),
         (proto, _PORTS[port.node_port]) if port.node_port else None,
-        _short(f"{svc.key}:{port.name}" if port.name else svc.key),
+        _short(f"{key}:{port.name}" if port.name else key),
         proto,
         number,
     )
@@ -506,20 +508,22 @@ def compile_fragment(
     svc: Service, slices: Sequence[EndpointSlice], family: Family, config: ProxyConfig
 ) -> Fragment | None:
     """The elements Service ``svc`` contributes to ``family``'s table (None: not in this family)."""
-    fe = _frontends(svc, family, config.node_ip(family.version))
+    version = 4 if family is Family.IP else 6
+    fe = _frontends(svc, version, config)
     if fe is None:
         return None
-    atype = "IPv4" if family is Family.IP else "IPv6"
+    key = svc.key
+    atype = "IPv4" if version == 4 else "IPv6"
     mine = [s for s in slices if s.address_type == atype]
     out = _Out()
     algorithm = svc.load_balancing or config.load_balancing
-    rejected = config.localhost_rejected(family.version)  # empty: the gate is off
+    rejected = config.localhost_rejected(version) if config.enabled_gates else ()  # empty: the gate is off
     affinity, warnings = svc.session_affinity_timeout, svc.warnings
     if any(s.warnings for s in mine):  # endpoints left out of its slices: reported with the Service
         warnings += tuple(f"EndpointSlice {s.name}: {w}" for s in mine for w in s.warnings)
     out.add(names.CLUSTER_IPS, (fe.cluster_ip,))
     for port in svc.ports:
-        p = _port_keys(svc, fe, port)
+        p = _port_keys(key, fe, port)
         out.claims += [p.cluster, *p.externals, *([p.node_port] if p.node_port else [])]
         out.shared.update(p.externals)
         # UDP (conntrack) and localhost NodePorts read each endpoint's conditions: the general path
@@ -544,7 +548,7 @@ def compile_fragment(
                 _source_ranges(out, p, fe)
         if not local:
             out.no_local += [p for p, on in (("internal", fe.itp_local), ("external", fe.etp_local)) if on]
-        t = balancing.tag(algorithm, svc.key, port.name or str(port.port), p.proto, bool(affinity))
+        t = balancing.tag(algorithm, key, port.name or str(port.port), p.proto, bool(affinity))
         if algorithm == balancing.ROUND_ROBIN and max(len(cluster), len(local)) > 1:
             _round_robin(out, p, fe, cluster, local, t)
         else:
@@ -555,13 +559,13 @@ def compile_fragment(
             if p.node_port:
                 _external(out, NODEPORT, p.node_port, p.comment, cluster, local, fe.etp_local)
         if affinity:
-            _affinity(out, p, fe, svc.key, port.name or str(port.port), affinity, (cluster, local))
+            _affinity(out, p, fe, key, port.name or str(port.port), affinity, (cluster, local))
         if cat is None:
             _plain_hairpin(out, cluster, local, config.node_name, p.proto)
         else:
             _hairpin(out, cat, (cluster, local), config.node_name, p.proto)
     return Fragment(
-        svc.key,
+        key,
         tuple(out.elements),
         tuple(out.spreads),
         tuple(out.claims),
