@@ -52,7 +52,7 @@ class Assembly:
         for other in moved:  # out first: the store holds one value per element
             store.remove(other)
         if fragment is not None:
-            store.add(claims.trimmed(key))
+            store.add(claims.trimmed(key) if key in claims.losers else fragment)
         for other in sorted(moved):
             store.add(claims.trimmed(other))
 
