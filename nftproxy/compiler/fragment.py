@@ -546,7 +546,7 @@ def compile_fragment(
             cluster, local = plain
             if fe.ranges:
                 _source_ranges(out, p, fe)
-        if not local:
+        if not local and (fe.itp_local or fe.etp_local):
             out.no_local += [p for p, on in (("internal", fe.itp_local), ("external", fe.etp_local)) if on]
         t = balancing.tag(algorithm, key, port.name or str(port.port), p.proto, bool(affinity))
         if algorithm == balancing.ROUND_ROBIN and max(len(cluster), len(local)) > 1:
