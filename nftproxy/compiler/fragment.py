@@ -98,8 +98,8 @@ class _PortText(dict[int, str]):
 _PORTS = _PortText()  # port number -> its text, shared by every element
 
 
-# What every Service of a shape shares, made once (docs/performance.md, "Shared per-count names
-# and values"): a fragment is mostly references to these, not objects of its own. 10^5 Services
+# What every Service of a shape shares, made once (docs/performance.md, "A fragment shares what
+# Services of its shape share"): a fragment is mostly references to these, not objects of its own. 10^5 Services
 # built a "goto cluster-10" string, a value tuple and a per-count name each; and the frozensets
 # of a fragment, mostly empty or alike. The keys are the per-count objects of the shared
 # algorithms (random, source-hash: their tag is "" or "sh"), so the caches stay small; a
@@ -422,7 +422,8 @@ def _plain(port: ServicePort, mine: list[EndpointSlice], node: str | None) -> Li
     """The common case's endpoint lists in one pass, or None for the general path (targets,
     categorize): one slice, every endpoint ready, no address twice, no topology hint. Then every
     endpoint serves traffic under a Cluster policy (sorted by address, as ``targets``), and this
-    node's (all of them without a node name: none) under a Local one; both as slots."""
+    node's endpoints under a Local one (none when the proxy has no node name); both as slots
+    (docs/performance.md, "The common port's endpoints in one pass")."""
     if len(mine) != 1:
         return None
     s = mine[0]
