@@ -42,6 +42,8 @@ class Assembly:
         frontend: each Service whose holdings the change moved is programmed again, trimmed."""
         claims, store = self.claims, self.store
         old = claims.whole(key)
+        if old is None and fragment is None:  # not in this family, before or now
+            return
         store.remove(key)
         moved = claims.release(old) if old is not None else set()
         if fragment is not None:
@@ -50,7 +52,7 @@ class Assembly:
         for other in moved:  # out first: the store holds one value per element
             store.remove(other)
         if fragment is not None:
-            store.add(claims.trimmed(key))
+            store.add(claims.trimmed(key) if key in claims.losers else fragment)
         for other in sorted(moved):
             store.add(claims.trimmed(other))
 

@@ -52,12 +52,12 @@ class Claims:
         return self.kept.get(key) or self.programmed.get(key)
 
     def take(self, frag: Fragment) -> set[str]:
-        """Claim every frontend of ``frag`` (a Service not claiming any now); ``trimmed`` then
-        gives what to program. Returns the other Services that lost a frontend to it (each to be
-        programmed again, trimmed)."""
+        """Claim every frontend of ``frag`` (a Service not claiming any now); for a Service in
+        ``losers`` after it, ``trimmed`` gives what to program (for any other: ``frag``). Returns
+        the other Services that lost a frontend to it (each to be programmed again, trimmed)."""
         key, owners = frag.key, self.owners
-        self.kept[key] = frag  # until ``trimmed``
         moved: set[str] = set()
+        lost = False
         for c in frag.claims:
             holder = owners.get(c)
             if holder is None:  # the common case: a free frontend
@@ -74,7 +74,13 @@ class Claims:
             if mine < contenders[holder]:
                 owners[c] = key
                 moved.add(holder)
-        self._recount(frag)
+            else:
+                lost = True
+        if lost:  # kept whole until ``trimmed``; a Service holding all it claims is the store's
+            self.kept[key] = frag
+            self.losers.add(key)
+        else:
+            self.losers.discard(key)
         for other in moved:
             self.kept.setdefault(other, self.programmed[other])  # it was whole, or kept already
             self.losers.add(other)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from ipaddress import collapse_addresses, ip_network
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from nftproxy.compiler import balancing, counters, maglev, names
 from nftproxy.compiler.balancing import name as tagged
@@ -29,6 +29,7 @@ DROP = ("drop",)
 
 
 MapSpread = tuple[str, Key, tuple[Slot, ...]]  # (endpoint map name, *Spread)
+Lists = tuple[tuple[Slot, ...], tuple[Slot, ...]]  # a port's endpoints for Cluster and for Local policies
 
 
 class Fragment(NamedTuple):
@@ -40,7 +41,7 @@ class Fragment(NamedTuple):
     spreads: tuple[MapSpread, ...]  # endpoint map entries, keyed by a frontend the Service claims
     claims: tuple[Key, ...]  # Service IP . proto . port and proto . NodePort keys it wants (claims.py)
     objects: frozenset[tuple[str, int]]  # (kind, N) per-count maps/chains it needs
-    endpoints: frozenset[tuple[str, int]]  # endpoint address:port pairs in use
+    endpoints: tuple[Slot, ...]  # the distinct endpoints in use (address, port): the slots' own tuples
     local_endpoints: frozenset[str] = frozenset()  # this node's READY endpoint addresses (health check)
     health_check_port: int | None = None  # healthCheckNodePort (LoadBalancer, eTP Local)
     # UDP frontends -> IPs of their serving endpoints: conntrack entries of a frontend DNATed to
@@ -98,6 +99,64 @@ class _PortText(dict[int, str]):
 _PORTS = _PortText()  # port number -> its text, shared by every element
 
 
+# What every Service of a shape shares, made once (docs/performance.md, "A fragment shares what
+# Services of its shape share"): a fragment is mostly references to these, not objects of its own. 10^5 Services
+# built a "goto cluster-10" string, a value tuple and a per-count name each; and the frozensets
+# of a fragment, mostly empty or alike. The keys are the per-count objects of the shared
+# algorithms (random, source-hash: their tag is "" or "sh"), so the caches stay small; a
+# round-robin port's own chains (balancing.py) do not go through them.
+_CACHE_MAX = 4096  # entries; cleared past it (only the sharing is lost)
+_GOTO: dict[tuple[str, str, int], tuple[str]] = {}
+_SPREAD: dict[tuple[str, str, str, int], tuple[tuple[str, int], str]] = {}
+_SETS: dict[frozenset[tuple[str, int]], frozenset[tuple[str, int]]] = {}
+_EMPTY: frozenset[Any] = frozenset()
+
+
+def _goto(base: str, t: str, n: int) -> tuple[str]:
+    """``("goto <base>[-t]-N",)``, one tuple per chain."""
+    k = (base, t, n)
+    v = _GOTO.get(k)
+    if v is None:
+        if len(_GOTO) >= _CACHE_MAX:
+            _GOTO.clear()
+        v = _GOTO[k] = (f"goto {tagged(base, t, n)}",)
+    return v
+
+
+def _spread_names(kind: str, map_name: str, t: str, n: int) -> tuple[tuple[str, int], str]:
+    """The per-count object an endpoint map of N slots belongs to, and the map's name."""
+    k = (kind, map_name, t, n)
+    v = _SPREAD.get(k)
+    if v is None:
+        if len(_SPREAD) >= _CACHE_MAX:
+            _SPREAD.clear()
+        v = _SPREAD[k] = ((with_tag(kind, t), n), tagged(map_name, t, n))
+    return v
+
+
+def _objects(objs: set[tuple[str, int]]) -> frozenset[tuple[str, int]]:
+    """A fragment's per-count objects, one frozenset per distinct set of them."""
+    key = frozenset(objs)
+    v = _SETS.get(key)
+    if v is None:
+        if len(_SETS) >= _CACHE_MAX:
+            _SETS.clear()
+        v = _SETS[key] = key
+    return v
+
+
+def _frozen(items: set[Any]) -> frozenset[Any]:
+    """An empty set as THE empty frozenset (each ``frozenset()`` of an empty set is 216 bytes)."""
+    return frozenset(items) if items else _EMPTY
+
+
+def _distinct(lists: list[tuple[Slot, ...]]) -> tuple[Slot, ...]:
+    """The endpoints of a Service's ports, each once; one port: its own list (already distinct)."""
+    if len(lists) == 1:
+        return lists[0]
+    return tuple(dict.fromkeys(slot for slots in lists for slot in slots))
+
+
 def slot_values(chosen: Sequence[Target]) -> tuple[Slot, ...]:
     """An endpoint list as the values of its N slots."""
     ports = _PORTS
@@ -113,7 +172,7 @@ class _Out:
         self.objects: set[tuple[str, int]] = set()
         self.claims: list[Key] = []
         self.shared: set[Key] = set()
-        self.used: set[tuple[str, int]] = set()
+        self.used: list[tuple[Slot, ...]] = []  # per port: its endpoint lists (slot tuples)
         self.local: set[str] = set()
         self.udp_serving: list[tuple[Key, frozenset[str]]] = []
         self.affinity: list[tuple[str, frozenset[Slot]]] = []
@@ -127,13 +186,14 @@ class _Out:
     def spread(self, kind: str, map_name: str, key: Key, values: tuple[Slot, ...]) -> None:
         """Slot i of ``key`` in map ``map_name-N`` -> the i-th endpoint; needs object (kind, N)."""
         n = len(values)
-        t = self.tag if n > 1 else ""
-        self.objects.add((with_tag(kind, t), n))
-        self.spreads.append((tagged(map_name, t, n), key, values))
+        obj, name = _spread_names(kind, map_name, self.tag if n > 1 else "", n)
+        self.objects.add(obj)
+        self.spreads.append((name, key, values))
 
-    def name(self, base: str, n: int) -> str:
-        """A per-count chain of this port's algorithm (N <= 1: the plain one, nothing to choose)."""
-        return tagged(base, self.tag if n > 1 else "", n)
+    def goto(self, base: str, n: int) -> tuple[str]:
+        """``goto`` a per-count chain of this port's algorithm (N <= 1: the plain one, nothing to
+        choose), as a map element's value."""
+        return _goto(base, self.tag if n > 1 else "", n)
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,23 +255,25 @@ def _allowed_sources(svc: Service, version: int, node_ip: IPAddress) -> tuple[st
     return tuple(prefix(r) for r in collapse_addresses(mine))  # type: ignore[type-var]
 
 
-def _frontends(svc: Service, family: Family, node_ip: IPAddress) -> _Frontends | None:
-    version = family.version
-    cluster_ips = [ip for ip in svc.cluster_ips if ip.version == version]
-    if not cluster_ips:
-        return None
-    cluster_ip = str(cluster_ips[0])
+def _frontends(svc: Service, version: int, config: ProxyConfig) -> _Frontends | None:
+    ips = svc.cluster_ips
+    cluster_ip: IPAddress | None = ips[0] if ips and ips[0].version == version else None  # primary family
+    if cluster_ip is None:
+        cluster_ip = next((ip for ip in ips if ip.version == version), None)
+        if cluster_ip is None:
+            return None
+    text = str(cluster_ip)
     lb_ips: tuple[str, ...] = ()
     externals: tuple[str, ...] = ()
     ranges: tuple[str, ...] = ()
     if svc.external_ips or svc.load_balancer_ips:  # most Services have neither
         lb_ips = tuple(address(ip) for ip in svc.load_balancer_ips if ip.version == version)
         both = dict.fromkeys((*svc.external_ips, *svc.load_balancer_ips))
-        externals = tuple(s for s in (address(ip) for ip in both if ip.version == version) if s != cluster_ip)
+        externals = tuple(s for s in (address(ip) for ip in both if ip.version == version) if s != text)
     if svc.load_balancer_source_ranges:
-        ranges = _allowed_sources(svc, version, node_ip)
+        ranges = _allowed_sources(svc, version, config.node_ip(version))
     return _Frontends(
-        cluster_ip,
+        text,
         externals,
         lb_ips,
         ranges,
@@ -220,14 +282,14 @@ def _frontends(svc: Service, family: Family, node_ip: IPAddress) -> _Frontends |
     )
 
 
-def _port_keys(svc: Service, fe: _Frontends, port: ServicePort) -> _Port:
+def _port_keys(key: str, fe: _Frontends, port: ServicePort) -> _Port:
     proto = port.protocol.lower()
     number = _PORTS[port.port]
     return _Port(
         (fe.cluster_ip, proto, number),
         tuple((ip, proto, number) for ip in fe.externals),
         (proto, _PORTS[port.node_port]) if port.node_port else None,
-        _short(f"{svc.key}:{port.name}" if port.name else svc.key),
+        _short(f"{key}:{port.name}" if port.name else key),
         proto,
         number,
     )
@@ -244,10 +306,10 @@ def _no_endpoints(out: _Out, p: _Port) -> None:
 def _cluster_ip(out: _Out, p: _Port, fe: _Frontends, cluster: tuple[Slot, ...], local: tuple[Slot, ...]) -> None:
     """The ClusterIP under internalTrafficPolicy (Local with none here: dropped)."""
     if not fe.itp_local:
-        out.add(names.SERVICE_IPS, p.cluster, (f"goto {out.name('cluster', len(cluster))}",), p.comment)
+        out.add(names.SERVICE_IPS, p.cluster, out.goto("cluster", len(cluster)), p.comment)
         out.spread("lb", names.ENDPOINTS, p.cluster, cluster)
     elif local:
-        out.add(names.SERVICE_IPS, p.cluster, (f"goto {out.name('cluster-local', len(local))}",), p.comment)
+        out.add(names.SERVICE_IPS, p.cluster, out.goto("cluster-local", len(local)), p.comment)
         out.spread("local", names.LOCAL_ENDPOINTS, p.cluster, local)
     else:
         out.add(names.NO_ENDPOINT_SERVICES, p.cluster, DROP, p.comment)  # endpoints exist, none here
@@ -260,15 +322,15 @@ def _external(
     externalTrafficPolicy: Cluster masquerades to all endpoints; Local keeps the source and uses
     this node's endpoints (none: dropped), except for pod and node traffic (short-circuit)."""
     if not etp_local:
-        out.add(n.dispatch, key, (f"goto {out.name(n.cluster_chain, len(cluster))}",), comment)
+        out.add(n.dispatch, key, out.goto(n.cluster_chain, len(cluster)), comment)
         out.spread(n.kind, n.endpoints, key, cluster)
         return
-    out.add(n.dispatch, key, (f"goto {out.name(n.local_chain, len(local))}",), comment)
+    out.add(n.dispatch, key, out.goto(n.local_chain, len(local)), comment)
     if local:
         out.spread(n.local_kind, n.local_endpoints, key, local)
     else:
         out.objects.add((n.local_kind, 0))  # that chain drops
-    out.add(n.short_circuit, key, (f"goto {out.name(n.balance_chain, len(cluster))}",), comment)
+    out.add(n.short_circuit, key, out.goto(n.balance_chain, len(cluster)), comment)
     out.spread(n.kind, n.endpoints, key, cluster)
 
 
@@ -345,15 +407,53 @@ def _source_ranges(out: _Out, p: _Port, fe: _Frontends) -> None:
             out.add(names.FIREWALL_ALLOW, (*k, r))
 
 
-def _hairpin(out: _Out, cat: Categorized, node: str | None, proto: str) -> None:
+def _hairpin(out: _Out, cat: Categorized, slots: Lists, node: str | None, proto: str) -> None:
     """A pod reaching itself through the Service is masqueraded: only endpoints whose slice says
     this node (kube-proxy v1.36+, its hairpin-connections set); all of them if we have no name."""
+    out.used += [s for s in slots if s]
     both = cat.cluster + cat.local if cat.local else cat.cluster
-    out.used.update([(t.address, t.port) for t in both])
+    ports = _PORTS
     for t in both:
         if node is None or t.endpoint.node_name == node:  # keyed by port too, as kube-proxy's set
-            out.add(names.HAIRPIN_ENDPOINTS, (t.address, t.address, proto, str(t.port)))
+            out.add(names.HAIRPIN_ENDPOINTS, (t.address, t.address, proto, ports[t.port]))
     out.local.update([t.address for t in cat.local if t.endpoint.ready])  # health check: ready ones only
+
+
+def _plain(port: ServicePort, mine: list[EndpointSlice], node: str | None) -> Lists | None:
+    """The common case's endpoint lists in one pass, or None for the general path (targets,
+    categorize): one slice, every endpoint ready, no address twice, no topology hint. Then every
+    endpoint serves traffic under a Cluster policy (sorted by address, as ``targets``), and this
+    node's endpoints under a Local one (none when the proxy has no node name); both as slots
+    (docs/performance.md, "The common port's endpoints in one pass")."""
+    if len(mine) != 1:
+        return None
+    s = mine[0]
+    number = next((p.port for p in s.ports if p.name == port.name and p.protocol == port.protocol), None)
+    eps = s.endpoints
+    if number is None or not eps:
+        return None
+    for ep in eps:
+        if not ep.ready or ep.hint_nodes or ep.hint_zones:
+            return None
+    by_address = {ep.address: ep for ep in eps}
+    if len(by_address) != len(eps):
+        return None
+    text = _PORTS[number]
+    cluster = tuple([(a, text) for a in sorted(by_address)])
+    if node is None:
+        return cluster, ()
+    return cluster, tuple([slot for slot in cluster if by_address[slot[0]].node_name == node])
+
+
+def _plain_hairpin(out: _Out, cluster: tuple[Slot, ...], local: tuple[Slot, ...], node: str | None,
+                   proto: str) -> None:  # fmt: skip
+    """``_hairpin`` of a ``_plain`` port: this node's endpoints are ``local`` (a subset of
+    ``cluster``), all of them without a node name; every one is ready."""
+    out.used.append(cluster)
+    for ip, port in cluster if node is None else local:
+        out.add(names.HAIRPIN_ENDPOINTS, (ip, ip, proto, port))
+    if local:
+        out.local.update([ip for ip, _ in local])
 
 
 def _served(found: list[Target]) -> frozenset[str]:
@@ -411,42 +511,53 @@ def compile_fragment(
     svc: Service, slices: Sequence[EndpointSlice], family: Family, config: ProxyConfig
 ) -> Fragment | None:
     """The elements Service ``svc`` contributes to ``family``'s table (None: not in this family)."""
-    fe = _frontends(svc, family, config.node_ip(family.version))
+    version = 4 if family is Family.IP else 6
+    fe = _frontends(svc, version, config)
     if fe is None:
         return None
-    atype = "IPv4" if family is Family.IP else "IPv6"
+    key = svc.key
+    atype = "IPv4" if version == 4 else "IPv6"
     mine = [s for s in slices if s.address_type == atype]
     out = _Out()
     algorithm = svc.load_balancing or config.load_balancing
-    rejected = config.localhost_rejected(family.version)  # empty: the gate is off
+    rejected = config.localhost_rejected(version) if config.enabled_gates else ()  # empty: the gate is off
     affinity, warnings = svc.session_affinity_timeout, svc.warnings
     if any(s.warnings for s in mine):  # endpoints left out of its slices: reported with the Service
         warnings += tuple(f"EndpointSlice {s.name}: {w}" for s in mine for w in s.warnings)
     out.add(names.CLUSTER_IPS, (fe.cluster_ip,))
     for port in svc.ports:
-        p = _port_keys(svc, fe, port)
+        p = _port_keys(key, fe, port)
         out.claims += [p.cluster, *p.externals, *([p.node_port] if p.node_port else [])]
         out.shared.update(p.externals)
         if config.service_counters:  # its frontends' counters, with endpoints or without
             out.elements += counters.elements(p.cluster, p.externals, p.node_port, p.comment)
-        found = targets(port, mine, config.node_name)
-        if p.proto == "udp":
-            _udp_serving(out, p, found, fe.itp_local, fe.etp_local)
-        cat = categorize(found, config.node_name, config.node_zone)
-        if rejected and p.node_port:
-            _localhost(out, p, svc, port.name or str(port.port), algorithm, cat, fe.etp_local, rejected)
-        if fe.ranges:
-            _source_ranges(out, p, fe)
-        if not cat.any_usable:
-            _no_endpoints(out, p)
-            continue
-        if not cat.local:
+        # UDP (conntrack) and localhost NodePorts read each endpoint's conditions: the general path
+        plain = None if p.proto == "udp" or (rejected and p.node_port) else _plain(port, mine, config.node_name)
+        if plain is None:
+            found = targets(port, mine, config.node_name)
+            if p.proto == "udp":
+                _udp_serving(out, p, found, fe.itp_local, fe.etp_local)
+            cat = categorize(found, config.node_name, config.node_zone)
+            if rejected and p.node_port:
+                _localhost(out, p, svc, port.name or str(port.port), algorithm, cat, fe.etp_local, rejected)
+            if fe.ranges:
+                _source_ranges(out, p, fe)
+            if not cat.any_usable:
+                _no_endpoints(out, p)
+                continue
+            cluster, local = slot_values(cat.cluster), slot_values(cat.local)
+        else:
+            cat = None
+            cluster, local = plain
+            if fe.ranges:
+                _source_ranges(out, p, fe)
+        if not local and (fe.itp_local or fe.etp_local):
             out.no_local += [p for p, on in (("internal", fe.itp_local), ("external", fe.etp_local)) if on]
-        cluster, local = slot_values(cat.cluster), slot_values(cat.local)
+        endpoints = (cluster, local)  # each endpoint once (the hairpin set, the endpoint lists used)
         if algorithm == balancing.MAGLEV:  # each list as its table of M slots (maglev.py)
             cluster, local, warning = maglev.lookup_tables(cluster, local, svc.maglev_table_size)
             warnings += (warning,) if warning and warning not in warnings else ()
-        t = balancing.tag(algorithm, svc.key, port.name or str(port.port), p.proto, bool(affinity))
+        t = balancing.tag(algorithm, key, port.name or str(port.port), p.proto, bool(affinity))
         if algorithm == balancing.ROUND_ROBIN and max(len(cluster), len(local)) > 1:
             _round_robin(out, p, fe, cluster, local, t)
         else:
@@ -457,22 +568,25 @@ def compile_fragment(
             if p.node_port:
                 _external(out, NODEPORT, p.node_port, p.comment, cluster, local, fe.etp_local)
         if affinity:
-            _affinity(out, p, fe, svc.key, port.name or str(port.port), affinity, (cluster, local))
-        _hairpin(out, cat, config.node_name, p.proto)
+            _affinity(out, p, fe, key, port.name or str(port.port), affinity, (cluster, local))
+        if cat is None:
+            _plain_hairpin(out, *endpoints, config.node_name, p.proto)
+        else:
+            _hairpin(out, cat, endpoints, config.node_name, p.proto)
     return Fragment(
-        svc.key,
+        key,
         tuple(out.elements),
         tuple(out.spreads),
         tuple(out.claims),
-        frozenset(out.objects),
-        frozenset(out.used),
-        frozenset(out.local),
+        _objects(out.objects),
+        _distinct(out.used) if out.used else (),
+        _frozen(out.local),
         svc.health_check_node_port if svc.type == "LoadBalancer" and fe.etp_local else None,
         tuple(out.udp_serving),
         warnings,
         tuple(out.affinity),
         tuple(out.no_local),
         tuple(out.localhost),
-        frozenset(out.shared),
+        _frozen(out.shared),
         svc.created,
     )

@@ -29,7 +29,7 @@ class ElementStore:
         self.counts: dict[tuple[str, Key], int] = {}
         self.spreads: dict[tuple[str, Key], tuple[Slot, ...]] = {}  # (map, frontend) -> slot values
         self.objects: Counter[Obj] = Counter()  # per-count objects -> fragments needing them
-        self.endpoints: Counter[tuple[str, int]] = Counter()  # endpoint -> fragments using it
+        self.endpoints: Counter[Slot] = Counter()  # endpoint (address, port) -> fragments using it
         self.udp_serving: dict[Key, frozenset[str]] = {}  # UDP frontend -> serving endpoints (IP, IP|port)
 
     def add(self, frag: Fragment) -> None:

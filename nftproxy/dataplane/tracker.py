@@ -77,7 +77,11 @@ class InputTracker:
     def inputs(self, key: str) -> tuple[Service | None, list[EndpointSlice]]:
         """A Service (None: gone) and its slices, in name order."""
         slices = self.slices_by_service.get(key)
-        return self.services.get(key), [s for _, s in sorted(slices.items())] if slices else []
+        if not slices:
+            return self.services.get(key), []
+        if len(slices) == 1:  # most Services
+            return self.services.get(key), list(slices.values())
+        return self.services.get(key), [s for _, s in sorted(slices.items())]
 
     def everything_dirty(self) -> None:
         self.dirty.update(self.services)

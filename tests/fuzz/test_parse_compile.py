@@ -8,12 +8,13 @@ from collections.abc import Mapping
 from dataclasses import replace
 from ipaddress import collapse_addresses, ip_address, ip_network
 from typing import Any
+from unittest import mock
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nftproxy.compiler import ProxyConfig, compile_tables, features
+from nftproxy.compiler import ProxyConfig, compile_tables, features, fragment
 from nftproxy.compiler.config import this_node
 from nftproxy.compiler.fragment import _short
 from nftproxy.model.parse import Ignored, parse_endpoint_slice, parse_node, parse_service, parse_service_cidr
@@ -122,6 +123,17 @@ def test_compile_never_raises_and_compiles_every_valid_service(objs: list[Any], 
     by_key = {s.key: s for s in services}  # the last of duplicates (same key) is the one compiled
     for key, svc in by_key.items():
         assert _present(desired, svc) or key in conflicting, f"{key} neither compiled nor reported"
+
+
+@settings(max_examples=examples(150, 3000))
+@given(objs=st.one_of(objects, S.shaped_world()), cfg=st.sampled_from(CONFIGS))
+def test_the_one_pass_of_a_common_port_compiles_as_the_general_path(objs: list[Any], cfg: ProxyConfig) -> None:
+    """compiler/fragment.py ``_plain`` (one slice, every endpoint ready, no topology hint) is a
+    shortcut of ``targets`` + ``categorize``: without it, the same tables, counts and reports."""
+    fast, _, _ = _compiled(objs, cfg)
+    with mock.patch.object(fragment, "_plain", lambda *_: None):
+        general, _, _ = _compiled(objs, cfg)
+    assert fast == general
 
 
 @pytest.mark.netns
