@@ -1,4 +1,5 @@
-"""Our one client of the Kubernetes API (kopf's watches aside): plain JSON over ``http.client``.
+"""Our one client of the Kubernetes API (kopf's watches aside): plain JSON over ``http.client``,
+and protobuf for the Services and EndpointSlices (lists and watches: ``wire``).
 
 Every call of ours goes through a ``Client``: the first lists of ``nftproxy run`` (started at
 process start, ``early``), the status writer, the kube-proxy watch's Events, the periodic lists,
@@ -26,7 +27,10 @@ from collections.abc import Callable, Iterator
 from typing import Any
 from urllib.parse import quote, unquote, urlencode, urlsplit
 
+from nftproxy.model.parse import HEADLESS_LABEL, PROXY_NAME_LABEL
+from nftproxy.operator import wire
 from nftproxy.operator.credentials import Credentials, load
+from nftproxy.operator.wire import PROTOBUF, WATCH, WireError, frames, status_message
 
 TIMEOUT = 30.0  # seconds, per request
 IDLE = 8  # keep-alive connections kept per client
@@ -44,12 +48,13 @@ RequestObserver = Callable[[str, str, str, float | None], None]
 class ApiError(Exception):
     """The apiserver answered with an error status; ``message`` is its Status's message."""
 
-    def __init__(self, status: int, reason: str, body: str) -> None:
+    def __init__(self, status: int, reason: str, body: str, message: str | None = None) -> None:
         self.status = status
         self.reason = reason
         self.body = body
+        found = message
         try:
-            found = json.loads(body).get("message") if body else None
+            found = found or (json.loads(body).get("message") if body else None)
         except (ValueError, AttributeError):
             found = None
         self.message = str(found) if found else (body[:200] or reason)
@@ -58,6 +63,11 @@ class ApiError(Exception):
     @property
     def not_found(self) -> bool:
         return self.status == 404
+
+    @property
+    def gone(self) -> bool:
+        """410 Gone: a watch's or a list's resourceVersion (or continue token) is too old."""
+        return self.status == 410
 
 
 class Client:
@@ -127,12 +137,19 @@ class Client:
     # -- requests
 
     def request(
-        self, method: str, path: str, query: dict[str, Any] | None = None, body: Any = None, timeout: float = TIMEOUT
+        self,
+        method: str,
+        path: str,
+        query: dict[str, Any] | None = None,
+        body: Any = None,
+        timeout: float = TIMEOUT,
+        decode: Callable[[bytes], Any] | None = None,
     ) -> Any:
         """One call, its JSON answer decoded (None when empty); ApiError on an error status.
-        A body is sent as JSON (PATCH: a JSON merge patch)."""
+        A body is sent as JSON (PATCH: a JSON merge patch). ``decode``: the answer is asked for
+        in protobuf (``wire``), and ``decode`` reads its bytes."""
         url = self.base + path + (f"?{urlencode(query)}" if query else "")
-        headers = {"Accept": "application/json", "User-Agent": "nftproxy"}
+        headers = {"Accept": _accept(decode is not None), "User-Agent": "nftproxy"}
         if auth := self.credentials.authorization():
             headers["Authorization"] = auth
         data = None
@@ -147,7 +164,9 @@ class Client:
             raise
         self._observe(method, str(resp.status), start)
         if not 200 <= resp.status < 300:
-            raise ApiError(resp.status, resp.reason, raw.decode(errors="replace"))
+            raise _error(resp, raw)
+        if decode is not None and resp.getheader("Content-Type", "").startswith(PROTOBUF):
+            return decode(raw)
         return json.loads(raw) if raw else None
 
     def _observe(self, method: str, code: str, start: float) -> None:
@@ -182,11 +201,13 @@ class Client:
             self._give_back(conn)
         return resp, raw
 
-    def watch(self, path: str, query: dict[str, Any], timeout: float) -> Iterator[dict[str, Any]]:
+    def watch(self, path: str, query: dict[str, Any], timeout: float, protobuf: bool = False) -> Iterator[Any]:
         """A watch's events, one decoded JSON object per line, until the apiserver ends it (its
-        ``timeoutSeconds``) or ``timeout`` passes without a byte; on a connection of its own."""
+        ``timeoutSeconds``) or ``timeout`` passes without a byte; on a connection of its own.
+        ``protobuf``: the watch in protobuf, its frames (``wire.frames``: each a WatchEvent's
+        bytes) yielded as they are read."""
         url = self.base + path + f"?{urlencode({**query, 'watch': 'true'})}"
-        headers = {"Accept": "application/json", "User-Agent": "nftproxy"}
+        headers = {"Accept": WATCH if protobuf else "application/json", "User-Agent": "nftproxy"}
         if auth := self.credentials.authorization():
             headers["Authorization"] = auth
         conn = self._connect()
@@ -201,7 +222,12 @@ class Client:
                 raise
             self._observe("GET", str(resp.status), start)  # until the answer's headers
             if not 200 <= resp.status < 300:
-                raise ApiError(resp.status, resp.reason, resp.read().decode(errors="replace"))
+                raise _error(resp, resp.read())
+            if protobuf:
+                if not resp.getheader("Content-Type", "").startswith(PROTOBUF):
+                    raise WireError(f"the watch answered {resp.getheader('Content-Type')!r}, not protobuf")
+                yield from frames(resp)
+                return
             for line in resp:
                 if line.strip():
                     yield dict(json.loads(line))
@@ -223,12 +249,25 @@ class Client:
         limit: int = 500,
         on_version: Callable[[str], None] | None = None,
         query: dict[str, Any] | None = None,
+        decode: Callable[[bytes], Any] | None = None,
     ) -> Iterator[list[dict[str, Any]]]:
         """A consistent list, page by page: the caller parses each page and lets it go, so the raw
         objects of the whole list (~10 KB each decoded) are never all in memory at once.
         ``on_version`` gets the list's resourceVersion (one snapshot for every page): a watch
-        started there sees every change made after the list, and nothing before."""
-        return paged(lambda q: self.request("GET", path, {**(query or {}), **q}), limit, on_version)
+        started there sees every change made after the list, and nothing before. ``decode``:
+        in protobuf, each page read by it (``wire.Kind.list_page``: a page shaped as JSON's)."""
+        return paged(lambda q: self.request("GET", path, {**(query or {}), **q}, decode=decode), limit, on_version)
+
+
+def _accept(protobuf: bool) -> str:
+    """protobuf, else JSON (for a resource the apiserver cannot send in protobuf: a custom one)."""
+    return f"{PROTOBUF}, application/json" if protobuf else "application/json"
+
+
+def _error(resp: http.client.HTTPResponse, raw: bytes) -> ApiError:
+    """An error answer (a metav1.Status, in JSON or protobuf) as an ApiError."""
+    message = status_message(raw) if resp.getheader("Content-Type", "").startswith(PROTOBUF) else None
+    return ApiError(resp.status, resp.reason, raw.decode(errors="replace"), message)
 
 
 class _HTTPS(http.client.HTTPSConnection):
@@ -301,14 +340,30 @@ class Prefetch:
 # --------------------------------------------------------------------------- what we read
 
 
-def service_pages(api: Client, on_version: Callable[[str], None] | None = None) -> Iterator[list[dict[str, Any]]]:
-    return api.pages(SERVICES, on_version=on_version)
+def selector(proxy_name: str | None) -> str:
+    """kube-proxy's informers' label selector (cmd/kube-proxy/app/server.go: no
+    service-proxy-name label, no headless label), on Services and EndpointSlices alike (the
+    EndpointSlice controller copies a Service's labels to its slices). With --service-proxy-name,
+    the Services (and slices) labelled with that name instead."""
+    proxied = f"{PROXY_NAME_LABEL}={proxy_name}" if proxy_name else f"!{PROXY_NAME_LABEL}"
+    return f"{proxied},!{HEADLESS_LABEL}"
+
+
+def service_pages(
+    api: Client, on_version: Callable[[str], None] | None = None, selector: str | None = None
+) -> Iterator[list[dict[str, Any]]]:
+    """Services, in protobuf, each read into the lean dict the parser takes (``wire``);
+    ``selector``: a label selector (``selector``: kube-proxy's)."""
+    query = {"labelSelector": selector} if selector else None
+    return api.pages(SERVICES, on_version=on_version, query=query, decode=wire.SERVICES.list_page)
 
 
 def endpoint_slice_pages(
-    api: Client, on_version: Callable[[str], None] | None = None
+    api: Client, on_version: Callable[[str], None] | None = None, selector: str | None = None
 ) -> Iterator[list[dict[str, Any]]]:
-    return api.pages(SLICES, on_version=on_version)
+    """EndpointSlices, as ``service_pages``."""
+    query = {"labelSelector": selector} if selector else None
+    return api.pages(SLICES, on_version=on_version, query=query, decode=wire.SLICES.list_page)
 
 
 def service_cidrs(api: Client) -> list[dict[str, Any]]:
