@@ -28,7 +28,7 @@ from typing import TextIO
 from bench.figures import FIGURES
 
 BENCHES = (
-    "apply", "churn", "churn_vs_kubeproxy", "datapath", "dataplane", "fuzz", "localhost_proxy", "operator",
+    "apply", "churn", "churn_vs_kubeproxy", "datapath", "dataplane", "events", "fuzz", "localhost_proxy", "operator",
     "realcluster", "startup", "udp_rollout",
     "vs_kubeproxy",
 )  # fmt: skip

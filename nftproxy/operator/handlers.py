@@ -27,7 +27,7 @@ from nftproxy.operator import kube, restclient
 from nftproxy.operator.changes import object_key
 from nftproxy.operator.credentials import Credentials
 from nftproxy.operator.kube import Prefetch
-from nftproxy.operator.reflector import SERVICES, SLICES, Event, Reflector, Resource
+from nftproxy.operator.reflector import IDLE_SECONDS, SERVICES, SLICES, WATCH_SECONDS, Event, Reflector, Resource
 from nftproxy.operator.settings import Settings
 from nftproxy.operator.status import StatusWriter
 from nftproxy.operator.syncer import Syncer
@@ -103,15 +103,13 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     settings.peering.standalone = True
     settings.posting.enabled = False  # our Events are explicit (status.StatusWriter)
     settings.scanning.disabled = True  # our resources are fixed: no CRD watch (least privilege)
-    settings.watching.server_timeout = 300
-    settings.watching.client_timeout = 330
+    settings.watching.server_timeout = WATCH_SECONDS  # as our own watches'
+    settings.watching.client_timeout = IDLE_SECONDS
     settings.watching.reconnect_backoff = 1.0
     settings.networking.error_backoffs = [1, 2, 5, 10, 20, 30]
-    # kopf keeps a worker task per object while events flow; its replay of 20k objects at start
-    # holds them all for the default 5 s: tens of MB at 10k Services (docs/performance.md).
+    # kopf keeps a worker task per object while events flow (for the default 5 s)
     settings.queueing.idle_timeout = 0.2
-    # kopf's own initial list, page by page like ours (one 10k-Service list is ~150 MB decoded).
-    settings.watching.chunk_size = 500
+    settings.watching.chunk_size = 500  # kopf's own lists (the ServiceCIDRs), page by page like ours
     settings.persistence.diffbase_storage = NoDiffBase()
     ctx = _ctx(memo)
     # Our own Node only, filtered by the apiserver (as kube-proxy): in a 5,000-node cluster the
