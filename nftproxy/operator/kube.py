@@ -28,9 +28,7 @@ from typing import Any
 from urllib.parse import quote, unquote, urlencode, urlsplit
 
 from nftproxy.model.parse import HEADLESS_LABEL, PROXY_NAME_LABEL
-from nftproxy.operator import wire
 from nftproxy.operator.credentials import Credentials, load
-from nftproxy.operator.wire import PROTOBUF, WATCH, WireError, frames, status_message
 
 TIMEOUT = 30.0  # seconds, per request
 IDLE = 8  # keep-alive connections kept per client
@@ -38,6 +36,17 @@ GROUP, VERSION, PLURAL = "nftproxy.io", "v1alpha1", "proxystatuses"
 SERVICES = "/api/v1/services"
 SLICES = "/apis/discovery.k8s.io/v1/endpointslices"
 CIDRS = "/apis/networking.k8s.io/v1/servicecidrs"
+PROTOBUF = "application/vnd.kubernetes.protobuf"  # Services and EndpointSlices, as kube-proxy asks
+WATCH = PROTOBUF + ";stream=watch"  # a watch's frames (wire.frames)
+
+
+def _wire() -> Any:
+    """``wire`` (protobuf: ~30 ms to import), imported where first used: in the thread of a first
+    list, once its answer is in, so the import overlaps the apiserver's work, not the start."""
+    from nftproxy.operator import wire  # noqa: PLC0415
+
+    return wire
+
 
 # Told of each request's outcome: (method, status code or "<error>" when no answer came, the
 # apiserver's host[:port] as the URL names it, seconds from the first byte sent to the last read);
@@ -225,8 +234,8 @@ class Client:
                 raise _error(resp, resp.read())
             if protobuf:
                 if not resp.getheader("Content-Type", "").startswith(PROTOBUF):
-                    raise WireError(f"the watch answered {resp.getheader('Content-Type')!r}, not protobuf")
-                yield from frames(resp)
+                    raise _wire().WireError(f"the watch answered {resp.getheader('Content-Type')!r}, not protobuf")
+                yield from _wire().frames(resp)
                 return
             for line in resp:
                 if line.strip():
@@ -266,7 +275,7 @@ def _accept(protobuf: bool) -> str:
 
 def _error(resp: http.client.HTTPResponse, raw: bytes) -> ApiError:
     """An error answer (a metav1.Status, in JSON or protobuf) as an ApiError."""
-    message = status_message(raw) if resp.getheader("Content-Type", "").startswith(PROTOBUF) else None
+    message = _wire().status_message(raw) if resp.getheader("Content-Type", "").startswith(PROTOBUF) else None
     return ApiError(resp.status, resp.reason, raw.decode(errors="replace"), message)
 
 
@@ -349,13 +358,21 @@ def selector(proxy_name: str | None) -> str:
     return f"{proxied},!{HEADLESS_LABEL}"
 
 
+def _service_page(raw: bytes) -> Any:
+    return _wire().SERVICES.list_page(raw)
+
+
+def _slice_page(raw: bytes) -> Any:
+    return _wire().SLICES.list_page(raw)
+
+
 def service_pages(
     api: Client, on_version: Callable[[str], None] | None = None, selector: str | None = None
 ) -> Iterator[list[dict[str, Any]]]:
     """Services, in protobuf, each read into the lean dict the parser takes (``wire``);
     ``selector``: a label selector (``selector``: kube-proxy's)."""
     query = {"labelSelector": selector} if selector else None
-    return api.pages(SERVICES, on_version=on_version, query=query, decode=wire.SERVICES.list_page)
+    return api.pages(SERVICES, on_version=on_version, query=query, decode=_service_page)
 
 
 def endpoint_slice_pages(
@@ -363,7 +380,7 @@ def endpoint_slice_pages(
 ) -> Iterator[list[dict[str, Any]]]:
     """EndpointSlices, as ``service_pages``."""
     query = {"labelSelector": selector} if selector else None
-    return api.pages(SLICES, on_version=on_version, query=query, decode=wire.SLICES.list_page)
+    return api.pages(SLICES, on_version=on_version, query=query, decode=_slice_page)
 
 
 def service_cidrs(api: Client) -> list[dict[str, Any]]:

@@ -27,8 +27,6 @@ from nftproxy.model.balancing import ANNOTATION as BALANCING_ANNOTATION
 from nftproxy.model.parse import HEADLESS_LABEL, PROXY_NAME_LABEL, SERVICE_NAME_LABEL, TRIGGER_TIME
 from nftproxy.operator.k8spb import core_v1_pb2, discovery_v1_pb2, meta_v1_pb2, runtime_pb2
 
-PROTOBUF = "application/vnd.kubernetes.protobuf"
-WATCH = PROTOBUF + ";stream=watch"
 MAGIC = b"k8s\x00"  # before every protobuf-encoded object: a runtime.Unknown follows
 
 Obj = dict[str, Any]
