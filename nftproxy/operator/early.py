@@ -53,11 +53,11 @@ class Lists:
 def lists(api: kube.Client, node_name: str, proxy_name: str | None = None) -> Lists:
     """Start the five requests now (the Services and EndpointSlices selected as our watches
     select them: ``proxy_name``, --service-proxy-name)."""
-    label_selector = kube.selector(proxy_name)
+    options = kube.service_options(proxy_name)
     return Lists(
         api=api,
-        services=Prefetch(lambda on_version: kube.service_pages(api, on_version, label_selector)),
-        slices=Prefetch(lambda on_version: kube.endpoint_slice_pages(api, on_version, label_selector)),
+        services=Prefetch(lambda on_version: kube.service_pages(api, on_version, options)),
+        slices=Prefetch(lambda on_version: kube.endpoint_slice_pages(api, on_version, kube.SLICE_OPTIONS)),
         node=_in_thread(lambda: kube.read_node(api, node_name)),
         cidrs=_in_thread(lambda: kube.service_cidrs(api)),
         version=_in_thread(lambda: kube.server_version(api)),

@@ -125,12 +125,12 @@ def start_watches(ctx: Context) -> None:
     (a change made after the list is delivered, one the list had is skipped as already held:
     ``changes``); without one (not expected), the watch lists first."""
     loop = asyncio.get_running_loop()
-    label_selector = kube.selector(ctx.settings.proxy.service_proxy_name)
+    options = kube.service_options(ctx.settings.proxy.service_proxy_name)
     for resource in (SERVICES, SLICES):
         reflector = Reflector(
             ctx.api,
             resource,
-            label_selector,
+            options if resource is SERVICES else kube.SLICE_OPTIONS,
             deliver(ctx, resource),
             loop,
             counted=ctx.syncer.metrics.watch_events.labels(resource.plural).inc,
@@ -211,7 +211,7 @@ async def relist(ctx: Context, initial: bool = False) -> tuple[int, int]:
     held = changes.held()
     queued: set[tuple[str, str]] = set()
     seen: set[tuple[str, str]] = set()
-    label_selector = kube.selector(ctx.settings.proxy.service_proxy_name)
+    options = kube.service_options(ctx.settings.proxy.service_proxy_name)
 
     def changed(kind: str) -> Any:
         return changes.service_changed if kind == "svc" else changes.slice_changed
@@ -241,12 +241,12 @@ async def relist(ctx: Context, initial: bool = False) -> tuple[int, int]:
             # the lists started at process start (first attempt only), else lists of our own
             pre = {k: ctx.prefetched.pop(k) for k in list(ctx.prefetched)} if initial else {}
             svc_pages = (
-                pre["svc"].pages() if "svc" in pre else kube.service_pages(ctx.api, version("services"), label_selector)
+                pre["svc"].pages() if "svc" in pre else kube.service_pages(ctx.api, version("services"), options)
             )
             slice_pages = (
                 pre["slice"].pages()
                 if "slice" in pre
-                else kube.endpoint_slice_pages(ctx.api, version("endpointslices"), label_selector)
+                else kube.endpoint_slice_pages(ctx.api, version("endpointslices"), kube.SLICE_OPTIONS)
             )
             try:
                 async with asyncio.TaskGroup() as tg:  # both lists at once: the apiserver works meanwhile

@@ -349,13 +349,19 @@ class Prefetch:
 # --------------------------------------------------------------------------- what we read
 
 
-def selector(proxy_name: str | None) -> str:
-    """kube-proxy's informers' label selector (cmd/kube-proxy/app/server.go: no
-    service-proxy-name label, no headless label), on Services and EndpointSlices alike (the
-    EndpointSlice controller copies a Service's labels to its slices). With --service-proxy-name,
-    the Services (and slices) labelled with that name instead."""
+Query = dict[str, str]
+
+
+def service_options(proxy_name: str | None) -> Query:
+    """What kube-proxy's Service informer asks for (cmd/kube-proxy/app/server.go, v1.37.2): no
+    service-proxy-name label (with --service-proxy-name: that name), no headless Service."""
     proxied = f"{PROXY_NAME_LABEL}={proxy_name}" if proxy_name else f"!{PROXY_NAME_LABEL}"
-    return f"{proxied},!{HEADLESS_LABEL}"
+    return {"labelSelector": proxied, "fieldSelector": "spec.clusterIP!=None"}
+
+
+# kube-proxy's EndpointSlice informer's (v1.37.2): no headless label (not filtered by proxy name:
+# a slice of a Service we do not serve is held, and unused)
+SLICE_OPTIONS: Query = {"labelSelector": f"!{HEADLESS_LABEL}"}
 
 
 def _service_page(raw: bytes) -> Any:
@@ -367,20 +373,18 @@ def _slice_page(raw: bytes) -> Any:
 
 
 def service_pages(
-    api: Client, on_version: Callable[[str], None] | None = None, selector: str | None = None
+    api: Client, on_version: Callable[[str], None] | None = None, options: Query | None = None
 ) -> Iterator[list[dict[str, Any]]]:
     """Services, in protobuf, each read into the lean dict the parser takes (``wire``);
-    ``selector``: a label selector (``selector``: kube-proxy's)."""
-    query = {"labelSelector": selector} if selector else None
-    return api.pages(SERVICES, on_version=on_version, query=query, decode=_service_page)
+    ``options``: the list's selectors (``service_options``: kube-proxy's)."""
+    return api.pages(SERVICES, on_version=on_version, query=options, decode=_service_page)
 
 
 def endpoint_slice_pages(
-    api: Client, on_version: Callable[[str], None] | None = None, selector: str | None = None
+    api: Client, on_version: Callable[[str], None] | None = None, options: Query | None = None
 ) -> Iterator[list[dict[str, Any]]]:
-    """EndpointSlices, as ``service_pages``."""
-    query = {"labelSelector": selector} if selector else None
-    return api.pages(SLICES, on_version=on_version, query=query, decode=_slice_page)
+    """EndpointSlices, as ``service_pages`` (``SLICE_OPTIONS``: kube-proxy's)."""
+    return api.pages(SLICES, on_version=on_version, query=options, decode=_slice_page)
 
 
 def service_cidrs(api: Client) -> list[dict[str, Any]]:

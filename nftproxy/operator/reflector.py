@@ -2,13 +2,13 @@
 
 Each resource is watched in protobuf (``wire``) by a thread of its own, from the resourceVersion
 of the list the first sync was made of (``boot``, ``handlers.initial_load``: one initial-list
-path), with the label selector of kube-proxy's informers (``kube.selector``): the apiserver filters,
-and sends DELETED when an object stops matching. Bookmarks keep the version fresh between
-changes. A watch that ends (its ``timeoutSeconds``) starts again from the last version seen; one
-that fails is retried from there with a growing delay (``tenacity``); one whose version is too old
-for the apiserver ("410 Gone", e.g. after an etcd outage) lists everything again, and whatever we
-hold that the new list lacks is deleted (client-go's Replace): no update and no deletion is ever
-lost.
+path), with the selectors of kube-proxy's informers (``kube.service_options``,
+``kube.SLICE_OPTIONS``): the apiserver filters, and sends DELETED when an object stops matching.
+Bookmarks keep the version fresh between changes. A watch that ends (its ``timeoutSeconds``)
+starts again from the last version seen; one that fails is retried from there with a growing
+delay (``tenacity``); one whose version is too old for the apiserver ("410 Gone", e.g. after an
+etcd outage) lists everything again, and whatever we hold that the new list lacks is deleted
+(client-go's Replace): no update and no deletion is ever lost.
 
 The events of a read are handed to the event loop in batches: one ``call_soon_threadsafe`` for
 whatever arrived while the loop was busy (one wake-up per object cost ~20% of the CPU under
@@ -47,11 +47,11 @@ class Resource:
     wire: wire.Kind
 
     def pages(
-        self, api: kube.Client, on_version: Callable[[str], None] | None, label_selector: str
+        self, api: kube.Client, on_version: Callable[[str], None] | None, options: kube.Query
     ) -> Iterator[list[dict[str, Any]]]:
         """Its list (``kube.service_pages``, ``kube.endpoint_slice_pages``: the one list of each)."""
         pages = kube.service_pages if self.kind == "svc" else kube.endpoint_slice_pages
-        return pages(api, on_version, label_selector)
+        return pages(api, on_version, options)
 
 
 SERVICES = Resource("svc", "services", kube.SERVICES, wire.SERVICES)
@@ -70,7 +70,7 @@ class Reflector:
         self,
         api: kube.Client,
         resource: Resource,
-        label_selector: str,
+        options: kube.Query,
         deliver: Callable[[list[Event]], None],
         loop: asyncio.AbstractEventLoop,
         counted: Callable[[], None] = lambda: None,
@@ -78,7 +78,7 @@ class Reflector:
     ) -> None:
         self.api = api
         self.resource = resource
-        self.selector = label_selector
+        self.options = options  # the selectors of its list and watch
         self.deliver = deliver
         self.loop = loop
         self.counted = counted  # told of each watch event (bookmarks aside): the watch_events metric
@@ -135,7 +135,7 @@ class Reflector:
         """A whole new list, delivered page by page, then its keys (what it lacks is deleted)."""
         versions: list[str] = []
         keys: set[str] = set()
-        for page in self.resource.pages(self.api, versions.append, self.selector):
+        for page in self.resource.pages(self.api, versions.append, self.options):
             events: list[Event] = []
             for obj in page:
                 key = object_key(obj)
@@ -152,7 +152,7 @@ class Reflector:
             "resourceVersion": self.version,
             "allowWatchBookmarks": "true",
             "timeoutSeconds": self.watch_seconds,
-            "labelSelector": self.selector,
+            **self.options,
         }
         event = self.resource.wire.event
         try:

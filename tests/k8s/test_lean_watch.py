@@ -1,6 +1,6 @@
 """Our Service and EndpointSlice watches (operator/reflector.py) against a real kube-apiserver:
 protobuf lists and watches parse as the apiserver's JSON of the same objects; the label
-selector keeps other proxies' and headless objects away, a label added mid-watch deletes, removed
+selectors keep other proxies' and headless objects away, a label added mid-watch deletes, removed
 adds back; after "410 Gone" the new list finds what was deleted meanwhile.
 
 The reflector runs in this process, feeding a change tracker (the operator's, over the fake
@@ -106,7 +106,8 @@ class Watched:
         ctx = handlers.Context(self.syncer.settings, self.syncer, cast(Any, None), api=self.api)
         deliver = handlers.deliver(ctx, self.resource)
         loop = asyncio.get_running_loop()
-        self.reflector = Reflector(self.api, self.resource, kube.selector(None), deliver, loop)
+        options = kube.service_options(None) if self.resource is SERVICES else kube.SLICE_OPTIONS
+        self.reflector = Reflector(self.api, self.resource, options, deliver, loop)
         self.reflector.start(self.version)
 
     async def until(self, done: Callable[[set[str]], bool], timeout: float = 30.0) -> None:
@@ -166,10 +167,15 @@ def test_another_proxys_services_are_never_sent_and_a_label_change_mid_watch_is_
         k.service("mine", [], [k.port(80)], namespace=ns),
         k.service("theirs", [], [k.port(80)], namespace=ns, labels=OTHER),
         k.service("later", [], [k.port(80)], namespace=ns),
+        k.service("headless", ["None"], [k.port(80)], namespace=ns),
+        _slice("mine-1", "mine", "10.244.0.2", namespace=ns),
+        _slice("headless-1", "headless", "10.244.0.3", namespace=ns, labels={"service.kubernetes.io/headless": ""}),
     )
-    listed = {f"{o['metadata']['namespace']}/{o['metadata']['name']}" for p in kube.service_pages(api, None,
-              kube.selector(None)) for o in p}  # fmt: skip
-    assert f"{ns}/mine" in listed and f"{ns}/theirs" not in listed
+    slices = {o["metadata"]["name"] for page in kube.endpoint_slice_pages(api, None, kube.SLICE_OPTIONS) for o in page}
+    assert "mine-1" in slices and "headless-1" not in slices
+    pages = kube.service_pages(api, None, kube.service_options(None))
+    listed = {f"{o['metadata']['namespace']}/{o['metadata']['name']}" for page in pages for o in page}
+    assert f"{ns}/mine" in listed and f"{ns}/theirs" not in listed and f"{ns}/headless" not in listed
     w = Watched(api, SERVICES, None, {})  # lists first
 
     def relabel() -> None:

@@ -72,7 +72,8 @@ async def _run(api: ScriptedApi, held: dict[str, str]) -> tuple[Any, Any, list[i
         batches.append(len(batch))
         go(batch)
 
-    reflector = Reflector(cast(Any, api), SERVICES, kube.selector(None), deliver, asyncio.get_running_loop())
+    options = kube.service_options(None)
+    reflector = Reflector(cast(Any, api), SERVICES, options, deliver, asyncio.get_running_loop())
     reflector.start("1")
     while not api.done.is_set():
         await asyncio.sleep(0.01)
@@ -93,7 +94,7 @@ def test_a_watch_410_lists_again_and_deletes_what_the_new_list_lacks() -> None:
     assert api.lists == 1
     assert [q["resourceVersion"] for q in api.queries] == ["1", "9"]
     assert api.queries[0]["allowWatchBookmarks"] == "true" and api.queries[0]["timeoutSeconds"] == 300
-    assert api.queries[0]["labelSelector"] == f"!{PROXY},!{HEADLESS}"
+    assert api.queries[0]["labelSelector"] == f"!{PROXY}" and api.queries[0]["fieldSelector"] == "spec.clusterIP!=None"
 
 
 def test_a_watch_goes_on_from_the_last_version_it_saw_bookmarks_included() -> None:
@@ -116,8 +117,14 @@ def test_the_events_of_a_busy_moment_reach_the_loop_in_one_batch() -> None:
     assert len(elements(fake, "cluster-ips")) == 200
 
 
-def test_the_selector_follows_the_service_proxy_name() -> None:
-    assert kube.selector("nftproxy") == f"{PROXY}=nftproxy,!{HEADLESS}"
+def test_the_selectors_are_kube_proxys_and_follow_the_service_proxy_name() -> None:
+    """cmd/kube-proxy/app/server.go (v1.37.2): Services without the proxy-name label and not
+    headless; EndpointSlices without the headless label."""
+    assert kube.service_options("nftproxy") == {
+        "labelSelector": f"{PROXY}=nftproxy",
+        "fieldSelector": "spec.clusterIP!=None",
+    }
+    assert {"labelSelector": f"!{HEADLESS}"} == kube.SLICE_OPTIONS
 
 
 @pytest.mark.parametrize("code", [500, 403])
