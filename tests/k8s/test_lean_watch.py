@@ -9,8 +9,10 @@ dataplane); the operator end to end: test_operator.py."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import time
+import urllib.request
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -196,16 +198,37 @@ def test_another_proxys_services_are_never_sent_and_a_label_change_mid_watch_is_
     assert f"{ns}/mine" in w.held_keys()
 
 
+def _etcd(cp: ControlPlane, call: str, body: dict[str, Any]) -> dict[str, Any]:
+    req = urllib.request.Request(f"{cp.etcd_url}/v3/{call}", json.dumps(body).encode())  # noqa: S310
+    with urllib.request.urlopen(req, timeout=10) as resp:  # noqa: S310  (the test's etcd, http)
+        return dict(json.load(resp))
+
+
 def test_after_410_gone_the_new_list_finds_what_was_deleted_meanwhile(control_plane: ControlPlane) -> None:
-    """The watch starts from a version the apiserver no longer has (as after a long outage): it
-    answers 410; the reflector lists again, and a Service we held that the list lacks is deleted."""
+    """The watch starts from a version etcd has compacted away, on an apiserver restarted since
+    (as after a long outage): the apiserver answers 410; the reflector lists again, and a Service
+    we held that the new list lacks (deleted while the watch was away) is deleted."""
     ns = _namespace(control_plane, "lean-gone")
     api = kube.connect(str(control_plane.kubeconfig))
     _apply(control_plane, k.service("stays", [], [k.port(80)], namespace=ns))
+    _apply(control_plane, k.service("ghost", [], [k.port(80)], namespace=ns))
+    ghost = json.loads(control_plane.kubectl("get", "service", "ghost", "-n", ns, "-o", "json").stdout)
     stays = json.loads(control_plane.kubectl("get", "service", "stays", "-n", ns, "-o", "json").stdout)
-    ghost = k.service("ghost", ["10.96.0.250"], [k.port(80)], namespace=ns)
-    ghost["metadata"]["resourceVersion"] = "2"
-    too_old = "2"  # no event of the apiserver names ghost: only a new list can find it gone
+    too_old = ghost["metadata"]["resourceVersion"]  # where the watch was when it went away
+    control_plane.kubectl("delete", "service", "ghost", "-n", ns)
+    for i in range(3):  # later writes, then everything before them compacted away
+        _apply(control_plane, k.service(f"later-{i}", [], [k.port(80)], namespace=ns))
+    revision = int(_etcd(control_plane, "kv/range", {"key": base64.b64encode(b"/").decode()})["header"]["revision"])
+    _etcd(control_plane, "kv/compaction", {"revision": revision, "physical": True})
+    control_plane.stop_apiserver()  # its watch cache starts again after the compaction
+    control_plane.start_apiserver()
+    with pytest.raises(kube.ApiError) as gone:  # what the apiserver says of that version now
+        events = api.watch(kube.SERVICES, {"resourceVersion": too_old, "timeoutSeconds": 5}, timeout=10, protobuf=True)
+        for frame in events:
+            kind, obj = SERVICES.wire.event(frame)
+            if kind == "ERROR":
+                raise kube.ApiError(int(obj["code"]), str(obj["reason"]), str(obj["message"]))
+    assert gone.value.gone, gone.value
     w = Watched(api, SERVICES, too_old, {f"{ns}/ghost": ghost, f"{ns}/stays": stays})
 
     async def go() -> None:
@@ -216,5 +239,5 @@ def test_after_410_gone_the_new_list_finds_what_was_deleted_meanwhile(control_pl
             w.stop()
 
     asyncio.run(go())
-    assert f"{ns}/stays" in w.held_keys()
+    assert {f"{ns}/stays", f"{ns}/later-2"} <= w.held_keys()
     assert ("svc", f"{ns}/ghost") in w.syncer.changes.pending and w.parsed(f"{ns}/ghost") is None  # deleted
