@@ -67,7 +67,9 @@ def _time(t: Any) -> str | None:
     return datetime.fromtimestamp(t.seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _meta(m: Any, labels: tuple[str, ...], annotations: tuple[str, ...]) -> Obj:
+def _meta(m: Any, labels: tuple[str, ...], annotations: tuple[str, ...], created: bool = False) -> Obj:
+    """``created``: with creationTimestamp (a Service's; its text costs ~2 µs, and the parser reads
+    no slice's)."""
     meta: Obj = {}
     if m.name:
         meta["name"] = m.name
@@ -83,8 +85,8 @@ def _meta(m: Any, labels: tuple[str, ...], annotations: tuple[str, ...]) -> Obj:
         found = {k: m.annotations[k] for k in annotations if k in m.annotations}
         if found:
             meta["annotations"] = found
-    if m.HasField("creationTimestamp") and (created := _time(m.creationTimestamp)) is not None:
-        meta["creationTimestamp"] = created
+    if created and (text := _time(m.creationTimestamp)) is not None:
+        meta["creationTimestamp"] = text
     return meta
 
 
@@ -128,7 +130,7 @@ def service(s: Any) -> Obj:
             client = spec.sessionAffinityConfig.clientIP
             config["clientIP"] = {"timeoutSeconds": client.timeoutSeconds} if client.HasField("timeoutSeconds") else {}
         out["sessionAffinityConfig"] = config
-    obj: Obj = {"metadata": _meta(s.metadata, SERVICE_LABELS, SERVICE_ANNOTATIONS), "spec": out}
+    obj: Obj = {"metadata": _meta(s.metadata, SERVICE_LABELS, SERVICE_ANNOTATIONS, created=True), "spec": out}
     ingress = s.status.loadBalancer.ingress
     if ingress:
         lbs = []
