@@ -13,7 +13,7 @@ import base64
 import json
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, cast
 
 import pytest
@@ -34,9 +34,23 @@ def _apply(cp: ControlPlane, *objects: dict[str, Any]) -> None:
     cp.kubectl("apply", "-f", "-", input="\n---\n".join(json.dumps(o) for o in objects))
 
 
+_CREATED: list[str] = []  # namespaces of this module's objects: emptied after each test
+
+
 def _namespace(cp: ControlPlane, name: str) -> str:
     _apply(cp, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    _CREATED.append(name)
     return name
+
+
+@pytest.fixture(autouse=True)
+def _leave_no_object(control_plane: ControlPlane) -> Iterator[None]:
+    """The session's control plane is shared: a Service labelled for another proxy left here would
+    count in other modules' totals (no namespace controller runs to delete a namespace's objects)."""
+    yield
+    while _CREATED:
+        ns = _CREATED.pop()
+        control_plane.kubectl("delete", "services,endpointslices", "--all", "-n", ns, "--wait=false")
 
 
 def _json_items(api: kube.Client, path: str) -> dict[str, dict[str, Any]]:
