@@ -28,7 +28,7 @@ from typing import TextIO
 from bench.figures import FIGURES
 
 BENCHES = (
-    "apply", "churn", "churn_vs_kubeproxy", "controlplane_vs_kubeproxy", "datapath", "dataplane", "fuzz",
+    "apply", "churn", "churn_vs_kubeproxy", "controlplane_vs_kubeproxy", "datapath", "dataplane", "events", "fuzz",
     "localhost_proxy", "maglev", "operator", "realcluster", "startup", "udp_rollout",
     "vs_kubeproxy",
 )  # fmt: skip

@@ -122,9 +122,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     )
     # the first lists, before kopf is imported (operator/boot.py): started by
     # `python -m nftproxy` before these imports (operator/early.py), or now
-    lists = early.take(settings.kubeconfig, settings.node_name)
+    proxy_name = settings.proxy.service_proxy_name
+    lists = early.take(settings.kubeconfig, settings.node_name, proxy_name)
     if lists is None:
-        lists = early.lists(kube.connect(settings.kubeconfig), settings.node_name)
+        lists = early.lists(kube.connect(settings.kubeconfig), settings.node_name, proxy_name)
     from nftproxy.operator.main import run  # noqa: PLC0415  (kopf is imported after the first sync)
 
     return run(settings, lists.api, lists=lists)

@@ -367,7 +367,7 @@ FIELDS: tuple[Field, ...] = (
     ),
     _ignored(
         "clientConnection.acceptContentTypes", "str", "",
-        "nftproxy's client asks for JSON (its watches: kopf's, JSON too)",
+        "nftproxy asks for protobuf for Services and EndpointSlices (as kube-proxy), for JSON otherwise",
     ),
     _ignored(
         "clientConnection.contentType", "str", "application/vnd.kubernetes.protobuf",

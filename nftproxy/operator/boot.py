@@ -4,9 +4,9 @@ The lists of Services and EndpointSlices, this node's Node and the ServiceCIDRs 
 process start with plain GETs (``early``, ``kube``: the standard library, no Kubernetes client), parsed into
 the Syncer as they arrive, and the first sync is committed. Only then does ``main`` import kopf,
 aiohttp and the Kubernetes client (~0.5 s at every start, more than a 1k-Service first sync) and
-start the watches, each at its list's resourceVersion (``handlers.watch_from_our_lists``): a
-change made after the list is delivered by the watch; one the list already had arrives with the
-same resourceVersion and is skipped (``changes``). Nothing is missed, nothing applied twice.
+start the watches, each at its list's resourceVersion (``handlers.start_watches``): a change
+made after the list is delivered by the watch; one the list already had arrives with the same
+resourceVersion and is skipped (``changes``). Nothing is missed, nothing applied twice.
 
 This module imports neither kopf, aiohttp nor the Kubernetes client (import-linter checks it).
 When a list fails, nothing is marked loaded and the operator's own initial load (kopf's startup
@@ -30,7 +30,7 @@ log = logging.getLogger("nftproxy.boot")
 
 @dataclass
 class Loaded:
-    versions: dict[str, str]  # plural -> the list's resourceVersion (where kopf's watch starts)
+    versions: dict[str, str]  # plural -> the list's resourceVersion (where our watch starts)
     node_uid: str | None
     synced: bool  # the first sync succeeded (else it is retried by the Syncer's loop)
 

@@ -1,4 +1,4 @@
-"""The change tracker: objects in (kopf's events, our lists), parsed, deduplicated by
+"""The change tracker: objects in (our watches' events and lists, kopf's), parsed, deduplicated by
 resourceVersion, held as pending changes until a sync takes them, then applied to the
 dataplane's inputs in one go. kube-proxy's ServiceChangeTracker and EndpointsChangeTracker
 (pkg/proxy/servicechangetracker.go, endpointschangetracker.go) in one: a watch event reaches it
@@ -8,8 +8,8 @@ Bad input is kept as a reason (the last good version keeps working); this node's
 cluster's ServiceCIDRs and the apiserver's version are merged into the config
 (``ProxyConfig.for_node``).
 
-Thread-safe as kube-proxy's trackers: changes are queued on the event loop thread (kopf's
-handlers, our lists; ``wake`` is an asyncio.Event the sync loop waits on), and taken by a sync on
+Thread-safe as kube-proxy's trackers: changes are queued on the event loop thread (our watches'
+batches, kopf's handlers, our lists; ``wake`` is an asyncio.Event the sync loop waits on), and taken by a sync on
 that thread (``apply``) or, during a first load, by the worker thread that runs it (``top_up``).
 One lock guards the pending changes, which both touch; the rest is the event loop's alone, or,
 for the parse failures of the objects a sync takes, its alone (``_apply``).
@@ -89,7 +89,7 @@ class ChangeTracker:
         self.service_cidrs: dict[str, ServiceCIDR] = {}  # by name: the cluster's ServiceCIDRs
         self.version: tuple[int, int] | None = None  # the apiserver's (major, minor): the gates' defaults
 
-    # -- in: one call per object (kopf's handlers, our lists) --------------------------------
+    # -- in: one call per object (our watches and lists, kopf's handlers) ----------------------
     def service_changed(self, key: str, obj: Mapping[str, Any] | None) -> None:
         if self._seen(("svc", key), obj):
             return
@@ -257,7 +257,7 @@ class ChangeTracker:
     def top_up(self, dp: Dataplane) -> list[Trigger]:
         """In the worker thread of a first load, before its last step: the Service and
         EndpointSlice changes queued since the sync began, into its inputs, to be loaded with it
-        (kopf's watches start as the first sync begins: a change made during a ~0.7 s load at 10k
+        (our watches start as the first sync begins: a change made during a ~0.7 s load at 10k
         Services otherwise waited for the load to end, then for a sync of its own). A change of
         the Node, a ServiceCIDR or the version waits for the next sync (it rebuilds everything)."""
         return self._apply(dp, self._take(("svc", "slice")))

@@ -2,10 +2,11 @@
 
 ``python -m nftproxy run …`` (what the chart and the benchmarks run) calls ``start`` first: from
 the command line, ``--config``'s file and the environment alone (``--kubeconfig``, the file's
-kubeconfig, ``KUBECONFIG``; ``--node-name``, its hostnameOverride, ``NODE_NAME``), with our client
+kubeconfig, ``KUBECONFIG``; ``--node-name``, its hostnameOverride, ``NODE_NAME``;
+``--service-proxy-name``, ``NFTPROXY_SERVICE_PROXY_NAME``), with our client
 (``kube``: the standard library), it starts the four GETs of the first sync (``boot``) in
 threads, so the apiserver works while the compiler, the dataplane and the rest import (~0.1-0.2
-s). ``cmd_run`` then takes them with ``take`` only if argparse read the same two values (else they
+s). ``cmd_run`` then takes them with ``take`` only if argparse read the same values (else they
 are dropped, and listed again): a pure head start, never a different result.
 """
 
@@ -49,19 +50,21 @@ class Lists:
     version: Future[dict[str, Any]]  # the apiserver's /version: the feature gates' defaults
 
 
-def lists(api: kube.Client, node_name: str) -> Lists:
-    """Start the five requests now."""
+def lists(api: kube.Client, node_name: str, proxy_name: str | None = None) -> Lists:
+    """Start the five requests now (the Services and EndpointSlices selected as our watches
+    select them: ``proxy_name``, --service-proxy-name)."""
+    options = kube.service_options(proxy_name)
     return Lists(
         api=api,
-        services=Prefetch(lambda on_version: kube.service_pages(api, on_version)),
-        slices=Prefetch(lambda on_version: kube.endpoint_slice_pages(api, on_version)),
+        services=Prefetch(lambda on_version: kube.service_pages(api, on_version, options)),
+        slices=Prefetch(lambda on_version: kube.endpoint_slice_pages(api, on_version, kube.SLICE_OPTIONS)),
         node=_in_thread(lambda: kube.read_node(api, node_name)),
         cidrs=_in_thread(lambda: kube.service_cidrs(api)),
         version=_in_thread(lambda: kube.server_version(api)),
     )
 
 
-_started: dict[tuple[str | None, str], Lists] = {}  # (kubeconfig, node name) -> lists
+_started: dict[tuple[str | None, str, str | None], Lists] = {}  # (kubeconfig, node, proxy name) -> lists
 
 
 def _flag(argv: Sequence[str], name: str) -> str | None:
@@ -99,14 +102,15 @@ def start(argv: Sequence[str]) -> None:
         node = _flag(argv, "--node-name") or from_file[1] or os.environ.get("NODE_NAME")
         if not node:
             return
+        proxy_name = _flag(argv, "--service-proxy-name") or os.environ.get("NFTPROXY_SERVICE_PROXY_NAME") or None
         heap.tune()  # before the first thread
-        _started[kubeconfig, node] = lists(kube.connect(kubeconfig), node)
+        _started[kubeconfig, node, proxy_name] = lists(kube.connect(kubeconfig), node, proxy_name)
     except Exception:  # whatever it is, cmd_run meets it again (and says it)
         return
 
 
-def take(kubeconfig: str | None, node: str) -> Lists | None:
+def take(kubeconfig: str | None, node: str, proxy_name: str | None = None) -> Lists | None:
     """The lists ``start`` began, if for these settings (once)."""
-    found = _started.pop((kubeconfig, node), None)
+    found = _started.pop((kubeconfig, node, proxy_name), None)
     _started.clear()
     return found

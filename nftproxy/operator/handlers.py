@@ -1,5 +1,9 @@
 """kopf handlers: each hands its object to the change tracker in one call (no rules, no writes to
-watched objects).
+watched objects); and the start of our own Service and EndpointSlice watches (``reflector``).
+
+kopf watches this node's Node and the ServiceCIDRs; the Services and EndpointSlices, ~all of the
+events, are watched by ``reflector`` in protobuf, as kube-proxy's informers watch them (kopf's
+per-object worker tasks and JSON cost ~2x kube-proxy's CPU under churn).
 
 Nothing here writes to Services, EndpointSlices or Nodes: event handlers (``on.event``) store
 no state on objects, and kopf runs standalone (no peering objects).
@@ -10,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -22,6 +26,7 @@ from nftproxy.operator.changes import object_key
 from nftproxy.operator.credentials import Credentials
 from nftproxy.operator.kopf_import import inventory, kopf
 from nftproxy.operator.kube import Prefetch
+from nftproxy.operator.reflector import IDLE_SECONDS, SERVICES, SLICES, WATCH_SECONDS, Event, Reflector, Resource
 from nftproxy.operator.settings import Settings
 from nftproxy.operator.status import StatusWriter
 from nftproxy.operator.syncer import Syncer
@@ -39,13 +44,11 @@ class Context:
     syncer: Syncer
     writer: StatusWriter
     api: Any
-    events_during_relist: set[tuple[str, str]] | None = None  # kopf events seen while we list
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
-    # resourceVersion of our initial list, per resource: kopf's watch starts there (no list of its own)
+    # resourceVersion of our initial list, per resource: our watch starts there
     list_versions: dict[str, str] = field(default_factory=dict)
     prefetched: dict[str, Prefetch] = field(default_factory=dict)  # initial lists started early
-    relist_lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # one list of ours at a time
-    relist_queued: bool = False  # a list after kopf's is waiting for the lock
+    reflectors: list[Reflector] = field(default_factory=list)  # our Service and EndpointSlice watches
 
 
 def memo_for(ctx: Context) -> kopf.Memo:
@@ -75,10 +78,9 @@ class NoDiffBase(kopf.DiffBaseStorage):
 
 class NoMemories(inventory.ResourceMemories):
     """kopf keeps a record per object it has had an event for (its per-object memo, daemons,
-    index and error-throttling state: ~1 KB), forgotten only when the object is deleted. Our
-    watches start at our own list's version (watch_from_our_lists), so those records were made
-    one by one as objects changed: at 10k Services the process grew by up to ~20 MB over the first
-    minutes of churn, until every object had changed once (docs/testing.md, the churn runs). Our
+    index and error-throttling state: ~1 KB), forgotten only when the object is deleted (with
+    Services and EndpointSlices in kopf's watches, at 10k Services the process grew by up to
+    ~20 MB over the first minutes of churn, until every object had changed once). Our
     handlers are all ``on.event``: no daemons, timers, indexes or diff-bases, nothing to keep between two
     events of an object, so every record is ephemeral (made for one event, then dropped). The
     one thing lost: after an error in kopf's own processing of an object, its next error
@@ -100,15 +102,13 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     settings.peering.standalone = True
     settings.posting.enabled = False  # our Events are explicit (status.StatusWriter)
     settings.scanning.disabled = True  # our resources are fixed: no CRD watch (least privilege)
-    settings.watching.server_timeout = 300
-    settings.watching.client_timeout = 330
+    settings.watching.server_timeout = WATCH_SECONDS  # as our own watches'
+    settings.watching.client_timeout = IDLE_SECONDS
     settings.watching.reconnect_backoff = 1.0
     settings.networking.error_backoffs = [1, 2, 5, 10, 20, 30]
-    # kopf keeps a worker task per object while events flow; its replay of 20k objects at start
-    # holds them all for the default 5 s: tens of MB at 10k Services (docs/performance.md).
+    # kopf keeps a worker task per object while events flow (for the default 5 s)
     settings.queueing.idle_timeout = 0.2
-    # kopf's own initial list, page by page like ours (one 10k-Service list is ~150 MB decoded).
-    settings.watching.chunk_size = 500
+    settings.watching.chunk_size = 500  # kopf's own lists (the ServiceCIDRs), page by page like ours
     settings.persistence.diffbase_storage = NoDiffBase()
     ctx = _ctx(memo)
     # Our own Node only, filtered by the apiserver (as kube-proxy): in a 5,000-node cluster the
@@ -116,9 +116,52 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     settings.watching.field_selectors[NODES] = f"metadata.name={ctx.settings.node_name}"
     if not ctx.syncer.changes.loaded.is_set():  # else listed (and synced) before kopf started: boot.py
         await initial_load(ctx)
-    ctx.tasks.append(asyncio.create_task(relist_periodically(ctx), name="relist"))
-    # kopf starts its watches when this returns, at our list's resourceVersion (see
-    # watch_from_our_lists): nothing to replay, so they start while the first sync runs.
+    start_watches(ctx)
+
+
+def start_watches(ctx: Context) -> None:
+    """Our Service and EndpointSlice watches, each from its initial list's resourceVersion
+    (a change made after the list is delivered, one the list had is skipped as already held:
+    ``changes``); without one (not expected), the watch lists first."""
+    loop = asyncio.get_running_loop()
+    options = kube.service_options(ctx.settings.proxy.service_proxy_name)
+    for resource in (SERVICES, SLICES):
+        reflector = Reflector(
+            ctx.api,
+            resource,
+            options if resource is SERVICES else kube.SLICE_OPTIONS,
+            deliver(ctx, resource),
+            loop,
+            counted=ctx.syncer.metrics.watch_events.labels(resource.plural).inc,
+        )
+        reflector.start(ctx.list_versions.get(resource.plural))
+        ctx.reflectors.append(reflector)
+
+
+def stop_watches(ctx: Context) -> None:
+    for reflector in ctx.reflectors:
+        reflector.stop()
+
+
+def deliver(ctx: Context, resource: Resource) -> Callable[[list[Event]], None]:
+    """A batch of a watch's events (or a new list's pages) into the change tracker, in order."""
+    changes = ctx.syncer.changes
+    changed = changes.service_changed if resource.kind == "svc" else changes.slice_changed
+    what = "Service" if resource.kind == "svc" else "EndpointSlice"
+
+    def go(batch: list[Event]) -> None:
+        for key, obj in batch:
+            if key is not None:
+                assert not isinstance(obj, set)
+                changed(key, obj)
+                continue
+            assert isinstance(obj, set)  # a new list's keys: whatever is held and not there is gone
+            for kind, held in sorted(changes.held()):
+                if kind == resource.kind and held not in obj:
+                    log.info("%s %s is gone (not in the new list): deleting it", what, held)
+                    changed(held, None)
+
+    return go
 
 
 async def initial_load(ctx: Context) -> None:
@@ -156,27 +199,18 @@ async def initial_load(ctx: Context) -> None:
 
 
 async def relist(ctx: Context, initial: bool = False) -> tuple[int, int]:
-    """``_relist``, never two at once (each tracks kopf's events during its own list)."""
-    async with ctx.relist_lock:
-        return await _relist(ctx, initial)
-
-
-async def _relist(ctx: Context, initial: bool = False) -> tuple[int, int]:
     """Our own list of every Service and EndpointSlice, fed to the syncer; (Services, slices).
 
     Each page is parsed as it arrives (the raw objects of a 10k-Service list would be ~150 MB at
-    once); versions already held are skipped. Besides the initial load, this runs every
-    RELIST_PERIOD: kopf never reports an object deleted while its watch was away (after "410
-    Gone" it lists again and replays only what exists), so whatever we hold that the list lacks
-    is deleted, unless kopf delivered an event for it during the list (newer than the list). A
-    retried list starts over; what only a failed attempt saw is forgotten again. The initial
-    list's resourceVersions are kept for kopf's watches to start from."""
+    once); versions already held are skipped. A retried list starts over; what only a failed
+    attempt saw is forgotten again. The lists' resourceVersions are kept for our watches to
+    start from (``start_watches``)."""
     loop = asyncio.get_running_loop()
     changes = ctx.syncer.changes
     held = changes.held()
     queued: set[tuple[str, str]] = set()
     seen: set[tuple[str, str]] = set()
-    events = ctx.events_during_relist = set()
+    options = kube.service_options(ctx.settings.proxy.service_proxy_name)
 
     def changed(kind: str) -> Any:
         return changes.service_changed if kind == "svc" else changes.slice_changed
@@ -185,8 +219,8 @@ async def _relist(ctx: Context, initial: bool = False) -> tuple[int, int]:
         return (lambda v: ctx.list_versions.__setitem__(plural, v)) if initial else None
 
     async def feed(kind: str, pages: Iterator[list[dict[str, Any]]]) -> int:
-        """Pages are fetched (and JSON-decoded) in a worker thread, the next one while this
-        one is parsed here."""
+        """Pages are fetched (and decoded) in a worker thread, the next one while this one is
+        parsed here."""
         n = 0
         fetch = loop.run_in_executor(None, next, pages, None)
         while (page := await fetch) is not None:
@@ -194,22 +228,24 @@ async def _relist(ctx: Context, initial: bool = False) -> tuple[int, int]:
             for obj in page:
                 ref = (kind, object_key(obj))
                 seen.add(ref)
-                if ref not in events:  # else kopf's event is newer than this list
-                    changed(kind)(ref[1], obj)
+                changed(kind)(ref[1], obj)
             n += len(page)
         return n
 
     async def attempt() -> tuple[int, int]:
         seen.clear()
         try:
-            ctx.list_versions.clear()
+            if initial:
+                ctx.list_versions.clear()
             # the lists started at process start (first attempt only), else lists of our own
             pre = {k: ctx.prefetched.pop(k) for k in list(ctx.prefetched)} if initial else {}
-            svc_pages = pre["svc"].pages() if "svc" in pre else kube.service_pages(ctx.api, version("services"))
+            svc_pages = (
+                pre["svc"].pages() if "svc" in pre else kube.service_pages(ctx.api, version("services"), options)
+            )
             slice_pages = (
                 pre["slice"].pages()
                 if "slice" in pre
-                else kube.endpoint_slice_pages(ctx.api, version("endpointslices"))
+                else kube.endpoint_slice_pages(ctx.api, version("endpointslices"), kube.SLICE_OPTIONS)
             )
             try:
                 async with asyncio.TaskGroup() as tg:  # both lists at once: the apiserver works meanwhile
@@ -224,47 +260,12 @@ async def _relist(ctx: Context, initial: bool = False) -> tuple[int, int]:
         finally:
             queued.update(seen)
 
-    try:
-        counts = await _retrying("listing Services and EndpointSlices", attempt)
-        for kind, key in sorted((held | queued) - seen - events):
-            what = "Service" if kind == "svc" else "EndpointSlice"
-            log.info("%s %s is gone (not in the list): deleting it", what, key)
-            changed(kind)(key, None)
-        return counts
-    finally:
-        ctx.events_during_relist = None
-
-
-RELIST_PERIOD = 3600.0  # like the hourly full sync: repairs what a long watch outage missed
-
-
-async def relist_periodically(ctx: Context) -> None:
-    while True:
-        await asyncio.sleep(RELIST_PERIOD)
-        try:
-            await relist(ctx)
-        except Exception as e:  # never fatal: the watches go on, and the next period retries
-            log.warning("periodic list failed: %s", e)
-
-
-def relist_soon(ctx: Context, why: str) -> None:
-    """Our own list now (unless one is already waiting): kopf relists after "410 Gone" (a watch away too long,
-    e.g. across an etcd outage) and replays only what exists, so deletions made meanwhile would
-    otherwise wait for the hourly list (found by tests/resilience's outage run)."""
-    if ctx.relist_queued:
-        return  # one is waiting: it lists after kopf's list anyway
-    ctx.relist_queued = True
-    log.info("%s: listing to find deletions it does not report", why)
-
-    async def go() -> None:
-        try:
-            async with ctx.relist_lock:
-                ctx.relist_queued = False
-                await _relist(ctx)
-        except Exception as e:
-            log.warning("list after kopf's relist failed: %s", e)
-
-    ctx.tasks.append(asyncio.create_task(go(), name="relist-now"))
+    counts = await _retrying("listing Services and EndpointSlices", attempt)
+    for kind, key in sorted((held | queued) - seen):
+        what = "Service" if kind == "svc" else "EndpointSlice"
+        log.info("%s %s is gone (not in the list): deleting it", what, key)
+        changed(kind)(key, None)
+    return counts
 
 
 async def _retrying(what: str, call: Callable[[], Coroutine[Any, Any, T]]) -> T:
@@ -274,24 +275,6 @@ async def _retrying(what: str, call: Callable[[], Coroutine[Any, Any, T]]) -> T:
     )
     result: T = await retrying(call)
     return result
-
-
-@kopf.on.event("", "v1", "services")
-async def service_event(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    ctx = _ctx(memo)
-    ctx.syncer.metrics.watch_events.labels("services").inc()
-    if ctx.events_during_relist is not None:
-        ctx.events_during_relist.add(("svc", object_key(body)))
-    ctx.syncer.changes.service_changed(object_key(body), None if type == "DELETED" else body)
-
-
-@kopf.on.event("discovery.k8s.io", "v1", "endpointslices")
-async def slice_event(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    ctx = _ctx(memo)
-    ctx.syncer.metrics.watch_events.labels("endpointslices").inc()
-    if ctx.events_during_relist is not None:
-        ctx.events_during_relist.add(("slice", object_key(body)))
-    ctx.syncer.changes.slice_changed(object_key(body), None if type == "DELETED" else body)
 
 
 @kopf.on.event(*NODES)
@@ -351,36 +334,3 @@ def connection_info(c: Credentials) -> kopf.ConnectionInfo:
         private_key_data=c.key_data,
         proxy_url=c.proxy,
     )
-
-
-def watch_from_our_lists(ctx: Context) -> Callable[[], None]:
-    """Start kopf's Service and EndpointSlice watches at the resourceVersion of our own initial
-    list, instead of kopf listing everything again and replaying each object as an event
-    (~0.3 ms each inside kopf: 6 s at 10k Services, during which a new change waited).
-
-    kopf (1.45) has no setting for a watch's starting version: its watcher takes the version
-    from ``fetching.fetch_objs`` (the list it makes before watching). This replaces that list,
-    once per resource, by an empty one at our version; every later list (after "410 Gone",
-    when the version is too old) is kopf's own, as before (its replay then costs no parse: the
-    versions we hold are skipped). Returns the undo."""
-    from kopf._cogs.clients import fetching  # noqa: PLC0415  (private: kopf is pinned)
-
-    original = fetching.fetch_objs
-
-    async def fetch_objs(**kwargs: Any) -> AsyncIterator[tuple[Any, str]]:
-        version = ctx.list_versions.pop(kwargs["resource"].plural, None) if kwargs.get("namespace") is None else None
-        if version is not None:
-            log.debug("%s: watching from our list's version %s", kwargs["resource"].plural, version)
-            yield [], version
-            return
-        async for chunk in original(**kwargs):
-            yield chunk
-        if kwargs["resource"].plural in ("services", "endpointslices"):
-            relist_soon(ctx, f"kopf listed {kwargs['resource'].plural} again")
-
-    fetching.fetch_objs = fetch_objs
-
-    def undo() -> None:
-        fetching.fetch_objs = original
-
-    return undo

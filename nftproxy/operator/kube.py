@@ -1,4 +1,5 @@
-"""Our one client of the Kubernetes API (kopf's watches aside): plain JSON over ``http.client``.
+"""Our one client of the Kubernetes API (kopf's watches aside): plain JSON over ``http.client``,
+and protobuf for the Services and EndpointSlices (lists and watches: ``wire``).
 
 Every call of ours goes through a ``Client``: the first lists of ``nftproxy run`` (started at
 process start, ``early``), the status writer, the kube-proxy watch's Events, the periodic lists,
@@ -26,6 +27,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 from urllib.parse import quote, unquote, urlencode, urlsplit
 
+from nftproxy.model.parse import HEADLESS_LABEL, PROXY_NAME_LABEL
 from nftproxy.operator.credentials import Credentials, load
 
 TIMEOUT = 30.0  # seconds, per request
@@ -34,6 +36,17 @@ GROUP, VERSION, PLURAL = "nftproxy.io", "v1alpha1", "proxystatuses"
 SERVICES = "/api/v1/services"
 SLICES = "/apis/discovery.k8s.io/v1/endpointslices"
 CIDRS = "/apis/networking.k8s.io/v1/servicecidrs"
+PROTOBUF = "application/vnd.kubernetes.protobuf"  # Services and EndpointSlices, as kube-proxy asks
+WATCH = PROTOBUF + ";stream=watch"  # a watch's frames (wire.frames)
+
+
+def _wire() -> Any:
+    """``wire`` (protobuf: ~30 ms to import), imported where first used: in the thread of a first
+    list, once its answer is in, so the import overlaps the apiserver's work, not the start."""
+    from nftproxy.operator import wire  # noqa: PLC0415
+
+    return wire
+
 
 # Told of each request's outcome: (method, status code or "<error>" when no answer came, the
 # apiserver's host[:port] as the URL names it, seconds from the first byte sent to the last read);
@@ -44,12 +57,13 @@ RequestObserver = Callable[[str, str, str, float | None], None]
 class ApiError(Exception):
     """The apiserver answered with an error status; ``message`` is its Status's message."""
 
-    def __init__(self, status: int, reason: str, body: str) -> None:
+    def __init__(self, status: int, reason: str, body: str, message: str | None = None) -> None:
         self.status = status
         self.reason = reason
         self.body = body
+        found = message
         try:
-            found = json.loads(body).get("message") if body else None
+            found = found or (json.loads(body).get("message") if body else None)
         except (ValueError, AttributeError):
             found = None
         self.message = str(found) if found else (body[:200] or reason)
@@ -58,6 +72,11 @@ class ApiError(Exception):
     @property
     def not_found(self) -> bool:
         return self.status == 404
+
+    @property
+    def gone(self) -> bool:
+        """410 Gone: a watch's or a list's resourceVersion (or continue token) is too old."""
+        return self.status == 410
 
 
 class Client:
@@ -127,12 +146,19 @@ class Client:
     # -- requests
 
     def request(
-        self, method: str, path: str, query: dict[str, Any] | None = None, body: Any = None, timeout: float = TIMEOUT
+        self,
+        method: str,
+        path: str,
+        query: dict[str, Any] | None = None,
+        body: Any = None,
+        timeout: float = TIMEOUT,
+        decode: Callable[[bytes], Any] | None = None,
     ) -> Any:
         """One call, its JSON answer decoded (None when empty); ApiError on an error status.
-        A body is sent as JSON (PATCH: a JSON merge patch)."""
+        A body is sent as JSON (PATCH: a JSON merge patch). ``decode``: the answer is asked for
+        in protobuf (``wire``), and ``decode`` reads its bytes."""
         url = self.base + path + (f"?{urlencode(query)}" if query else "")
-        headers = {"Accept": "application/json", "User-Agent": "nftproxy"}
+        headers = {"Accept": _accept(decode is not None), "User-Agent": "nftproxy"}
         if auth := self.credentials.authorization():
             headers["Authorization"] = auth
         data = None
@@ -147,7 +173,9 @@ class Client:
             raise
         self._observe(method, str(resp.status), start)
         if not 200 <= resp.status < 300:
-            raise ApiError(resp.status, resp.reason, raw.decode(errors="replace"))
+            raise _error(resp, raw)
+        if decode is not None and resp.getheader("Content-Type", "").startswith(PROTOBUF):
+            return decode(raw)
         return json.loads(raw) if raw else None
 
     def _observe(self, method: str, code: str, start: float) -> None:
@@ -182,11 +210,13 @@ class Client:
             self._give_back(conn)
         return resp, raw
 
-    def watch(self, path: str, query: dict[str, Any], timeout: float) -> Iterator[dict[str, Any]]:
+    def watch(self, path: str, query: dict[str, Any], timeout: float, protobuf: bool = False) -> Iterator[Any]:
         """A watch's events, one decoded JSON object per line, until the apiserver ends it (its
-        ``timeoutSeconds``) or ``timeout`` passes without a byte; on a connection of its own."""
+        ``timeoutSeconds``) or ``timeout`` passes without a byte; on a connection of its own.
+        ``protobuf``: the watch in protobuf, its frames (``wire.frames``: each a WatchEvent's
+        bytes) yielded as they are read."""
         url = self.base + path + f"?{urlencode({**query, 'watch': 'true'})}"
-        headers = {"Accept": "application/json", "User-Agent": "nftproxy"}
+        headers = {"Accept": WATCH if protobuf else "application/json", "User-Agent": "nftproxy"}
         if auth := self.credentials.authorization():
             headers["Authorization"] = auth
         conn = self._connect()
@@ -201,7 +231,12 @@ class Client:
                 raise
             self._observe("GET", str(resp.status), start)  # until the answer's headers
             if not 200 <= resp.status < 300:
-                raise ApiError(resp.status, resp.reason, resp.read().decode(errors="replace"))
+                raise _error(resp, resp.read())
+            if protobuf:
+                if not resp.getheader("Content-Type", "").startswith(PROTOBUF):
+                    raise _wire().WireError(f"the watch answered {resp.getheader('Content-Type')!r}, not protobuf")
+                yield from _wire().frames(resp)
+                return
             for line in resp:
                 if line.strip():
                     yield dict(json.loads(line))
@@ -223,12 +258,25 @@ class Client:
         limit: int = 500,
         on_version: Callable[[str], None] | None = None,
         query: dict[str, Any] | None = None,
+        decode: Callable[[bytes], Any] | None = None,
     ) -> Iterator[list[dict[str, Any]]]:
         """A consistent list, page by page: the caller parses each page and lets it go, so the raw
         objects of the whole list (~10 KB each decoded) are never all in memory at once.
         ``on_version`` gets the list's resourceVersion (one snapshot for every page): a watch
-        started there sees every change made after the list, and nothing before."""
-        return paged(lambda q: self.request("GET", path, {**(query or {}), **q}), limit, on_version)
+        started there sees every change made after the list, and nothing before. ``decode``:
+        in protobuf, each page read by it (``wire.Kind.list_page``: a page shaped as JSON's)."""
+        return paged(lambda q: self.request("GET", path, {**(query or {}), **q}, decode=decode), limit, on_version)
+
+
+def _accept(protobuf: bool) -> str:
+    """protobuf, else JSON (for a resource the apiserver cannot send in protobuf: a custom one)."""
+    return f"{PROTOBUF}, application/json" if protobuf else "application/json"
+
+
+def _error(resp: http.client.HTTPResponse, raw: bytes) -> ApiError:
+    """An error answer (a metav1.Status, in JSON or protobuf) as an ApiError."""
+    message = _wire().status_message(raw) if resp.getheader("Content-Type", "").startswith(PROTOBUF) else None
+    return ApiError(resp.status, resp.reason, raw.decode(errors="replace"), message)
 
 
 class _HTTPS(http.client.HTTPSConnection):
@@ -301,14 +349,42 @@ class Prefetch:
 # --------------------------------------------------------------------------- what we read
 
 
-def service_pages(api: Client, on_version: Callable[[str], None] | None = None) -> Iterator[list[dict[str, Any]]]:
-    return api.pages(SERVICES, on_version=on_version)
+Query = dict[str, str]
+
+
+def service_options(proxy_name: str | None) -> Query:
+    """What kube-proxy's Service informer asks for (cmd/kube-proxy/app/server.go, v1.37.2): no
+    service-proxy-name label (with --service-proxy-name: that name), no headless Service."""
+    proxied = f"{PROXY_NAME_LABEL}={proxy_name}" if proxy_name else f"!{PROXY_NAME_LABEL}"
+    return {"labelSelector": proxied, "fieldSelector": "spec.clusterIP!=None"}
+
+
+# kube-proxy's EndpointSlice informer's (v1.37.2): no headless label (not filtered by proxy name:
+# a slice of a Service we do not serve is held, and unused)
+SLICE_OPTIONS: Query = {"labelSelector": f"!{HEADLESS_LABEL}"}
+
+
+def _service_page(raw: bytes) -> Any:
+    return _wire().SERVICES.list_page(raw)
+
+
+def _slice_page(raw: bytes) -> Any:
+    return _wire().SLICES.list_page(raw)
+
+
+def service_pages(
+    api: Client, on_version: Callable[[str], None] | None = None, options: Query | None = None
+) -> Iterator[list[dict[str, Any]]]:
+    """Services, in protobuf, each read into the lean dict the parser takes (``wire``);
+    ``options``: the list's selectors (``service_options``: kube-proxy's)."""
+    return api.pages(SERVICES, on_version=on_version, query=options, decode=_service_page)
 
 
 def endpoint_slice_pages(
-    api: Client, on_version: Callable[[str], None] | None = None
+    api: Client, on_version: Callable[[str], None] | None = None, options: Query | None = None
 ) -> Iterator[list[dict[str, Any]]]:
-    return api.pages(SLICES, on_version=on_version)
+    """EndpointSlices, as ``service_pages`` (``SLICE_OPTIONS``: kube-proxy's)."""
+    return api.pages(SLICES, on_version=on_version, query=options, decode=_slice_page)
 
 
 def service_cidrs(api: Client) -> list[dict[str, Any]]:

@@ -3,8 +3,9 @@ cluster-wide).
 
 The start is in two parts (``boot``): first the lists (plain GETs started by the command at
 process start), the Syncer and the first sync, with nothing of kopf, aiohttp or the Kubernetes
-client imported; then those are imported, and the servers, the status writer and kopf's watches
-(at the lists' resourceVersions) start. The /healthz and /metrics sockets are bound before the
+client imported; then those are imported, and the servers, the status writer, our Service and
+EndpointSlice watches (``reflector``, at the lists' resourceVersions) and kopf's (the Node, the
+ServiceCIDRs) start. The /healthz and /metrics sockets are bound before the
 first sync (a taken port fails the start before the kernel is touched, as before); a probe that
 connects meanwhile is answered once the first sync is in.
 """
@@ -206,7 +207,7 @@ async def _main(
     api.on_request = metrics.api_request
     writer = StatusWriter(api, syncer, settings.node_name, settings.status_period)
     ctx = handlers.Context(settings, syncer, writer, api, prefetched=prefetched)
-    if loaded is not None:  # kopf's watches start at these lists' versions
+    if loaded is not None:  # our watches start at these lists' versions
         ctx.list_versions.update(loaded.versions)
         writer.node_uid = loaded.node_uid
 
@@ -273,7 +274,6 @@ async def _main(
         tasks.append(asyncio.create_task(_claim_later(claim), name="claim"))
     if settings.config_file:  # as kube-proxy: a changed file stops the proxy, to start with it
         tasks.append(asyncio.create_task(config_watch.watch(settings.config_file), name="config-watch"))
-    undo = handlers.watch_from_our_lists(ctx)
     stopped = False
     try:
         await kopf.operator(
@@ -285,8 +285,8 @@ async def _main(
         )
         stopped = True  # (an error out of kopf is no departure: the rules stay)
     finally:
-        undo()
-        tasks += ctx.tasks  # started by the startup handler (the periodic list)
+        handlers.stop_watches(ctx)  # started by the startup handler
+        tasks += ctx.tasks
         for t in tasks:
             t.cancel()
         for t in tasks:

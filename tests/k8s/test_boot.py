@@ -1,8 +1,8 @@
 """`nftproxy run`'s start against a real kube-apiserver (operator/boot.py): the first sync is made
-from plain lists before kopf is imported, and kopf's watches start at those lists' versions.
+from plain lists before kopf is imported, and our watches start at those lists' versions.
 Changes made between the lists and the watches (injected right after the first sync by
 tests/support/between.py: a Service created, one deleted, a slice changed) all reach the kernel,
-and kopf replays nothing the lists had."""
+and nothing the lists had is replayed."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ pytestmark = [pytest.mark.k8s, pytest.mark.netns]
 
 NS = "boot"
 FLAGS = ("--min-sync-period", "0", "--status-period", "0.5s", "--sync-period", "5s")
-BULK = 30  # Services listed at start: a replay of the lists by kopf would show as that many events
+BULK = 30  # Services listed at start: a replay of the lists by the watches would show as that many events
 
 
 def web(name: str, ip: str, pod: Pod) -> list[k.Obj]:
@@ -68,7 +68,7 @@ def env(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -
             bulk = [k.service(f"s{i}", [f"10.96.6.{i + 1}"], [k.port(80)], namespace=NS) for i in range(BULK)]
             cl.apply(*bulk, *web("old", "10.96.5.10", p0), *web("gone", "10.96.5.11", p0))
             cl.apply(*web("changed", "10.96.5.12", p0))
-            # between the first sync and kopf's watches: one created, one deleted, one slice changed
+            # between the first sync and the watches: one created, one deleted, one slice changed
             new = work / "new.json"
             new.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": web("new", "10.96.5.13", p1)}))
             changed = work / "changed.json"
@@ -115,7 +115,7 @@ def test_changes_between_the_lists_and_the_watches_reach_the_kernel(env: Env) ->
     assert env.answers("10.96.5.10") == {"p0"}  # listed, unchanged
 
 
-def test_kopf_replays_nothing_the_lists_had(env: Env) -> None:
+def test_the_watches_replay_nothing_the_lists_had(env: Env) -> None:
     """The watches start at the lists' versions: only the writes made after them arrive as events
     (2 for Services, 3 for slices), not the BULK + 4 objects listed."""
     eventually(lambda: env.answers("10.96.5.13") == {"p1"}, timeout=60, what="served")

@@ -128,8 +128,8 @@ def lab_cluster(control_plane: ControlPlane, tmp_path: Path) -> Iterator[LocalCl
 def test_nftproxy_run_with_an_exec_plugin_kubeconfig_lists_watches_and_reports(
     lab_cluster: LocalCluster, tmp_path: Path
 ) -> None:
-    """The first lists (our client), kopf's watches (kopf's login from our credentials) and the
-    ProxyStatus (our client again), all with the plugin's token."""
+    """The first lists and the Service watch (our client), kopf's Node watch (kopf's login from
+    our credentials) and the ProxyStatus (our client again), all with the plugin's token."""
     cl = lab_cluster
     plugin_dir = tmp_path / "plugin"
     plugin_dir.mkdir()
@@ -149,7 +149,7 @@ def test_nftproxy_run_with_an_exec_plugin_kubeconfig_lists_watches_and_reports(
         return r.stdout
 
     eventually(lambda: "10.96.78.1" in table(), timeout=60, what="the listed Service in the kernel")
-    cl.apply(k.service("after", ["10.96.78.2"], [k.port(80)], namespace=ns))  # only kopf's watch sees it
+    cl.apply(k.service("after", ["10.96.78.2"], [k.port(80)], namespace=ns))  # only the watch sees it
     eventually(lambda: "10.96.78.2" in table(), timeout=60, what="the watched Service in the kernel")
 
     def reported() -> dict[str, object] | None:

@@ -386,7 +386,7 @@ def test_restart_keeps_traffic_and_adopts_the_table(env: Env) -> None:
 
 
 def test_a_restart_replays_nothing_its_watches_start_at_its_own_list(env: Env) -> None:
-    """After a restart, kopf's watches start at the resourceVersion of our own initial list: the
+    """After a restart, our watches start at the resourceVersion of our own initial list: the
     Services and EndpointSlices that exist (a dozen from the tests before) come as no event at
     all, and a change made after the start comes as exactly one event and is programmed."""
     ns = env.cl.namespace("noreplay")

@@ -1,5 +1,5 @@
 """``python -m tests.support.between ARGS``: the nftproxy command, with API writes made between its
-first lists and kopf's watches (tests/k8s/test_boot.py).
+first lists and the watches (tests/k8s/test_boot.py).
 
 ``$NFTPROXY_TEST_BETWEEN`` names a JSON file ``{"kubectl": [ARGV, ...], "done": PATH}``: right after
 the first sync (the lists read, the table committed, kopf not imported yet), each ``kubectl ARGV``

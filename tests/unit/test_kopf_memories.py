@@ -22,20 +22,16 @@ from nftproxy.operator.syncer import Syncer
 from testkit.k8s import objects as k
 from tests.support.syncer import make, settings
 
-SERVICES = references.Resource(group="", version="v1", plural="services", namespaced=True)
-SLICES = references.Resource(group="discovery.k8s.io", version="v1", plural="endpointslices", namespaced=True)
+CIDRS = references.Resource(group="networking.k8s.io", version="v1", plural="servicecidrs", namespaced=False)
 
 
 def _objects(n: int) -> list[tuple[references.Resource, dict[str, Any]]]:
+    """ServiceCIDRs (kopf watches them and our Node; Services and EndpointSlices are ours: reflector.py)."""
     out: list[tuple[references.Resource, dict[str, Any]]] = []
     for i in range(n):
-        svc = k.service(f"s{i}", [f"10.96.{i // 250}.{i % 250 + 1}"], [k.port(80, "http")])
-        sl = k.endpoint_slice(
-            f"s{i}-1", f"s{i}", [k.endpoint(f"10.244.{i // 250}.{i % 250 + 1}")], [k.port(80, "http")]
-        )
-        for j, (resource, obj) in enumerate(((SERVICES, svc), (SLICES, sl))):
-            obj["metadata"].update(uid=f"uid-{i}-{j}", resourceVersion="1")
-            out.append((resource, obj))
+        obj = k.service_cidr(f"c{i}", f"10.{i // 250}.{i % 250}.0/24")
+        obj["metadata"].update(uid=f"uid-{i}", resourceVersion="1")
+        out.append((CIDRS, obj))
     return out
 
 
@@ -65,7 +61,7 @@ async def _events(
 def test_no_record_is_kept_per_object(kind: str) -> None:
     """With kopf's own memories, one record stays per object that had an event (the test can
     tell); with ours, none, and the handlers still get every event."""
-    objects = _objects(200)
+    objects = _objects(400)
 
     async def go() -> tuple[int, int]:
         syncer, _ = make()

@@ -339,7 +339,7 @@ class _SlowLoad(FakeBackend):
 
 
 def test_a_service_created_during_the_first_load_is_in_its_last_step(monkeypatch: pytest.MonkeyPatch) -> None:
-    """kopf's watches start as the first sync begins: a Service (and its slice) created while
+    """Our watches start as the first sync begins: a Service (and its slice) created while
     the first load runs goes into that load (Dataplane.sync(top_up=…)), not into a sync after it; a
     Node change then waits for the next sync (it rebuilds the table)."""
 
