@@ -5,6 +5,7 @@ kopf's watches included (kopf logs in with the same credentials)."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import subprocess
 import uuid
@@ -198,3 +199,34 @@ def test_explain_in_the_pod_compares_with_the_api_through_the_service_account(
         assert "10.96.77.20" in missing and "10.244.7.3" in missing, check
     finally:
         cp.kubectl("delete", "namespace", ns, "--wait=false", "--ignore-not-found")
+
+
+def test_a_large_list_arrives_gzipped_and_reads_the_same(
+    control_plane: ControlPlane, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As client-go, our client asks for gzip: the apiserver compresses an answer over 128 KB (a
+    list of a few thousand objects) to a fraction; what the client returns is the same."""
+    api = kube.connect(str(control_plane.kubeconfig))
+    ns = _unique("ap-gzip")
+    api.request("POST", "/api/v1/namespaces", body={"metadata": {"name": ns}})
+    received: list[int] = []  # the compressed bodies' sizes, as they came off the wire
+    decompress = gzip.decompress
+
+    def counted(raw: bytes) -> bytes:
+        received.append(len(raw))
+        return decompress(raw)
+
+    monkeypatch.setattr(gzip, "decompress", counted)
+    try:
+        for i in range(40):  # 40 x ~4 KB: ~170 KB as JSON
+            body = {"metadata": {"name": f"cm-{i}"}, "data": {"v": "nftproxy " * 450}}
+            api.request("POST", f"/api/v1/namespaces/{ns}/configmaps", body=body)
+        assert received == []  # small answers come as they are
+        listed = api.request("GET", f"/api/v1/namespaces/{ns}/configmaps")
+        assert sorted(i["metadata"]["name"] for i in listed["items"]) == sorted(f"cm-{i}" for i in range(40))
+        assert all(i["data"]["v"] == "nftproxy " * 450 for i in listed["items"])
+        size = len(json.dumps(listed))
+        assert size > 128 * 1024
+        assert len(received) == 1 and received[0] < size / 5, (received, size)
+    finally:
+        api.request("DELETE", f"/api/v1/namespaces/{ns}")
