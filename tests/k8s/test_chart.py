@@ -168,6 +168,7 @@ def test_daemonset_defaults(helm: Helm) -> None:
         "NFTPROXY_METRICS_BIND_ADDRESS": "0.0.0.0:10249",
         "NFTPROXY_LOG_LEVEL": "info",
         "NFTPROXY_LOAD_BALANCING": "random",
+        "NFTPROXY_SERVICE_COUNTERS": "false",
         # kube-proxy's conntrack defaults
         "NFTPROXY_CONNTRACK_SYSCTL_DIR": "/host/proc/sys/net/netfilter",
         "NFTPROXY_CONNTRACK_TCP_TIMEOUT_ESTABLISHED": "24h",
