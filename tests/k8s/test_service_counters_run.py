@@ -69,16 +69,16 @@ def test_the_operators_metrics_count_real_connections_per_service_port(env: Env)
     ns = env.cl.namespace("counted")
     eps = [k.endpoint(p.ipv4, node="counted-node") for p in env.pods]
     env.cl.apply(
-        k.service("web", ["10.96.7.10"], [k.port(80, "http", node_port=30710)], type="NodePort", namespace=ns),
+        k.service("web", ["10.96.11.10"], [k.port(80, "http", node_port=30911)], type="NodePort", namespace=ns),
         k.endpoint_slice("web-abc", "web", eps, HTTP, namespace=ns),
-        k.service("empty", ["10.96.7.20"], [k.port(80, "http")], namespace=ns),
+        k.service("empty", ["10.96.11.20"], [k.port(80, "http")], namespace=ns),
     )
-    eventually(lambda: env.probe(env.node, "10.96.7.10", 80)[0] in ("p0", "p1"), what="web served")
-    eventually(lambda: env.probe(env.node, "10.96.7.20", 80) == ["refused"], what="empty rejected")
+    eventually(lambda: env.probe(env.node, "10.96.11.10", 80)[0] in ("p0", "p1"), what="web served")
+    eventually(lambda: env.probe(env.node, "10.96.11.20", 80) == ["refused"], what="empty rejected")
     before = env.series()
-    assert env.probe(env.node, "10.96.7.10", 80, 6).count("refused") == 0  # the node's own connections
-    assert env.probe(env.ext, env.node.ipv4, 30710, 4).count("refused") == 0
-    assert env.probe(env.node, "10.96.7.20", 80, 3) == ["refused"] * 3
+    assert env.probe(env.node, "10.96.11.10", 80, 6).count("refused") == 0  # the node's own connections
+    assert env.probe(env.ext, env.node.ipv4, 30911, 4).count("refused") == 0
+    assert env.probe(env.node, "10.96.11.20", 80, 3) == ["refused"] * 3
     after = env.series()
 
     def grew(k_: tuple[str, frozenset[tuple[str, str]]]) -> float:
