@@ -133,6 +133,7 @@ def start_watches(ctx: Context) -> None:
             deliver(ctx, resource),
             loop,
             counted=ctx.syncer.metrics.watch_events.labels(resource.plural).inc,
+            not_before=ctx.syncer.schedule.earliest,
         )
         reflector.start(ctx.list_versions.get(resource.plural))
         ctx.reflectors.append(reflector)

@@ -427,8 +427,19 @@ def proxy_status_path(node: str | None = None) -> str:
 # --------------------------------------------------------------------------- what we write
 
 
-def write_proxy_status(api: Client, node: str, node_uid: str | None, status: dict[str, Any]) -> None:
-    """Create the node's ProxyStatus if needed (owned by the Node), then patch its status."""
+def write_proxy_status(
+    api: Client, node: str, node_uid: str | None, status: dict[str, Any], exists: bool = False
+) -> None:
+    """Create the node's ProxyStatus if needed (owned by the Node), then patch its status.
+    ``exists``: it was written before, with this owner: one request, the patch (a ProxyStatus
+    deleted since is created again: the patch's 404)."""
+    if exists:
+        try:
+            api.request("PATCH", proxy_status_path(node) + "/status", body={"status": status})
+            return
+        except ApiError as e:
+            if not e.not_found:
+                raise
     owner = (
         [{"apiVersion": "v1", "kind": "Node", "name": node, "uid": node_uid, "blockOwnerDeletion": False}]
         if node_uid

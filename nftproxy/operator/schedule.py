@@ -69,11 +69,15 @@ class Schedule:
         """When the next sync is to start (``now`` or earlier: now), or None: none is due yet
         (wait for a change, or until ``idle_until``). ``pending``: changes wait to be synced."""
         self._tick(now)
-        if self.failures:
-            return self.retry_at
-        if pending or self.full_due or self.check_due:
-            return self.last_start + self.min_interval
+        if self.failures or pending or self.full_due or self.check_due:
+            return self.earliest()
         return None
+
+    def earliest(self) -> float:
+        """The earliest the next sync may start: ``min_interval`` after the last one's start, or
+        a failure's retry. A watch may hold its events until then (``reflector``): no sync could
+        take them sooner."""
+        return self.retry_at if self.failures else self.last_start + self.min_interval
 
     def idle_until(self) -> float:
         """With nothing to sync: when to look again (the next check, or the counts to refresh)."""

@@ -65,6 +65,7 @@ class StatusWriter:
         self.reported: set[str] = set()  # Events already posted (one per object and reason)
         self.last_write = 0.0
         self.last_written: dict[str, Any] | None = None
+        self.written_with: str | bool | None = False  # the owner's uid of the last write (False: none yet)
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
@@ -78,10 +79,9 @@ class StatusWriter:
             fresh = [x for x in self.syncer.status.skipped if str(x) not in self.reported]
             try:
                 if status != self.last_written:
-                    await loop.run_in_executor(
-                        None, kube.write_proxy_status, self.api, self.node, self.node_uid, status
-                    )
-                    self.last_written = status
+                    uid, exists = self.node_uid, self.written_with == self.node_uid
+                    await loop.run_in_executor(None, kube.write_proxy_status, self.api, self.node, uid, status, exists)
+                    self.last_written, self.written_with = status, uid
                 for x in fresh:
                     await loop.run_in_executor(None, self._event, x)
                     self.reported.add(str(x))

@@ -666,9 +666,9 @@ def test_rbac_least_privilege_for_real(
         denied = cp.kubectl(*argv, kubeconfig=kc, check=False)
         assert denied.returncode != 0 and forbidden in denied.stderr, (argv, denied.stderr)
 
-    # Its own ProxyStatus, written as `nftproxy run` writes it (get, create, merge-patch of the status
-    # subresource; kubectl patch would also get the subresource first, which nftproxy never does);
-    # deleting is not its job.
+    # Its own ProxyStatus, written as `nftproxy run` writes it (the first time get, create, merge-patch
+    # of the status subresource; then the patch alone, and a 404 creates it again; kubectl patch would
+    # also get the subresource first, which nftproxy never does); deleting is not its job.
     from nftproxy.operator import kube  # noqa: PLC0415
 
     _apply_crds(cp)
@@ -676,9 +676,13 @@ def test_rbac_least_privilege_for_real(
     api = kube.connect(str(kc))
     try:
         kube.write_proxy_status(api, node, None, {"services": 3, "endpoints": 7})
-        kube.write_proxy_status(api, node, None, {"services": 4, "endpoints": 7})
+        kube.write_proxy_status(api, node, None, {"services": 4, "endpoints": 7}, exists=True)
         got = json.loads(cp.kubectl("get", "proxystatus", node, "-o", "json", kubeconfig=kc).stdout)
         assert got["status"] == {"services": 4, "endpoints": 7}
+        cp.kubectl("delete", "proxystatus", node)  # by an admin, behind the proxy's back
+        kube.write_proxy_status(api, node, None, {"services": 5, "endpoints": 7}, exists=True)
+        got = json.loads(cp.kubectl("get", "proxystatus", node, "-o", "json", kubeconfig=kc).stdout)
+        assert got["status"] == {"services": 5, "endpoints": 7}
         denied = cp.kubectl("delete", "proxystatus", node, kubeconfig=kc, check=False)
         assert denied.returncode != 0 and f'proxystatuses.nftproxy.io "{node}" is forbidden' in denied.stderr, (
             denied.stderr

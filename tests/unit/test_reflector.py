@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import io
 import threading
+import time
 from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any, cast
@@ -137,3 +138,50 @@ def test_a_failed_watch_is_retried_from_where_it_was(code: int) -> None:
     fake, _, _ = asyncio.run(_run(api, {}))
     assert [q["resourceVersion"] for q in api.queries] == ["1", "5"]
     assert api.lists == 0 and elements(fake, "cluster-ips") == {("10.96.0.4",)}
+
+
+class TricklingApi:
+    """One watch whose events come one by one, ``gap`` seconds apart (a steady churn)."""
+
+    def __init__(self, frames: list[bytes], gap: float) -> None:
+        self.frames, self.gap = frames, gap
+        self.done = threading.Event()
+
+    def watch(self, *_: Any, **__: Any) -> Iterator[bytes]:
+        for frame in wire.frames(io.BytesIO(b"".join(self.frames))):
+            threading.Event().wait(self.gap)
+            yield frame
+        self.done.set()
+        threading.Event().wait(60)  # a quiet watch
+
+
+async def _trickle(hold: float) -> list[tuple[float, int]]:
+    """10 events 20 ms apart, held until ``hold`` seconds after the start: (when, size) of each
+    batch the loop got."""
+    frames = [pb.watch_frame("ADDED", _msg(f"s{i}", f"10.96.1.{i}", str(10 + i))) for i in range(10)]
+    api = TricklingApi(frames, gap=0.02)
+    loop = asyncio.get_running_loop()
+    start = time.monotonic()
+    got: list[tuple[float, int]] = []
+    reflector = Reflector(
+        cast(Any, api), SERVICES, {}, lambda b: got.append((time.monotonic() - start, len(b))), loop,
+        not_before=lambda: start + hold,
+    )  # fmt: skip
+    reflector.start("1")
+    while not api.done.is_set() or sum(n for _, n in got) < 10:
+        await asyncio.sleep(0.01)
+        assert time.monotonic() - start < 10
+    reflector.stop()
+    return got
+
+
+def test_within_the_min_sync_period_a_watch_holds_its_events_for_one_wake_up_when_it_ends() -> None:
+    """Schedule.earliest: a sync could not take them sooner, so the loop wakes once for all."""
+    got = asyncio.run(_trickle(hold=0.6))
+    assert len(got) == 1 and got[0][1] == 10, got
+    assert 0.55 <= got[0][0] < 2, got
+
+
+def test_with_no_sync_in_the_way_each_event_goes_to_the_loop_at_once() -> None:
+    got = asyncio.run(_trickle(hold=-1))
+    assert len(got) >= 5 and got[0][0] < 0.3, got

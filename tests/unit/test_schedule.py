@@ -117,3 +117,13 @@ def test_counts_skipped_by_partial_syncs_are_refreshed_once_a_stats_period_is_ov
     assert s.idle_until() == 1.0 and not s.stats_due(0.9) and s.stats_due(1.0)
     s.stats_computed(1.0)
     assert s.idle_until() == 30.0
+
+
+def test_the_earliest_next_start_is_what_a_watch_may_hold_its_events_until() -> None:
+    s = Schedule(min_interval=1.0, check_interval=30.0)
+    assert s.earliest() < 0  # no sync yet: at once
+    synced(s, 10.0)
+    assert s.earliest() == 11.0
+    s.started(12.0)
+    s.failed(12.1)
+    assert s.earliest() == s.next_sync(12.2, pending=True) == 12.6  # the retry, sooner than 13.0
