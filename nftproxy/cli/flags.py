@@ -289,7 +289,11 @@ def add_run_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--healthz-bind-address", default=_env("healthz_bind_address", "0.0.0.0:10256"))
     p.add_argument("--metrics-bind-address", default=_env("metrics_bind_address", "127.0.0.1:10249"))
     p.add_argument("--netns", default=_env("netns") or None, help="program this named network namespace")
-    p.add_argument("--status-period", type=duration, default=duration(_env("status_period", "5s") or "5s"))
+    p.add_argument(
+        "--status-period", type=duration, default=duration(_env("status_period", "5s") or "5s"),
+        help="ProxyStatus: a change is written within this period; the sync's own fields alone "
+        "(last sync time, syncs, checksum) once a minute",
+    )  # fmt: skip
     p.add_argument(
         "--log-level", default=_env("log_level", "info"), choices=["debug", "info", "warning", "error"],
         help="the least severe messages logged (-v, when given, decides instead)",

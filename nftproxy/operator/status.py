@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from typing import Any
@@ -16,6 +17,25 @@ from nftproxy.operator.syncer import Syncer
 log = logging.getLogger("nftproxy.status")
 
 MAX_LISTED = 50
+
+# What changes with every sync while nothing else does, a heartbeat: when only these changed, the
+# write waits until REPORT_PERIOD after the last one, as the kubelet reports a Node status that
+# has not changed (its nodeStatusReportFrequency); anything else goes out within --status-period.
+# Under churn that is one write a minute instead of one each --status-period (each a write of a
+# custom resource that the apiserver pays for).
+HEARTBEAT = frozenset({"lastSyncTime", "lastSyncDuration", "lastSyncKind", "syncs", "rulesetChecksum"})
+REPORT_PERIOD = 60.0
+
+
+def held_until(written: dict[str, Any] | None, status: dict[str, Any], last_report: float) -> float | None:
+    """When ``status`` is to be written if nothing else changes: None, now (something other than
+    the heartbeat changed, a heartbeat field got its first value, or nothing was written yet),
+    else REPORT_PERIOD after ``last_report``."""
+    if written is None or status == written or any(status.get(k) and not written.get(k) for k in HEARTBEAT):
+        return None
+    if any(status.get(k) != written.get(k) for k in status.keys() | written.keys() if k not in HEARTBEAT):
+        return None
+    return last_report + REPORT_PERIOD
 
 
 def _duration(seconds: float) -> str:
@@ -66,22 +86,32 @@ class StatusWriter:
         self.last_write = 0.0
         self.last_written: dict[str, Any] | None = None
         self.written_with: str | bool | None = False  # the owner's uid of the last write (False: none yet)
+        self.last_report = 0.0  # when the status was last written (time.monotonic)
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
+        held: float | None = None  # a heartbeat held back (held_until): written then unless sooner
         while True:
-            await self.syncer.changed.wait()
+            with contextlib.suppress(TimeoutError):
+                timeout = None if held is None else max(0.0, held - time.monotonic())
+                await asyncio.wait_for(self.syncer.changed.wait(), timeout)
             wait = self.last_write + self.period - time.monotonic()
             if wait > 0:
                 await asyncio.sleep(wait)  # rate limit: changes meanwhile fold into one write
             self.syncer.changed.clear()
             status = render_status(self.syncer)
+            held = held_until(self.last_written, status, self.last_report)
+            if held is not None and held > time.monotonic():
+                status = self.last_written or status  # not yet: the Events alone
+            else:
+                held = None
             fresh = [x for x in self.syncer.status.skipped if str(x) not in self.reported]
             try:
                 if status != self.last_written:
                     uid, exists = self.node_uid, self.written_with == self.node_uid
                     await loop.run_in_executor(None, kube.write_proxy_status, self.api, self.node, uid, status, exists)
                     self.last_written, self.written_with = status, uid
+                    self.last_report = time.monotonic()
                 for x in fresh:
                     await loop.run_in_executor(None, self._event, x)
                     self.reported.add(str(x))
