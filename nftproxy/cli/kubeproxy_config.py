@@ -376,8 +376,8 @@ FIELDS: tuple[Field, ...] = (
     ),
     _ignored(
         "clientConnection.qps", "float", 5.0,
-        "nftproxy's client does not rate-limit: it sends few requests (the lists at start, its ProxyStatus once per "
-        "--status-period, Events), its watches are long-lived",
+        "nftproxy's client does not rate-limit: it sends few requests (the lists at start, its ProxyStatus at most "
+        "once per --status-period, Events), its watches are long-lived",
     ),
     _ignored(
         "clientConnection.burst", "int", 10, "as qps: nftproxy's client does not rate-limit", validate=_non_negative
