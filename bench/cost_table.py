@@ -111,14 +111,14 @@ def _churn_cells(run: dict[str, Any] | None) -> list[str]:
 
 def _control_plane_cell(run: dict[str, Any] | None) -> str:
     """At the lowest rate (where ten proxies of either kind leave a 2-core machine room), with P
-    proxies of each kind: the kube-apiserver's CPU per minute of churn per proxy, above that of
-    serving the writes alone, and the bytes it sent each proxy per minute."""
+    proxies of each kind: the kube-apiserver's CPU per minute of churn (serving the writes and the
+    proxies: the share above the writes alone is the difference of two runs, noisier than either),
+    and the bytes it sent each proxy per minute."""
     if run is None:
         return MISSING
     rate = min(_rates(run))
     kinds = ("nftproxy", "kube-proxy")
-    what = "apiserver CPU per minute of churn above the writes alone, per proxy"
-    cpu = {k: _value(run, what, kind=k, rate=rate) for k in kinds}
+    cpu = {k: _value(run, "apiserver CPU per minute of churn", kind=k, rate=rate) for k in kinds}
     mb = {k: None if (v := _value(run, "bytes per proxy per minute of churn", kind=k, rate=rate)) is None else v / 1e6
           for k in kinds}  # fmt: skip
     return "; ".join(
@@ -172,8 +172,8 @@ def table(results: list[dict[str, Any]]) -> str:
     ]
     if plane_runs:
         lines.append(
-            f"| Control plane, {proxies} nodes at {plane_rate:g} writes/s: kube-apiserver CPU per node per minute "
-            "(above serving the writes); bytes it sends each node per minute | "
+            f"| Control plane, {proxies} nodes at {plane_rate:g} writes/s: kube-apiserver CPU per minute (the writes "
+            f"and the {proxies} proxies); bytes it sends each node per minute | "
             + " | ".join(_control_plane_cell(plane[s]) for s in sizes)
             + " |"
         )
