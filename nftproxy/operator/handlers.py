@@ -290,7 +290,10 @@ async def node_event(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: An
         ctx.syncer.changes.node_deleted()
         return
     ctx.syncer.changes.node_changed(body)
-    ctx.writer.node_uid = body["metadata"].get("uid")
+    uid = body["metadata"].get("uid")
+    if uid != ctx.writer.node_uid:
+        ctx.writer.node_uid = uid
+        ctx.syncer.changed.set()  # the ProxyStatus gets the Node as its owner
 
 
 @kopf.on.event("networking.k8s.io", "v1", "servicecidrs")

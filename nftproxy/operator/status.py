@@ -100,14 +100,15 @@ class StatusWriter:
                 await asyncio.sleep(wait)  # rate limit: changes meanwhile fold into one write
             self.syncer.changed.clear()
             status = render_status(self.syncer)
-            held = held_until(self.last_written, status, self.last_report)
+            owner_due = self.written_with != self.node_uid  # the Node known since: its owner reference now
+            held = None if owner_due else held_until(self.last_written, status, self.last_report)
             if held is not None and held > time.monotonic():
                 status = self.last_written or status  # not yet: the Events alone
             else:
                 held = None
             fresh = [x for x in self.syncer.status.skipped if str(x) not in self.reported]
             try:
-                if status != self.last_written:
+                if status != self.last_written or owner_due:
                     uid, exists = self.node_uid, self.written_with == self.node_uid
                     await loop.run_in_executor(None, kube.write_proxy_status, self.api, self.node, uid, status, exists)
                     self.last_written, self.written_with = status, uid

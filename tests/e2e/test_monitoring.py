@@ -102,6 +102,8 @@ OPTIONAL = {
     "Kube API Request Rate: 4xx": "only when a request is refused",
     "Kube API Request Rate: 5xx": "only when the API server fails a request",
     "Post Request Latency 99th Quantile": "nftproxy POSTs only a new ProxyStatus or an Event",
+    "Get Request Latency 99th Quantile": "nftproxy GETs only to list, to start a watch (each renewed every "
+    "5 minutes) and before its first ProxyStatus write",
 }
 DOWN_ALERTS = ("KubeProxyDown", "KubeProxyInstanceUnreachable", "NftproxyDown", "NftproxyTargetDown")
 
