@@ -85,7 +85,7 @@ class StatusWriter:
         self.reported: set[str] = set()  # Events already posted (one per object and reason)
         self.last_write = 0.0
         self.last_written: dict[str, Any] | None = None
-        self.written_with: str | bool | None = False  # the owner's uid of the last write (False: none yet)
+        self.written_with: str | None = None  # the Node's uid the last write had as its owner
         self.last_report = 0.0  # when the status was last written (time.monotonic)
 
     async def run(self) -> None:
@@ -100,16 +100,15 @@ class StatusWriter:
                 await asyncio.sleep(wait)  # rate limit: changes meanwhile fold into one write
             self.syncer.changed.clear()
             status = render_status(self.syncer)
-            owner_due = self.written_with != self.node_uid  # the Node known since: its owner reference now
+            written = self.last_written is not None
+            owner_due = written and self.written_with != self.node_uid  # the Node known since: its owner now
             held = None if owner_due else held_until(self.last_written, status, self.last_report)
-            if held is not None and held > time.monotonic():
-                status = self.last_written or status  # not yet: the Events alone
-            else:
+            if held is not None and held <= time.monotonic():
                 held = None
             fresh = [x for x in self.syncer.status.skipped if str(x) not in self.reported]
             try:
-                if status != self.last_written or owner_due:
-                    uid, exists = self.node_uid, self.written_with == self.node_uid
+                if held is None and (status != self.last_written or owner_due):
+                    uid, exists = self.node_uid, written and not owner_due
                     await loop.run_in_executor(None, kube.write_proxy_status, self.api, self.node, uid, status, exists)
                     self.last_written, self.written_with = status, uid
                     self.last_report = time.monotonic()
